@@ -1,0 +1,206 @@
+"""The data contract: typed records that cross process boundaries (DESIGN.md, "The data contract").
+
+Records are strict: an unknown field, a ratio outside 0..1, a negative count or a timestamp without a
+time zone is an error, never silently repaired.  A field a source does not provide is ``None``, never 0.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
+
+# Bounded strings keep label cardinality and row sizes sane; 253 is the Kubernetes name limit.
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+ShortText = Annotated[str, Field(min_length=1, max_length=64)]
+Ratio = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+
+
+def _to_utc(value: datetime) -> datetime:
+    return value.astimezone(UTC)
+
+
+UtcTimestamp = Annotated[AwareDatetime, AfterValidator(_to_utc)]
+
+
+class GpuState(StrEnum):
+    OK = "ok"
+    LOST = "lost"  # Xid 79 / NVML_ERROR_GPU_IS_LOST
+    DEGRADED = "degraded"  # some fields missing or untrustworthy
+
+
+class TelemetrySource(StrEnum):
+    """Where a sample's ratios came from; how much to trust them."""
+
+    NVML_GPM = "nvml-gpm"
+    NVML_BASIC = "nvml-basic"  # "a kernel was running", not compute pressure
+    DCGM = "dcgm"
+    PROMETHEUS = "prometheus"
+    SIM = "sim"
+
+
+class Role(StrEnum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+    MIXED = "mixed"
+    UNKNOWN = "unknown"
+
+
+class RoleSource(StrEnum):
+    """How a worker's phase role was learned, strongest evidence first."""
+
+    ENGINE = "engine"  # SGLang engine_type label and similar engine-reported roles
+    POD_LABEL = "pod-label"  # llm-d.ai/role, nvidia.com/dynamo-sub-component-type, operator key
+    COMPONENT = "component"  # Dynamo component names
+    CMDLINE = "cmdline"  # --disaggregation-mode, --is-prefill-worker, kv_role
+    CONFIG = "config"  # a static mapping file
+    SIM = "sim"
+    NONE = "none"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
+
+
+class GpuSample(_Record):
+    """One GPU over one window."""
+
+    kind: Literal["gpu_sample"] = "gpu_sample"
+    ts: UtcTimestamp  # window end
+    window_s: PositiveFloat
+    node: Name
+    gpu_uuid: Name
+    gpu_index: NonNegInt
+    gpu_name: Name
+    worker_id: Name | None = None
+    sm_active: Ratio | None = None
+    tensor_active: Ratio | None = None
+    dram_active: Ratio | None = None
+    gpu_util: Ratio | None = None
+    mem_used_bytes: NonNegInt | None = None
+    power_w: NonNegFloat | None = None
+    sm_clock_mhz: NonNegFloat | None = None
+    nvlink_tx_bytes: NonNegInt | None = None
+    nvlink_rx_bytes: NonNegInt | None = None
+    pcie_tx_bytes: NonNegInt | None = None
+    pcie_rx_bytes: NonNegInt | None = None
+    state: GpuState = GpuState.OK
+    source: TelemetrySource
+    parent_gpu_uuid: Name | None = None
+    mig_profile: ShortText | None = None
+
+
+class EngineSample(_Record):
+    """One serving worker over one window."""
+
+    kind: Literal["engine_sample"] = "engine_sample"
+    ts: UtcTimestamp
+    window_s: PositiveFloat
+    worker_id: Name
+    node: Name
+    engine: ShortText
+    role: Role = Role.UNKNOWN
+    role_source: RoleSource = RoleSource.NONE
+    model: Name
+    precision: ShortText | None = None
+    tp: Annotated[int, Field(ge=1, le=1024)] = 1
+    gpu_uuids: Annotated[list[Name], Field(max_length=1024)] = Field(default_factory=list)
+    prompt_tokens: NonNegInt = 0
+    generation_tokens: NonNegInt = 0
+    requests_running: NonNegInt | None = None
+    requests_waiting: NonNegInt | None = None
+    kv_cache_usage: Ratio | None = None
+    preemptions: NonNegInt | None = None
+    ttft_p50_s: NonNegFloat | None = None
+    ttft_p99_s: NonNegFloat | None = None
+    tpot_p50_s: NonNegFloat | None = None
+    tpot_p99_s: NonNegFloat | None = None
+
+
+class Bottleneck(StrEnum):
+    """A worker's measured bottleneck: from its counters, not from its role label."""
+
+    COMPUTE = "compute"
+    MEMORY_BANDWIDTH = "memory-bandwidth"
+    CAPACITY = "capacity"  # KV cache full, preemptions, growing queue
+    UNDERUTILISED = "underutilised"  # no resource near its limit
+    UNKNOWN = "unknown"  # telemetry too weak to say
+
+
+class FindingKind(StrEnum):
+    DECODE_ON_LOW_BANDWIDTH = "decode-on-low-bandwidth"
+    PREFILL_ON_HIGH_BANDWIDTH = "prefill-on-high-bandwidth"
+    CAPACITY_ON_SMALL_MEMORY = "capacity-on-small-memory"
+    ROLE_DRIFT = "role-drift"
+    POOL_RATIO_DRIFT = "pool-ratio-drift"
+    UNDERUTILISED_POOL = "underutilised-pool"
+    DISAGGREGATION_NOT_PAYING = "disaggregation-not-paying"
+    HEALTHY_NOT_SERVING = "healthy-not-serving"
+    KV_FABRIC_UNDERPROVISIONED = "kv-fabric-underprovisioned"
+    TELEMETRY_DEGRADED = "telemetry-degraded"
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+class FindingStatus(StrEnum):
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+class Recommendation(_Record):
+    """What to do and what it costs."""
+
+    action: Literal[
+        "swap-roles-in-place", "move-same-sku", "move-across-sku", "rebalance-pool", "colocate",
+        "investigate", "none",
+    ]
+    detail: Annotated[str, Field(max_length=2000)] = ""
+    counterpart_worker_id: Name | None = None
+    target_sku: ShortText | None = None
+    expected_gain_tokens_per_s: NonNegFloat | None = None
+
+
+class Finding(_Record):
+    """What the analyzer concludes about one worker (or, with worker_id None, a pool or the fleet)."""
+
+    kind: FindingKind
+    worker_id: Name | None = None
+    pool: Name | None = None  # the model pool ("cluster/model") the finding belongs to
+    severity: Severity = Severity.WARNING
+    status: FindingStatus = FindingStatus.OPEN
+    gpu_sku: ShortText | None = None
+    role: Role = Role.UNKNOWN
+    bottleneck: Bottleneck = Bottleneck.UNKNOWN
+    evidence: dict[str, float | str | None] = Field(default_factory=dict)
+    tokens_per_s: NonNegFloat | None = None
+    lost_tokens_per_s: NonNegFloat = 0.0
+    lost_tokens_per_s_low: NonNegFloat = 0.0
+    lost_tokens_per_s_high: NonNegFloat = 0.0
+    recommendation: Recommendation | None = None
+    first_seen: UtcTimestamp
+    last_seen: UtcTimestamp
+
+
+Record = Annotated[GpuSample | EngineSample, Field(discriminator="kind")]
+RECORD_ADAPTER: TypeAdapter[GpuSample | EngineSample] = TypeAdapter(Record)
+
+RECORD_KINDS = ("gpu_sample", "engine_sample")
+
+
+def parse_record(line: str | bytes) -> GpuSample | EngineSample:
+    """Validate one JSON object (one line of a JSONL file) into a record; raises pydantic.ValidationError."""
+    return RECORD_ADAPTER.validate_json(line)
+
+
+def dump_record(record: GpuSample | EngineSample) -> str:
+    """One JSON line, the inverse of :func:`parse_record` (nulls included so the line is self-describing)."""
+    return record.model_dump_json()

@@ -1,0 +1,47 @@
+"""Settings read from the environment (prefix ``PHASEFIT_``), passed in explicitly: no module-level instance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from platformdirs import user_data_dir
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_database_url() -> str:
+    """An SQLite file in the per-user data folder: the embedded default for the demo and a laptop."""
+    return f"sqlite:///{Path(user_data_dir('phasefit', appauthor=False)) / 'phasefit.db'}"
+
+
+class Settings(BaseSettings):
+    """Store and catalog settings shared by every phasefit process."""
+
+    model_config = SettingsConfigDict(env_prefix="PHASEFIT_", extra="ignore")
+
+    database_url: str = Field(
+        default_factory=default_database_url,
+        description="SQLAlchemy URL of the store: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB.",
+    )
+    catalog_path: Path | None = Field(
+        default=None,
+        description="An operator's catalog file (YAML) merged over the built-in GPU and model catalogs, "
+        "e.g. to add a SKU or set hourly prices.",
+    )
+    raw_retention_days: int = Field(
+        default=14,
+        ge=1,
+        description="Days of raw gpu/engine samples kept; rollups (per minute, per hour) outlive them.",
+    )
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_driver(cls, value: str) -> str:
+        if not value.startswith(("sqlite://", "postgresql")):
+            raise ValueError(
+                f"unsupported database URL scheme in {value.split('://', 1)[0]!r}: "
+                "use sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+            )
+        if value.startswith("postgresql://") or value.startswith("postgresql+psycopg2://"):
+            raise ValueError("PostgreSQL URLs must name the psycopg 3 driver: postgresql+psycopg://...")
+        return value
