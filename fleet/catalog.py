@@ -1,0 +1,360 @@
+"""The GPU and model catalogs: built-in YAML data merged with an operator's catalog file.
+
+The operator's file (``PHASEFIT_CATALOG_PATH``) has top-level ``gpus:`` and ``models:`` mappings keyed by
+SKU or model key, in the built-in files' fields and units. An entry for a known key overrides only the
+fields it names (``gpus: {H100-SXM: {hourly_price_usd: 2.9}}``; a list such as ``nvml_names`` is
+replaced, not extended); a new key adds a SKU or model and must give every required field (``null``
+states an unknown figure). Unknown fields, wrong types and malformed YAML raise ``CatalogError`` naming
+the file and the key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fleet.gpus import UNKNOWN_SKU_KEY, GpuCatalog, GpuSku
+from fleet.models import ModelArch, ModelCatalog
+
+_GB = 1e9
+_TERA = 1e12
+_BILLION = 1e9
+_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+class CatalogError(ValueError):
+    """A catalog file is unreadable, malformed or inconsistent; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class Catalog:
+    gpus: GpuCatalog
+    models: ModelCatalog
+
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class GpuEntry(_Entry):
+    """One SKU as catalog files write it: GB = 1e9 bytes, TB/s = 1e12 bytes/s, TFLOP/s = 1e12 (dense)."""
+
+    name: str | None = None
+    vendor: str | None = None
+    form_factor: str | None = None
+    hbm_type: str | None = None
+    hbm_gb: Positive | None = None
+    hbm_bandwidth_tb_s: Positive | None = None
+    bf16_dense_tflops: Positive | None = None
+    fp8_dense_tflops: Positive | None = None
+    fp4_dense_tflops: Positive | None = None
+    tdp_w: Positive | None = None
+    interconnect: str | None = None
+    interconnect_gb_s: Positive | None = None
+    hourly_price_usd: NonNegative | None = None
+    nvml_names: list[str] | None = None
+    name_patterns: list[str] | None = None
+    sources: str | None = None
+    notes: str | None = None
+
+
+_GPU_REQUIRED = (
+    "name",
+    "sources",
+    "hbm_gb",
+    "hbm_bandwidth_tb_s",
+    "bf16_dense_tflops",
+    "fp8_dense_tflops",
+    "tdp_w",
+)
+
+
+class ModelEntry(_Entry):
+    """One model as catalog files write it: the config's integers; published counts in billions."""
+
+    name: str | None = None
+    hf_ids: list[str] | None = None
+    aliases: list[str] | None = None
+    layers: PositiveInt | None = None
+    hidden: PositiveInt | None = None
+    heads: PositiveInt | None = None
+    kv_heads: PositiveInt | None = None
+    head_dim: PositiveInt | None = None
+    intermediate: PositiveInt | None = None
+    moe_intermediate: PositiveInt | None = None
+    vocab: PositiveInt | None = None
+    experts_total: PositiveInt | None = None
+    experts_active: PositiveInt | None = None
+    shared_experts: NonNegativeInt | None = None
+    shared_expert_intermediate: PositiveInt | None = None
+    dense_layers: NonNegativeInt | None = None
+    attention: Literal["gqa", "mla"] | None = None
+    kv_lora_rank: PositiveInt | None = None
+    qk_rope_head_dim: PositiveInt | None = None
+    qk_nope_head_dim: PositiveInt | None = None
+    v_head_dim: PositiveInt | None = None
+    q_lora_rank: PositiveInt | None = None
+    qkv_bias: bool | None = None
+    qk_norm: bool | None = None
+    tie_word_embeddings: bool | None = None
+    attention_chunk_size: PositiveInt | None = None
+    global_attention_every: PositiveInt | None = None
+    published_total_params_b: Positive | None = None
+    published_active_params_b: Positive | None = None
+    sources: str | None = None
+    notes: str | None = None
+
+
+_MODEL_REQUIRED = (
+    "name",
+    "sources",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "vocab",
+    "attention",
+)
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else float(round(value * factor))
+
+
+def _gpu_sku(key: str, e: GpuEntry) -> GpuSku:
+    return GpuSku(
+        key=key,
+        name=e.name or key,
+        hbm_bytes=None if e.hbm_gb is None else round(e.hbm_gb * _GB),
+        hbm_bandwidth_bytes_per_s=_scaled(e.hbm_bandwidth_tb_s, _TERA),
+        bf16_dense_flops=_scaled(e.bf16_dense_tflops, _TERA),
+        fp8_dense_flops=_scaled(e.fp8_dense_tflops, _TERA),
+        fp4_dense_flops=_scaled(e.fp4_dense_tflops, _TERA),
+        tdp_w=e.tdp_w,
+        interconnect=e.interconnect,
+        interconnect_bytes_per_s=_scaled(e.interconnect_gb_s, _GB),
+        hourly_price_usd=e.hourly_price_usd,
+        sources=e.sources or "",
+        known=True,
+        vendor=e.vendor,
+        form_factor=e.form_factor,
+        hbm_type=e.hbm_type,
+        notes=e.notes or "",
+        nvml_names=tuple(e.nvml_names or ()),
+        name_patterns=tuple(e.name_patterns or ()),
+    )
+
+
+def _model_arch(key: str, e: ModelEntry) -> ModelArch:
+    assert e.name and e.layers and e.hidden and e.heads and e.kv_heads and e.head_dim and e.vocab
+    return ModelArch(
+        key=key,
+        name=e.name,
+        layers=e.layers,
+        hidden=e.hidden,
+        heads=e.heads,
+        kv_heads=e.kv_heads,
+        head_dim=e.head_dim,
+        vocab=e.vocab,
+        hf_ids=tuple(e.hf_ids or ()),
+        aliases=tuple(e.aliases or ()),
+        intermediate=e.intermediate,
+        moe_intermediate=e.moe_intermediate,
+        experts_total=e.experts_total,
+        experts_active=e.experts_active,
+        shared_experts=e.shared_experts or 0,
+        shared_expert_intermediate=e.shared_expert_intermediate,
+        dense_layers=e.dense_layers or 0,
+        attention=e.attention or "gqa",
+        kv_lora_rank=e.kv_lora_rank,
+        qk_rope_head_dim=e.qk_rope_head_dim,
+        qk_nope_head_dim=e.qk_nope_head_dim,
+        v_head_dim=e.v_head_dim,
+        q_lora_rank=e.q_lora_rank,
+        qkv_bias=bool(e.qkv_bias),
+        qk_norm=bool(e.qk_norm),
+        tie_word_embeddings=bool(e.tie_word_embeddings),
+        attention_chunk_size=e.attention_chunk_size,
+        global_attention_every=e.global_attention_every,
+        published_total_params=_scaled(e.published_total_params_b, _BILLION),
+        published_active_params=_scaled(e.published_active_params_b, _BILLION),
+        sources=e.sources or "",
+        notes=e.notes or "",
+    )
+
+
+# --- reading ----------------------------------------------------------------------------------------
+
+
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+
+
+class _StrictLoader(_SafeLoader):  # type: ignore[valid-type,misc]
+    """A safe loader that refuses a key written twice in one mapping (PyYAML keeps the last silently)."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    mapping: dict[Any, Any] = loader.construct_mapping(node, deep=True)
+    return mapping
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def _parse(text: str, origin: str) -> dict[str, Any]:
+    try:
+        document = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{origin}: malformed YAML: {exc}") from exc
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise CatalogError(f"{origin}: expected a mapping at the top level, got {type(document).__name__}")
+    return document
+
+
+def _builtin(name: str) -> tuple[dict[str, Any], str]:
+    origin = f"built-in fleet/data/{name}"
+    return _parse(resources.files("fleet").joinpath("data", name).read_text(encoding="utf-8"), origin), origin
+
+
+def _section(document: Mapping[str, Any], section: str, origin: str) -> dict[str, dict[str, Any]]:
+    entries = document.get(section) or {}
+    if not isinstance(entries, dict):
+        raise CatalogError(f"{origin}: {section}: expected a mapping keyed by {section[:-1]} key")
+    for key, fields in entries.items():
+        if not isinstance(key, str) or not _KEY.fullmatch(key):
+            raise CatalogError(f"{origin}: {section}: bad key {key!r} (letters, digits, '.', '_', '+', '-')")
+        if section == "gpus" and key == UNKNOWN_SKU_KEY:
+            raise CatalogError(f"{origin}: gpus.{key}: the key {UNKNOWN_SKU_KEY!r} is reserved")
+        if not isinstance(fields, dict):
+            raise CatalogError(f"{origin}: {section}.{key}: expected a mapping of fields")
+    return entries
+
+
+def _check_top_level(document: Mapping[str, Any], allowed: tuple[str, ...], origin: str) -> None:
+    unknown = sorted(str(k) for k in document if k not in allowed)
+    if unknown:
+        raise CatalogError(
+            f"{origin}: unknown top-level key(s) {', '.join(unknown)} (allowed: {', '.join(allowed)})"
+        )
+
+
+def _describe(error: ValidationError, entry: type[BaseModel]) -> str:
+    problems = []
+    for detail in error.errors():
+        field = ".".join(str(part) for part in detail["loc"])
+        if detail["type"] == "extra_forbidden":
+            problems.append(f"unknown field {field!r} (known: {', '.join(entry.model_fields)})")
+        else:
+            problems.append(f"field {field!r}: {detail['msg']}")
+    return "; ".join(problems)
+
+
+E = TypeVar("E", bound=_Entry)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Source:
+    document: Mapping[str, Any]
+    origin: str
+
+
+def _merge(
+    builtin: _Source, extra: _Source, section: str, entry: type[E]
+) -> dict[str, tuple[dict[str, Any], str]]:
+    """Each key's merged fields and the file that last touched it (named in errors)."""
+    merged = {
+        key: (dict(fields), builtin.origin)
+        for key, fields in _section(builtin.document, section, builtin.origin).items()
+    }
+    for key, fields in _section(extra.document, section, extra.origin).items():
+        try:
+            entry.model_validate(fields)
+        except ValidationError as exc:
+            raise CatalogError(f"{extra.origin}: {section}.{key}: {_describe(exc, entry)}") from exc
+        base = merged[key][0] if key in merged else {}
+        merged[key] = ({**base, **fields}, extra.origin)
+    return merged
+
+
+def _build(
+    merged: dict[str, tuple[dict[str, Any], str]],
+    section: str,
+    entry: type[E],
+    required: tuple[str, ...],
+    make: Callable[[str, E], T],
+) -> dict[str, T]:
+    built: dict[str, T] = {}
+    for key, (fields, origin) in merged.items():
+        missing = [name for name in required if name not in fields]
+        if missing:
+            raise CatalogError(
+                f"{origin}: {section}.{key}: missing required field(s) {', '.join(missing)} "
+                "(write null for a figure that is unknown)"
+            )
+        try:
+            built[key] = make(key, entry.model_validate(fields))
+        except ValidationError as exc:
+            raise CatalogError(f"{origin}: {section}.{key}: {_describe(exc, entry)}") from exc
+        except ValueError as exc:
+            raise CatalogError(f"{origin}: {section}.{key}: {exc}") from exc
+    return built
+
+
+def _read_extra(extra_path: Path | None) -> _Source:
+    if extra_path is None:
+        return _Source({}, "")
+    origin = str(extra_path)
+    try:
+        text = Path(extra_path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CatalogError(f"{origin}: cannot read the catalog file: {exc}") from exc
+    document = _parse(text, origin)
+    _check_top_level(document, ("gpus", "models"), origin)
+    return _Source(document, origin)
+
+
+def load_catalog(extra_path: Path | None = None) -> Catalog:
+    """The built-in catalogs, with the operator's file at ``extra_path`` (if any) merged over them."""
+    gpu_file = _Source(*_builtin("gpus.yaml"))
+    model_file = _Source(*_builtin("models.yaml"))
+    _check_top_level(gpu_file.document, ("mig_suffix_pattern", "gpus"), gpu_file.origin)
+    _check_top_level(model_file.document, ("variant_suffixes", "models"), model_file.origin)
+    extra = _read_extra(extra_path)
+    skus = _build(_merge(gpu_file, extra, "gpus", GpuEntry), "gpus", GpuEntry, _GPU_REQUIRED, _gpu_sku)
+    models = _build(
+        _merge(model_file, extra, "models", ModelEntry), "models", ModelEntry, _MODEL_REQUIRED, _model_arch
+    )
+    with_extra = f" + {extra.origin}" if extra.origin else ""
+    try:
+        gpus = GpuCatalog(skus, mig_suffix_pattern=str(gpu_file.document.get("mig_suffix_pattern", "")))
+    except (ValueError, re.error) as exc:
+        raise CatalogError(f"{gpu_file.origin}{with_extra}: gpus: {exc}") from exc
+    suffixes = [str(s) for s in model_file.document.get("variant_suffixes") or []]
+    try:
+        model_catalog = ModelCatalog(models, variant_suffixes=suffixes)
+    except (ValueError, re.error) as exc:
+        raise CatalogError(f"{model_file.origin}{with_extra}: models: {exc}") from exc
+    return Catalog(gpus=gpus, models=model_catalog)

@@ -1,0 +1,1 @@
+"""Built-in catalog data (YAML), read with importlib.resources."""
