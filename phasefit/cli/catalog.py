@@ -62,7 +62,7 @@ def gpus(json_output: JsonFlag = False) -> None:
     for column in ("HBM GB", "TB/s", "BF16 TF", "FP8 TF", "ridge", "TDP W"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("$/h", justify="right", no_wrap=True)
-    table.add_column("interconnect")
+    table.add_column("interconnect", no_wrap=True, overflow="ellipsis", min_width=12)
     for sku in skus:
         link = sku.interconnect or "-"
         if sku.interconnect_bytes_per_s:
