@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from phasefit import __version__
-from phasefit.cli import catalog
+from phasefit.cli import alerts, catalog
 
 app = typer.Typer(
     name="phasefit",
@@ -27,6 +27,7 @@ def version() -> None:
 
 
 app.add_typer(catalog.app, name="catalog")
+app.add_typer(alerts.app, name="alerts")
 
 
 def main() -> None:
