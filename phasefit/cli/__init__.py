@@ -10,6 +10,7 @@ import typer
 
 from phasefit import __version__
 from phasefit.cli import alerts, catalog
+from phasefit.cli.predict import predict
 
 app = typer.Typer(
     name="phasefit",
@@ -28,6 +29,7 @@ def version() -> None:
 
 app.add_typer(catalog.app, name="catalog")
 app.add_typer(alerts.app, name="alerts")
+app.command()(predict)
 
 
 def main() -> None:
