@@ -160,8 +160,13 @@ class Recommendation(_Record):
     """What to do and what it costs."""
 
     action: Literal[
-        "swap-roles-in-place", "move-same-sku", "move-across-sku", "rebalance-pool", "colocate",
-        "investigate", "none",
+        "swap-roles-in-place",
+        "move-same-sku",
+        "move-across-sku",
+        "rebalance-pool",
+        "colocate",
+        "investigate",
+        "none",
     ]
     detail: Annotated[str, Field(max_length=2000)] = ""
     counterpart_worker_id: Name | None = None
