@@ -10,6 +10,7 @@ import typer
 
 from phasefit import __version__
 from phasefit.cli import alerts, catalog
+from phasefit.cli.collect import collect
 from phasefit.cli.predict import predict
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ def version() -> None:
 app.add_typer(catalog.app, name="catalog")
 app.add_typer(alerts.app, name="alerts")
 app.command()(predict)
+app.command()(collect)
 
 
 def main() -> None:

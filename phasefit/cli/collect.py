@@ -1,0 +1,174 @@
+"""``phasefit collect``: the per-node collector (a plain command function; the app registers it with
+``app.command()(collect)``).  Heavy imports happen inside the command so ``phasefit --help`` stays fast."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from phasefit.cli.output import fail, human
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from collector.clock import Clock
+    from collector.runtime import Runtime
+    from collector.settings import CollectorSettings
+    from collector.window import GpuSource
+    from fleet.contract import EngineSample, GpuSample
+
+
+class SourceName(StrEnum):
+    NVML = "nvml"
+    DCGM = "dcgm"
+    SIM = "sim"
+
+
+class OutputKind(StrEnum):
+    JSON = "json"
+    SHIP = "ship"
+    NONE = "none"
+
+
+def _sim_factory(settings: CollectorSettings, clock: Clock) -> GpuSource:
+    """The simulated fleet, from the simulator package when this installation has it."""
+    try:
+        from collector.sim.source import SimSource
+    except ImportError as exc:
+        raise ValueError("the simulated fleet source (collector.sim.source) is not installed") from exc
+    source: GpuSource = SimSource.for_collector(settings, clock)
+    return source
+
+
+def collect(
+    *,
+    source: Annotated[
+        list[SourceName] | None,
+        typer.Option("--source", help="GPU telemetry source; repeat to combine (default: nvml)."),
+    ] = None,
+    dcgm_url: Annotated[
+        str | None, typer.Option("--dcgm-url", help="dcgm-exporter /metrics URL (for --source dcgm).")
+    ] = None,
+    engine_url: Annotated[
+        list[str] | None,
+        typer.Option("--engine-url", help="A serving engine's /metrics URL (vLLM, SGLang, TRT-LLM); repeat."),
+    ] = None,
+    interval: Annotated[
+        float | None, typer.Option("--interval", min=0.2, help="Window length in seconds (default 10).")
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="Collect one window, output it, and exit.")] = False,
+    output: Annotated[
+        OutputKind,
+        typer.Option(
+            "--output",
+            help="json: records as JSON lines on stdout; ship: spool, then send to the ingest API "
+            "(PHASEFIT_COLLECTOR_INGEST_URL) or a file (PHASEFIT_COLLECTOR_OUTPUT_FILE);"
+            " none: exporter only.",
+        ),
+    ] = OutputKind.SHIP,
+    listen: Annotated[
+        str | None, typer.Option("--listen", help="Prometheus exporter address, HOST:PORT or :PORT (:9401).")
+    ] = None,
+) -> None:
+    """Collect GPU and serving-engine telemetry on this node: export it to Prometheus and ship it."""
+    from pydantic import ValidationError
+
+    from collector.clock import SystemClock
+    from collector.nvml_source import NvmlStartError
+    from collector.runtime import RuntimeConfigError, build_runtime
+    from collector.settings import CollectorSettings
+
+    overrides: dict[str, object] = {}
+    if dcgm_url is not None:
+        overrides["dcgm_url"] = dcgm_url
+    if engine_url:
+        overrides["engine_urls"] = engine_url
+    if interval is not None:
+        overrides["interval_s"] = interval
+    if listen is not None:
+        overrides["listen"] = listen
+    try:
+        settings = CollectorSettings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        fail("; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()))
+        return
+    names = [s.value for s in (source or [SourceName.NVML])]
+    clock = SystemClock()
+    try:
+        runtime = build_runtime(settings, names, output=output.value, clock=clock, sim_factory=_sim_factory)
+    except (RuntimeConfigError, ValueError, ImportError) as exc:
+        fail(str(exc))
+        return
+    try:
+        try:
+            runtime.agent.start()
+        except NvmlStartError as exc:
+            fail(str(exc))
+        if once:
+            _run_once(runtime, clock, settings, output)
+        else:
+            _run_forever(runtime, settings, output)
+    finally:
+        runtime.close()
+
+
+def _run_once(runtime: Runtime, clock: Clock, settings: CollectorSettings, output: OutputKind) -> None:
+    import sys
+
+    from fleet.contract import dump_record
+
+    primed = [s for s in runtime.agent.gpu_sources if s.name != "sim"] or runtime.agent.engines is not None
+    if primed:
+        clock.sleep(settings.interval_s)  # one whole window: GPM and engine counters need two samples
+    records = runtime.agent.collect_window()
+    console = human()
+    if output is OutputKind.JSON:
+        sys.stdout.write("".join(dump_record(r) + "\n" for r in records))
+        sys.stdout.flush()
+    elif output is OutputKind.SHIP and runtime.shipper is not None and runtime.spool is not None:
+        drained = runtime.shipper.drain()
+        left = runtime.spool.count()
+        if drained:
+            console.print(f"shipped {runtime.shipper.shipped} records")
+        else:
+            where = settings.spool_path
+            console.print(f"[yellow]could not ship yet:[/] {left} records wait in the spool {where}")
+    errors = dict(runtime.agent.errors)
+    console.print(f"collected {len(records)} records" + (f"; errors {errors}" if errors else ""))
+
+
+def _run_forever(runtime: Runtime, settings: CollectorSettings, output: OutputKind) -> None:
+    import signal
+    import sys
+    import threading
+
+    from collector.exporter import build_registry, serve
+    from collector.settings import parse_listen
+    from fleet.contract import dump_record
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    host, port = parse_listen(settings.listen)
+    try:
+        server, _ = serve(build_registry(runtime.holder, settings.max_series_per_family), host, port)
+    except OSError as exc:
+        fail(f"cannot serve /metrics on {settings.listen}: {exc.strerror or exc}")
+        return
+    where = f"/metrics on {settings.listen}, {settings.interval_s} s windows"
+    human().print(f"phasefit collector on {settings.node}: {where}")
+    if output is OutputKind.JSON:
+
+        def print_records(records: Sequence[GpuSample | EngineSample]) -> None:
+            sys.stdout.write("".join(dump_record(r) + "\n" for r in records))
+            sys.stdout.flush()
+
+        runtime.agent.on_records = print_records
+    try:
+        runtime.agent.run(stop, settings.interval_s, runtime.shipper)
+    finally:
+        server.shutdown()
+        if runtime.shipper is not None:
+            runtime.shipper.drain(max_attempts=20)  # a last try; what is left stays in the spool

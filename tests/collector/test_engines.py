@@ -1,0 +1,177 @@
+"""Engine /metrics -> readings and window deltas, on the real vLLM and SGLang captures and variants."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import httpx
+import pytest
+
+from collector.clock import FakeClock
+from collector.engines import EngineParseError, EngineScraper, quantile, read_engine, window_delta
+from collector.promtext import parse
+from tests.collector.conftest import SGLANG_FIXTURE, VLLM_FIXTURE, fixture_text
+
+
+def set_value(text: str, name: str, value: float, labels: str | None = None) -> str:
+    """Replace the value of each sample of ``name`` (optionally only those whose labels hold ``labels``)."""
+    pattern = re.compile(rf"^({re.escape(name)}(\{{[^}}]*\}})?) \S+$", re.M)
+
+    def swap(match: re.Match[str]) -> str:
+        if labels is not None and labels not in (match.group(2) or ""):
+            return match.group(0)
+        return f"{match.group(1)} {value}"
+
+    return pattern.sub(swap, text)
+
+
+def add_to_buckets(text: str, name: str, above: float, count: float) -> str:
+    """Add ``count`` observations of a value just above ``above`` to a histogram."""
+
+    def bump(match: re.Match[str]) -> str:
+        le = math.inf if match.group(2) == "+Inf" else float(match.group(2))
+        return f"{match.group(1)} {float(match.group(3)) + (count if le > above else 0.0)}"
+
+    text = re.sub(
+        rf'^({re.escape(name)}_bucket\{{[^}}]*le="([^"]+)"[^}}]*\}}) (\S+)$', bump, text, flags=re.M
+    )
+    return re.sub(
+        rf"^({re.escape(name)}_count\{{[^}}]*\}}) (\S+)$",
+        lambda m: f"{m.group(1)} {float(m.group(2)) + count}",
+        text,
+        flags=re.M,
+    )
+
+
+def reading(text: str, at: float, clock: FakeClock | None = None):  # type: ignore[no-untyped-def]
+    return read_engine(parse(text), "http://127.0.0.1:8000/metrics", at, (clock or FakeClock()).now())
+
+
+def test_vllm_real_capture() -> None:
+    r = reading(fixture_text(VLLM_FIXTURE), 0.0)
+    assert r.engine == "vllm" and r.model == "Qwen/Qwen3-0.6B"
+    assert r.running == 0.0 and r.waiting == 0.0 and r.kv_usage == 0.0
+    assert r.dynamo_components == frozenset({"backend"}) and r.engine_types == frozenset()
+    assert sum(v for k, v in r.counters.items() if k[0] == "generation") == 600
+    assert sum(v for k, v in r.counters.items() if k[0] == "prompt") == 66
+    assert r.buckets["ttft"] and r.buckets["tpot"]
+
+
+def test_sglang_real_capture() -> None:
+    r = reading(fixture_text(SGLANG_FIXTURE), 0.0)
+    assert r.engine == "sglang" and r.model == "Qwen/Qwen3-0.6B"
+    assert r.engine_types == frozenset({"unified"})
+    assert r.kv_usage == 0.0 and r.running == 0.0 and r.waiting == 0.0
+    assert sum(v for k, v in r.counters.items() if k[0] == "prompt") == 33
+
+
+def test_vllm_window_counts_and_latency_quantiles() -> None:
+    base = fixture_text(VLLM_FIXTURE)
+    later = set_value(base, "vllm:prompt_tokens_total", 1066.0)
+    later = set_value(later, "vllm:generation_tokens_total", 2600.0)
+    later = set_value(later, "vllm:kv_cache_usage_perc", 0.42)
+    later = set_value(later, "vllm:num_requests_running", 12.0)
+    later = set_value(later, "vllm:num_preemptions_total", 3.0)
+    later = add_to_buckets(later, "vllm:time_to_first_token_seconds", 0.25, 10.0)  # ten in (0.25, 0.5]
+    delta = window_delta(reading(base, 100.0), reading(later, 110.0))
+    assert delta.window_s == pytest.approx(10.0)
+    assert delta.prompt_tokens == 1000 and delta.generation_tokens == 2000 and delta.preemptions == 3
+    assert not delta.restarted
+    assert delta.reading.kv_usage == 0.42 and delta.reading.running == 12.0
+    assert delta.ttft_p50_s is not None and 0.25 < delta.ttft_p50_s <= 0.5
+    assert delta.tpot_p50_s is None  # no inter-token observations in this window
+
+
+def test_counter_reset_counts_what_the_restarted_engine_did() -> None:
+    base = fixture_text(VLLM_FIXTURE)
+    restarted = set_value(base, "vllm:prompt_tokens_total", 40.0)
+    restarted = set_value(restarted, "vllm:generation_tokens_total", 700.0)  # grew, but _created changed
+    restarted = set_value(restarted, "vllm:generation_tokens_created", 1.9e9)
+    delta = window_delta(reading(base, 0.0), reading(restarted, 10.0))
+    assert delta.restarted
+    assert delta.prompt_tokens == 40 and delta.generation_tokens == 700
+
+
+def test_renamed_kv_cache_metric_is_accepted() -> None:
+    old = fixture_text(VLLM_FIXTURE).replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    old = set_value(old, "vllm:gpu_cache_usage_perc", 0.8)
+    assert reading(old, 0.0).kv_usage == 0.8
+
+
+def test_sglang_disaggregated_engine_type_and_pd_queues() -> None:
+    text = fixture_text(SGLANG_FIXTURE).replace('engine_type="unified"', 'engine_type="decode"')
+    text = set_value(text, "sglang:num_queue_reqs", 2.0)
+    text = set_value(text, "sglang:num_decode_prealloc_queue_reqs", 3.0)
+    text = set_value(text, "sglang:token_usage", 0.9)
+    r = reading(text, 0.0)
+    assert r.engine_types == frozenset({"decode"}) and r.waiting == 5.0 and r.kv_usage == 0.9
+
+
+def test_sglang_counts_tensor_parallel_rank_zero_only() -> None:
+    text = fixture_text(SGLANG_FIXTURE)
+    rank1 = "\n".join(
+        line.replace('tp_rank="0"', 'tp_rank="1"')
+        for line in text.splitlines()
+        if "sglang:num_running_reqs{" in line
+    )
+    text = set_value(text, "sglang:num_running_reqs", 7.0) + rank1.replace(" 0.0", " 7.0") + "\n"
+    r = reading(text, 0.0)
+    assert r.running == 7.0 and r.tp_ranks == 2
+
+
+def test_tensorrt_llm_metrics() -> None:
+    text = (
+        "# TYPE trtllm_prompt_tokens_total counter\n"
+        'trtllm_prompt_tokens_total{model_name="llama",engine_type="trtllm"} 100\n'
+        'trtllm_generation_tokens_total{model_name="llama",engine_type="trtllm"} 50\n'
+        'trtllm_kv_cache_utilization{model_name="llama",engine_type="trtllm"} 0.25\n'
+        'trtllm_num_requests_running{model_name="llama"} 4\n'
+    )
+    r = reading(text, 0.0)
+    assert r.engine == "trtllm" and r.model == "llama" and r.kv_usage == 0.25 and r.running == 4
+    assert r.engine_types == frozenset()  # engine_type="trtllm" is a backend tag, not a role
+
+
+def test_exposition_without_token_counters_is_refused() -> None:
+    with pytest.raises(EngineParseError):
+        reading("process_cpu_seconds_total 12\n", 0.0)
+
+
+def test_quantile_interpolates_like_histogram_quantile() -> None:
+    buckets = {0.1: 0.0, 0.5: 50.0, 1.0: 100.0, math.inf: 100.0}
+    assert quantile(0.5, buckets) == pytest.approx(0.5)
+    assert quantile(0.25, buckets) == pytest.approx(0.3)
+    assert quantile(0.99, {1.0: 0.0, math.inf: 10.0}) == 1.0
+    assert quantile(0.5, {1.0: 0.0, math.inf: 0.0}) is None
+
+
+def test_scraper_endpoint_down_or_garbage_counts_errors_and_keeps_counts(clock: FakeClock) -> None:
+    base = fixture_text(VLLM_FIXTURE)
+    responses = [
+        httpx.Response(200, text=base),
+        httpx.Response(200, text="<html>upstream connect error</html>"),
+        None,  # connection refused
+        httpx.Response(200, text=set_value(base, "vllm:generation_tokens_total", 900.0)),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        response = responses.pop(0)
+        if response is None:
+            raise httpx.ConnectError("connection refused", request=request)
+        return response
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    scraper = EngineScraper(["http://127.0.0.1:8000/metrics"], client, clock)
+    assert not scraper.start()
+    clock.advance(10.0)
+    deltas, errors = scraper.collect()
+    assert deltas == [] and errors["engine_scrape"] == 1
+    clock.advance(10.0)
+    deltas, errors = scraper.collect()
+    assert deltas == [] and errors["engine_scrape"] == 1
+    clock.advance(10.0)
+    deltas, errors = scraper.collect()
+    assert not errors
+    [delta] = deltas
+    assert delta.generation_tokens == 300 and delta.window_s == pytest.approx(30.0)  # the gap is covered
