@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from phasefit import __version__
-from phasefit.cli import alerts, catalog
+from phasefit.cli import alerts, catalog, sim
 from phasefit.cli.collect import collect
 from phasefit.cli.predict import predict
 
@@ -30,6 +30,7 @@ def version() -> None:
 
 app.add_typer(catalog.app, name="catalog")
 app.add_typer(alerts.app, name="alerts")
+app.add_typer(sim.app, name="sim")
 app.command()(predict)
 app.command()(collect)
 

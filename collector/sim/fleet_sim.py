@@ -1,0 +1,315 @@
+"""The vectorised fleet engine: GPUs x windows, a chunk of windows at a time.
+
+A chunk holds every window of a span of simulated time as numpy columns (windows x GPUs, windows x
+workers). Chunks must be computed in order (queues carry over); their size depends only on the fleet's
+size, so a run's output does not depend on how it is consumed (a file, or a stream window by window).
+Randomness is keyed by (seed, stream, pool, chunk) or (seed, stream, day): the same seed gives the same
+numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+import numpy.typing as npt
+
+from collector.sim.counters import DRAM_ACTIVE_CEILING, measured, power_w, worker_activity
+from collector.sim.layout import FleetLayout, build_layout
+from collector.sim.life import LifeEvents
+from collector.sim.physics import Efficiency
+from collector.sim.pool import (
+    PREFILL,
+    Capacities,
+    PoolFlow,
+    PoolModel,
+    PoolTraffic,
+    QueueState,
+    latencies,
+    pool_traffic,
+)
+from collector.sim.rng import STREAM_ENGINE_NOISE, STREAM_GPU_NOISE, rng_for
+from collector.sim.scenario import Scenario
+from fleet.catalog import Catalog
+from fleet.contract import Role
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+_CELLS_PER_CHUNK = 400_000  # windows x GPUs per chunk: bounds memory, whatever the fleet's size
+_BASELINE_MEM_BYTES = 450e6  # what NVML shows used on a GPU with no process (driver reservations)
+_LATENCY_NOISE = 0.03
+
+
+@dataclass(frozen=True)
+class GpuColumns:
+    """(windows, GPUs) columns; ``present`` false where the collector sent nothing."""
+
+    present: BoolArray
+    lost: BoolArray
+    sm_active: FloatArray
+    tensor_active: FloatArray
+    dram_active: FloatArray
+    gpu_util: FloatArray
+    mem_used_bytes: IntArray
+    power_w: FloatArray
+    nvlink_tx_bytes: IntArray
+    nvlink_rx_bytes: IntArray
+    pcie_tx_bytes: IntArray
+    pcie_rx_bytes: IntArray
+
+
+@dataclass(frozen=True)
+class EngineColumns:
+    """(windows, workers) columns; ``present`` false where the engine is down or the collector silent.
+
+    Latency quantiles are NaN where the engine observed no request in the window.
+    """
+
+    present: BoolArray
+    prompt_tokens: IntArray
+    generation_tokens: IntArray
+    requests_running: IntArray
+    requests_waiting: IntArray
+    kv_cache_usage: FloatArray
+    preemptions: IntArray
+    ttft_p50_s: FloatArray
+    ttft_p99_s: FloatArray
+    tpot_p50_s: FloatArray
+    tpot_p99_s: FloatArray
+
+
+@dataclass(frozen=True)
+class PoolChunk:
+    """One pool's inputs for a chunk: traffic, per-role capacities and which workers are up."""
+
+    traffic: PoolTraffic
+    capacities: Capacities
+    up: BoolArray
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    first_window: int
+    window_end_epoch: FloatArray  # Unix seconds of each window's end
+    gpu: GpuColumns
+    engine: EngineColumns
+    flows: tuple[PoolFlow, ...]
+
+
+def chunk_windows_for(n_gpus: int) -> int:
+    """Windows per chunk for a fleet of ``n_gpus``: about 400k GPU-windows, at least 32 windows."""
+    return max(32, _CELLS_PER_CHUNK // max(n_gpus, 1))
+
+
+def rfc3339(epoch_s: float) -> str:
+    moment = datetime.fromtimestamp(epoch_s, UTC)
+    if moment.microsecond:
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FleetSimulation:
+    """A scenario's fleet under one seed; ``chunks`` yields its columns in time order."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        catalog: Catalog,
+        seed: int = 0,
+        *,
+        window_s: float | None = None,
+        start: datetime | None = None,
+        roles: Mapping[str, Role] | None = None,
+        eff: Efficiency | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.seed = seed
+        self.window_s = float(window_s if window_s is not None else scenario.window_s)
+        if self.window_s <= 0:
+            raise ValueError(f"window_s must be positive, got {self.window_s}")
+        self.start = start or scenario.start
+        if self.start.tzinfo is None:
+            raise ValueError("the simulation start must be timezone-aware")
+        self.epoch0 = self.start.timestamp()
+        self.layout: FleetLayout = build_layout(scenario, catalog, roles)
+        self.life = LifeEvents(scenario, self.layout, seed, self.window_s)
+        self.models = tuple(PoolModel(self.layout, p.index, eff) for p in self.layout.pools)
+        self.chunk_windows = chunk_windows_for(len(self.layout.gpus))
+        self._gpu_worker = np.array([g.worker for g in self.layout.gpus], dtype=np.int64)
+        self._gpu_node = np.array([g.node for g in self.layout.gpus], dtype=np.int64)
+        self._worker_node = np.array([w.node for w in self.layout.workers], dtype=np.int64)
+        self._tdp = np.array([g.sku.tdp_w or 700.0 for g in self.layout.gpus])
+        serving, loading = [], []
+        for g in self.layout.gpus:
+            if g.worker < 0:
+                serving.append(_BASELINE_MEM_BYTES)
+                loading.append(_BASELINE_MEM_BYTES)
+                continue
+            pool = self.layout.workers[g.worker].pool
+            hbm = float(g.sku.hbm_bytes or 0)
+            serving.append(
+                min(hbm, hbm * self.layout.pools[pool].engine.hbm_utilization + _BASELINE_MEM_BYTES)
+            )
+            loading.append(self.models[pool].step.weights_gpu / 2 + _BASELINE_MEM_BYTES)  # weights loading
+        self._serving_mem = np.array(serving)
+        self._loading_mem = np.array(loading)
+        self._states = [QueueState() for _ in self.layout.pools]
+        self._next = 0
+
+    def windows_in(self, days: float) -> int:
+        return max(1, round(days * 86_400.0 / self.window_s))
+
+    def window_start(self, first: int, count: int) -> FloatArray:
+        return (first + np.arange(count, dtype=np.float64)) * self.window_s
+
+    def pool_chunk(
+        self, pool: int, chunk: int, first: int, count: int, up: BoolArray | None = None
+    ) -> PoolChunk:
+        """Traffic, capacities and availability of one pool for windows [first, first + count)."""
+        starts = self.window_start(first, count)
+        model = self.models[pool]
+        traffic = pool_traffic(
+            model.pool, self.epoch0, starts, window_s=self.window_s, seed=self.seed, chunk=chunk
+        )
+        if up is None:
+            up = self.life.worker_up(starts)
+        return PoolChunk(traffic, model.capacities(traffic), up[:, list(model.pool.workers)])
+
+    def chunks(self, n_windows: int | None = None) -> Iterator[Chunk]:
+        """Chunks from the next one on, until ``n_windows`` windows (None: forever)."""
+        while n_windows is None or self._next * self.chunk_windows < n_windows:
+            first = self._next * self.chunk_windows
+            count = self.chunk_windows if n_windows is None else min(self.chunk_windows, n_windows - first)
+            yield self._chunk(self._next, first, count)
+            self._next += 1
+
+    def _chunk(self, index: int, first: int, count: int) -> Chunk:
+        layout = self.layout
+        starts = self.window_start(first, count)
+        up = self.life.worker_up(starts)
+        restarting = self.life.restarting(starts)
+        gap = self.life.collector_gap(starts)
+        lost = self.life.gpu_lost(starts)
+        n_workers = len(layout.workers)
+        shape_w = (count, n_workers)
+        cols: dict[str, FloatArray] = {
+            name: np.zeros(shape_w)
+            for name in (
+                "tensor", "sm", "dram", "util", "nvlink", "pcie_tx", "pcie_rx", "prompt", "generation",
+                "running", "waiting", "kv", "preempt", "ttft50", "ttft99", "tpot50", "tpot99", "did_work",
+            )
+        }  # fmt: skip
+        flows = []
+        for p, model in enumerate(self.models):
+            pc = self.pool_chunk(p, index, first, count, up)
+            flow = model.flow(pc.traffic, pc.capacities, pc.up, self._states[p], window_s=self.window_s)
+            flows.append(flow)
+            act = worker_activity(model, flow, pc.traffic)
+            lat = latencies(model, flow, pc.traffic)
+            idx = list(model.pool.workers)
+            mean_p = pc.traffic.mix.mean_prompt[:, None]
+            is_prefill = flow.roles == PREFILL
+            cols["tensor"][:, idx] = act.tensor
+            cols["sm"][:, idx] = act.sm
+            cols["dram"][:, idx] = act.dram
+            cols["util"][:, idx] = act.util
+            cols["nvlink"][:, idx] = act.nvlink_bytes_s
+            cols["pcie_tx"][:, idx] = act.pcie_tx_bytes_s
+            cols["pcie_rx"][:, idx] = act.pcie_rx_bytes_s
+            cols["prompt"][:, idx] = np.where(
+                is_prefill | model.colocated, flow.prompt_rate, flow.received_prompt_rate
+            )
+            cols["generation"][:, idx] = np.where(is_prefill, flow.prompt_rate / mean_p, flow.output_rate)
+            cols["running"][:, idx] = flow.batch
+            cols["waiting"][:, idx] = flow.waiting
+            cols["kv"][:, idx] = flow.kv_usage
+            cols["preempt"][:, idx] = flow.preempt_rate
+            cols["ttft50"][:, idx] = lat.ttft_p50
+            cols["ttft99"][:, idx] = lat.ttft_p99
+            cols["tpot50"][:, idx] = lat.tpot_p50
+            cols["tpot99"][:, idx] = lat.tpot_p99
+            cols["did_work"][:, idx] = np.where(is_prefill, flow.prompt_rate, flow.output_rate)
+        return Chunk(
+            index=index,
+            first_window=first,
+            window_end_epoch=self.epoch0 + starts + self.window_s,
+            gpu=self._gpu_columns(index, cols, restarting, gap, lost),
+            engine=self._engine_columns(index, cols, up, gap),
+            flows=tuple(flows),
+        )
+
+    def _gpu_columns(
+        self,
+        index: int,
+        cols: Mapping[str, FloatArray],
+        restarting: BoolArray,
+        gap: BoolArray,
+        lost: BoolArray,
+    ) -> GpuColumns:
+        rng = rng_for(self.seed, STREAM_GPU_NOISE, index)
+        assigned = self._gpu_worker >= 0
+        owner = np.where(assigned, self._gpu_worker, 0)
+        count = restarting.shape[0]
+
+        def per_gpu(name: str) -> FloatArray:
+            return np.where(assigned, cols[name][:, owner], 0.0)
+
+        tensor = measured(per_gpu("tensor"), rng)
+        sm = np.maximum(measured(per_gpu("sm"), rng), tensor)
+        dram = measured(per_gpu("dram"), rng, DRAM_ACTIVE_CEILING)
+        util = np.maximum(measured(per_gpu("util"), rng), sm)
+        power = power_w(self._tdp, sm, tensor, dram, rng)
+        down = np.where(assigned, restarting[:, owner], False)
+        mem = np.where(down, self._loading_mem, self._serving_mem) * np.ones((count, 1))
+        window = self.window_s
+        nvlink = per_gpu("nvlink") * window
+        return GpuColumns(
+            present=~gap[:, self._gpu_node],
+            lost=lost,
+            sm_active=np.where(lost, np.nan, sm),
+            tensor_active=np.where(lost, np.nan, tensor),
+            dram_active=np.where(lost, np.nan, dram),
+            gpu_util=np.where(lost, np.nan, util),
+            mem_used_bytes=np.rint(mem).astype(np.int64),
+            power_w=np.where(lost, np.nan, power),
+            nvlink_tx_bytes=np.rint(nvlink).astype(np.int64),
+            nvlink_rx_bytes=np.rint(nvlink * (1.0 + 0.001 * rng.standard_normal(nvlink.shape))).astype(
+                np.int64
+            ),
+            pcie_tx_bytes=np.rint(per_gpu("pcie_tx") * window + 2e6).astype(np.int64),
+            pcie_rx_bytes=np.rint(per_gpu("pcie_rx") * window + 2e6).astype(np.int64),
+        )
+
+    def _engine_columns(
+        self, index: int, cols: Mapping[str, FloatArray], up: BoolArray, gap: BoolArray
+    ) -> EngineColumns:
+        rng = rng_for(self.seed, STREAM_ENGINE_NOISE, index)
+        window = self.window_s
+        worked = cols["did_work"] > 0
+
+        def quantile(name: str) -> FloatArray:
+            noisy = cols[name] * np.exp(_LATENCY_NOISE * rng.standard_normal(cols[name].shape))
+            return np.where(worked & np.isfinite(noisy), noisy, np.nan)
+
+        ttft50, tpot50 = quantile("ttft50"), quantile("tpot50")
+        kv = np.where(
+            cols["kv"] > 0, np.clip(cols["kv"] + 0.005 * rng.standard_normal(cols["kv"].shape), 0, 1), 0.0
+        )
+        return EngineColumns(
+            present=up & ~gap[:, self._worker_node],
+            prompt_tokens=np.rint(cols["prompt"] * window).astype(np.int64),
+            generation_tokens=np.rint(cols["generation"] * window).astype(np.int64),
+            requests_running=np.rint(cols["running"]).astype(np.int64),
+            requests_waiting=np.rint(cols["waiting"]).astype(np.int64),
+            kv_cache_usage=kv,
+            preemptions=rng.poisson(cols["preempt"] * window).astype(np.int64),
+            ttft_p50_s=ttft50,
+            ttft_p99_s=np.fmax(quantile("ttft99"), ttft50),  # a p99 is never below its p50
+            tpot_p50_s=tpot50,
+            tpot_p99_s=np.fmax(quantile("tpot99"), tpot50),
+        )

@@ -1,0 +1,239 @@
+"""Columns to records: JSON lines (fast) and record dicts / typed contract records.
+
+Both paths pick the same values from a chunk's columns (rounded: ratios to 4 decimals, power to 0.1 W,
+TPOT to 10 us). The JSON-lines path never builds a dict per record: orjson formats each column in one
+call (numpy arrays, NaN -> null), and each line is a byte template filled with those tokens; the
+constant strings (ids, names, model) are JSON-encoded once by orjson, so escaping is orjson's. A fleet
+week is millions of records and this is several times faster than ``orjson.dumps`` per dict. The tests
+check that both paths give the same records and that every line parses with
+``fleet.contract.parse_record``. Within a window, GPU samples come first (by GPU), then engine samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from collector.sim.fleet_sim import Chunk, FleetSimulation, rfc3339
+from fleet.contract import EngineSample, GpuSample, RoleSource, TelemetrySource
+
+IntArray = npt.NDArray[np.int64]
+_RATIO_DECIMALS = 4
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
+
+_GPU_FIELDS = (
+    "sm_active", "tensor_active", "dram_active", "gpu_util", "mem_used_bytes", "power_w",
+    "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes", "pcie_rx_bytes",
+)  # fmt: skip
+_GPU_DECIMALS: dict[str, int | None] = {
+    "sm_active": 4, "tensor_active": 4, "dram_active": 4, "gpu_util": 4, "power_w": 1,
+}  # fmt: skip
+_GPU_STATIC = ("node", "gpu_uuid", "gpu_index", "gpu_name", "worker_id")
+_ENGINE_FIELDS = (
+    "prompt_tokens", "generation_tokens", "requests_running", "requests_waiting", "kv_cache_usage",
+    "preemptions", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+)  # fmt: skip
+_ENGINE_DECIMALS: dict[str, int | None] = {
+    "kv_cache_usage": 4, "ttft_p50_s": 4, "ttft_p99_s": 4, "tpot_p50_s": 5, "tpot_p99_s": 5,
+}  # fmt: skip
+_ENGINE_STATIC = (
+    "worker_id",
+    "node",
+    "engine",
+    "role",
+    "role_source",
+    "model",
+    "precision",
+    "tp",
+    "gpu_uuids",
+)
+
+_GPU_TEMPLATE = (
+    b'{"kind":"gpu_sample","ts":%s,"window_s":%s,"node":%s,"gpu_uuid":%s,"gpu_index":%s,"gpu_name":%s,'
+    b'"worker_id":%s,"sm_active":%s,"tensor_active":%s,"dram_active":%s,"gpu_util":%s,'
+    b'"mem_used_bytes":%s,"power_w":%s,"nvlink_tx_bytes":%s,"nvlink_rx_bytes":%s,"pcie_tx_bytes":%s,'
+    b'"pcie_rx_bytes":%s,"state":%s,"source":%s}\n'
+)
+_ENGINE_TEMPLATE = (
+    b'{"kind":"engine_sample","ts":%s,"window_s":%s,"worker_id":%s,"node":%s,"engine":%s,"role":%s,'
+    b'"role_source":%s,"model":%s,"precision":%s,"tp":%s,"gpu_uuids":%s,"prompt_tokens":%s,'
+    b'"generation_tokens":%s,"requests_running":%s,"requests_waiting":%s,"kv_cache_usage":%s,'
+    b'"preemptions":%s,"ttft_p50_s":%s,"ttft_p99_s":%s,"tpot_p50_s":%s,"tpot_p99_s":%s}\n'
+)
+
+
+def _objects(values: Sequence[Any]) -> npt.NDArray[np.object_]:
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def _tokens(values: npt.NDArray[Any]) -> list[bytes]:
+    """Each value of a 1-D numeric array as a JSON token (NaN -> null), from one orjson call."""
+    if len(values) == 0:
+        return []
+    return orjson.dumps(np.ascontiguousarray(values), option=_NUMPY)[1:-1].split(b",")
+
+
+@dataclass(frozen=True)
+class _Picked:
+    """The records of some windows of a chunk, as columns in output order."""
+
+    window: IntArray  # position of each record's window among the picked windows
+    item: IntArray  # GPU or worker index
+    values: dict[str, npt.NDArray[Any]]
+    lost: npt.NDArray[np.bool_] | None
+    counts: IntArray  # records per window
+
+
+def _pick(
+    present: npt.NDArray[np.bool_],
+    rows: IntArray,
+    columns: dict[str, npt.NDArray[Any]],
+    decimals: dict[str, int | None],
+    lost: npt.NDArray[np.bool_] | None,
+) -> _Picked:
+    mask = present[rows]
+    flat = np.flatnonzero(mask)
+    width = mask.shape[1]
+    local, item = flat // width, flat % width
+    row = rows[local]
+    values = {}
+    for name, column in columns.items():
+        picked = column[row, item]
+        places = decimals.get(name)
+        values[name] = np.round(picked, places) if places is not None else picked
+    lost_picked = lost[row, item] if lost is not None else None
+    return _Picked(local, item, values, lost_picked, np.bincount(local, minlength=len(rows)))
+
+
+class RecordBuilder:
+    """Turns a simulation's chunks into records, window by window."""
+
+    def __init__(self, sim: FleetSimulation) -> None:
+        layout = sim.layout
+        gpus, workers = layout.gpus, layout.workers
+        pools = [layout.pools[w.pool] for w in workers]
+        self.window_s = sim.window_s
+        self._gpu_static: dict[str, list[Any]] = {
+            "node": [layout.nodes[g.node] for g in gpus],
+            "gpu_uuid": [g.uuid for g in gpus],
+            "gpu_index": [g.local_index for g in gpus],
+            "gpu_name": [g.nvml_name for g in gpus],
+            "worker_id": [workers[g.worker].worker_id if g.worker >= 0 else None for g in gpus],
+        }
+        self._engine_static: dict[str, list[Any]] = {
+            "worker_id": [w.worker_id for w in workers],
+            "node": [layout.nodes[w.node] for w in workers],
+            "engine": [p.spec.engine for p in pools],
+            "role": [w.role.value for w in workers],
+            "role_source": [RoleSource.SIM.value for _ in workers],
+            "model": [p.spec.model for p in pools],
+            "precision": [p.precision.value for p in pools],
+            "tp": [p.spec.tp for p in pools],
+            "gpu_uuids": [[gpus[i].uuid for i in w.gpus] for w in workers],
+        }
+        self._gpu_objects = {k: _objects(v) for k, v in self._gpu_static.items()}
+        self._engine_objects = {k: _objects(v) for k, v in self._engine_static.items()}
+        self._gpu_json = {k: _objects([orjson.dumps(x) for x in v]) for k, v in self._gpu_static.items()}
+        self._engine_json = {
+            k: _objects([orjson.dumps(x) for x in v]) for k, v in self._engine_static.items()
+        }
+
+    def _rows(self, chunk: Chunk, window_slice: slice | None) -> IntArray:
+        return np.arange(len(chunk.window_end_epoch))[window_slice or slice(None)]
+
+    def _picks(self, chunk: Chunk, rows: IntArray) -> tuple[_Picked, _Picked]:
+        g, e = chunk.gpu, chunk.engine
+        gpu = _pick(g.present, rows, {f: getattr(g, f) for f in _GPU_FIELDS}, _GPU_DECIMALS, g.lost)
+        engine = _pick(e.present, rows, {f: getattr(e, f) for f in _ENGINE_FIELDS}, _ENGINE_DECIMALS, None)
+        return gpu, engine
+
+    def chunk_dicts(self, chunk: Chunk, window_slice: slice | None = None) -> list[dict[str, Any]]:
+        """Record dicts of a chunk (or of ``window_slice`` of its windows), in output order."""
+        rows = self._rows(chunk, window_slice)
+        if len(rows) == 0:
+            return []
+        ts = [rfc3339(float(chunk.window_end_epoch[w])) for w in rows]
+        gpu, engine = self._picks(chunk, rows)
+        gpu_dicts = []
+        gpu_values = {k: v.tolist() for k, v in gpu.values.items()}
+        lost = gpu.lost.tolist() if gpu.lost is not None else []
+        for i, (w, item) in enumerate(zip(gpu.window.tolist(), gpu.item.tolist(), strict=True)):
+            record: dict[str, Any] = {"kind": "gpu_sample", "ts": ts[w], "window_s": self.window_s}
+            record.update({k: v[item] for k, v in self._gpu_static.items()})
+            record.update({k: (None if lost[i] else v[i]) for k, v in gpu_values.items()})
+            record.update(state="lost" if lost[i] else "ok", source=TelemetrySource.SIM.value)
+            gpu_dicts.append(record)
+        engine_dicts = []
+        engine_values = {k: v.tolist() for k, v in engine.values.items()}
+        for i, (w, item) in enumerate(zip(engine.window.tolist(), engine.item.tolist(), strict=True)):
+            record = {"kind": "engine_sample", "ts": ts[w], "window_s": self.window_s}
+            record.update({k: v[item] for k, v in self._engine_static.items()})
+            record.update({k: (None if v[i] != v[i] else v[i]) for k, v in engine_values.items()})
+            engine_dicts.append(record)
+        return _interleave(gpu_dicts, gpu.counts, engine_dicts, engine.counts)
+
+    def chunk_jsonl(self, chunk: Chunk, window_slice: slice | None = None) -> bytes:
+        """JSON lines of a chunk (or of ``window_slice`` of its windows), in output order."""
+        rows = self._rows(chunk, window_slice)
+        if len(rows) == 0:
+            return b""
+        ts = _objects([orjson.dumps(rfc3339(float(chunk.window_end_epoch[w]))) for w in rows])
+        window = orjson.dumps(self.window_s)
+        gpu, engine = self._picks(chunk, rows)
+        gpu_tokens = [_tokens(gpu.values[f]) for f in _GPU_FIELDS]
+        state = [b'"ok"'] * len(gpu.item)
+        if gpu.lost is not None:
+            for i in np.flatnonzero(gpu.lost).tolist():  # a lost GPU reports nothing but its state
+                for column in gpu_tokens:
+                    column[i] = b"null"
+                state[i] = b'"lost"'
+        sim = orjson.dumps(TelemetrySource.SIM.value)
+        gpu_lines = [
+            _GPU_TEMPLATE % (t, window, *fields, sim)
+            for t, *fields in zip(
+                ts[gpu.window].tolist(),
+                *(self._gpu_json[k][gpu.item].tolist() for k in _GPU_STATIC),
+                *gpu_tokens,
+                state,
+                strict=True,
+            )
+        ]
+        engine_lines = [
+            _ENGINE_TEMPLATE % (t, window, *fields)
+            for t, *fields in zip(
+                ts[engine.window].tolist(),
+                *(self._engine_json[k][engine.item].tolist() for k in _ENGINE_STATIC),
+                *(_tokens(engine.values[f]) for f in _ENGINE_FIELDS),
+                strict=True,
+            )
+        ]
+        return b"".join(_interleave(gpu_lines, gpu.counts, engine_lines, engine.counts))
+
+
+def _interleave(
+    first: list[Any], first_counts: IntArray, second: list[Any], second_counts: IntArray
+) -> list[Any]:
+    """Each window's items of ``first`` then of ``second``."""
+    out: list[Any] = []
+    a = b = 0
+    for na, nb in zip(first_counts.tolist(), second_counts.tolist(), strict=True):
+        out += first[a : a + na]
+        out += second[b : b + nb]
+        a += na
+        b += nb
+    return out
+
+
+def to_records(dicts: list[dict[str, Any]]) -> list[GpuSample | EngineSample]:
+    """Typed contract records for record dicts (validated, as the collector ships them)."""
+    return [
+        GpuSample.model_validate(d) if d["kind"] == "gpu_sample" else EngineSample.model_validate(d)
+        for d in dicts
+    ]

@@ -1,0 +1,225 @@
+"""Simulated-fleet scenarios: the YAML schema, loading and validation with errors that name the field.
+
+A scenario describes model pools (what they serve, how, and the traffic they get), node groups (GPU SKU,
+GPUs per node, and the workers each node runs for a pool) and life events (drift, idle periods,
+restarts, collector gaps, GPUs lost to Xid 79). Built-in scenarios live next to this module in
+``scenarios/*.yaml``; ``load_scenario`` takes a built-in name or a path.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+_SCENARIO_PACKAGE = "collector.sim.scenarios"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_ID_PART = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+Share = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+IdPart = Annotated[str, Field(pattern=_ID_PART, max_length=63)]
+WorkerRole = Literal["prefill", "decode", "mixed"]
+
+
+class ScenarioError(ValueError):
+    """A scenario cannot be loaded or does not make sense; the message names the file and the field."""
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TrafficSpec(_Spec):
+    """Requests a pool receives: mean rate, code/conv mix, diurnal cycle, weekends and bursts."""
+
+    rate_rps: Positive
+    code_share: Share = 0.2  # share of requests from the "code" service (the rest: "conv")
+    diurnal_amplitude: Annotated[float, Field(ge=0.0, le=0.95)] = 0.35
+    peak_hour_utc: Annotated[float, Field(ge=0.0, lt=24.0)] = 16.0
+    weekend_factor: Annotated[float, Field(ge=0.0, le=2.0)] = 0.75
+    bursts_per_day: NonNegative = 2.0
+    burst_factor: Annotated[float, Field(ge=1.0, le=10.0)] = 1.6
+    burst_minutes: Positive = 12.0
+
+
+class DriftSpec(_Spec):
+    """The traffic mix moves to ``code_share`` over ``ramp_hours`` from ``at_hour`` (hours from start)."""
+
+    at_hour: NonNegative
+    ramp_hours: NonNegative = 4.0
+    code_share: Share
+    description: str = "traffic mix drifts"
+
+
+class IdleSpec(_Spec):
+    """The pool's traffic falls to ``factor`` of normal for ``hours`` from ``at_hour``."""
+
+    at_hour: NonNegative
+    hours: Positive
+    factor: Share = 0.02
+    description: str = "idle period"
+
+
+class PoolSpec(_Spec):
+    """One model pool: a served model, its serving mode and engine knobs, and its traffic."""
+
+    name: IdPart
+    cluster: IdPart = "sim"
+    model: str = Field(min_length=1, max_length=253)  # served model id, e.g. an HF id
+    precision: str = "fp8"
+    kv_precision: str | None = None  # default: the weights' precision (bf16 for int4)
+    tp: Annotated[int, Field(ge=1, le=16)] = 2
+    engine: Literal["vllm", "sglang"] = "vllm"
+    serving: Literal["disaggregated", "colocated"] = "disaggregated"
+    routing: Literal["capacity", "round-robin"] = "capacity"
+    tpot_target_s: Positive | None = 0.08
+    max_batch: Annotated[int, Field(ge=1, le=65536)] = 512
+    token_budget: Annotated[int, Field(ge=64, le=1_048_576)] = 8192
+    hbm_utilization: Annotated[float, Field(gt=0.3, le=1.0)] = 0.90
+    runtime_reserve_gb: NonNegative = 4.0
+    kv_link_gb_s: Positive = 25.0  # per prefill worker: its share of the node's RDMA NICs (GB/s)
+    traffic: TrafficSpec
+    drift: list[DriftSpec] = Field(default_factory=list)
+    idle: list[IdleSpec] = Field(default_factory=list)
+
+    @property
+    def pool_id(self) -> str:
+        """The pool as findings name it: ``cluster/pool``."""
+        return f"{self.cluster}/{self.name}"
+
+
+class NodeGroupSpec(_Spec):
+    """``count`` identical nodes of one SKU serving one pool, with the workers each node runs."""
+
+    count: Annotated[int, Field(ge=1, le=4096)] = 1
+    sku: str = Field(min_length=1)  # GPU catalog key, e.g. H100-SXM
+    gpus: Annotated[int, Field(ge=1, le=16)] = 8
+    pool: IdPart
+    workers: dict[WorkerRole, Annotated[int, Field(ge=0, le=16)]]
+
+
+class GpuLostSpec(_Spec):
+    """A GPU falls off the bus (Xid 79) at ``at_hour``; back after ``recover_after_hours`` (node reboot)."""
+
+    node: IdPart
+    gpu: Annotated[int, Field(ge=0, le=15)]
+    at_hour: NonNegative
+    recover_after_hours: Positive | None = None
+
+
+class LifeSpec(_Spec):
+    """Random and scheduled events besides traffic: restarts, collector gaps, lost GPUs, chip spread."""
+
+    restarts_per_worker_week: NonNegative = 0.5
+    restart_minutes: tuple[Positive, Positive] = (2.0, 6.0)
+    collector_gaps_per_node_week: NonNegative = 1.0
+    collector_gap_minutes: tuple[Positive, Positive] = (1.0, 15.0)
+    gpu_lost: list[GpuLostSpec] = Field(default_factory=list)
+    efficiency_spread: Annotated[float, Field(ge=0.0, le=0.1)] = 0.02  # per-GPU speed, std. deviation
+
+    @model_validator(mode="after")
+    def _ranges(self) -> LifeSpec:
+        for field in ("restart_minutes", "collector_gap_minutes"):
+            low, high = getattr(self, field)
+            if low > high or high > 240:
+                raise ValueError(f"{field} must be [low, high] minutes with low <= high <= 240")
+        return self
+
+
+class Scenario(_Spec):
+    name: str = Field(pattern=_NAME.pattern, max_length=63)
+    description: str = Field(min_length=1, max_length=300)
+    intent: str = ""  # what the ground truth should show; checked by the tests
+    start: AwareDatetime = datetime(2024, 6, 3, tzinfo=UTC)  # a Monday, 00:00 UTC
+    window_s: Annotated[int, Field(ge=1, le=3600)] = 30
+    days: Positive = 7.0
+    node_prefix: IdPart = "node"
+    pools: list[PoolSpec] = Field(min_length=1)
+    nodes: list[NodeGroupSpec] = Field(min_length=1)
+    life: LifeSpec = Field(default_factory=LifeSpec)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique, got {names}")
+        pools = {p.name: p for p in self.pools}
+        roles: dict[str, set[str]] = {name: set() for name in pools}
+        for i, group in enumerate(self.nodes):
+            pool = pools.get(group.pool)
+            if pool is None:
+                raise ValueError(f"nodes[{i}].pool {group.pool!r} is not a pool; pools: {sorted(pools)}")
+            used = sum(group.workers.values()) * pool.tp
+            if used > group.gpus:
+                raise ValueError(
+                    f"nodes[{i}]: {sum(group.workers.values())} workers x TP {pool.tp} need {used} GPUs, "
+                    f"the node has {group.gpus}"
+                )
+            roles[group.pool].update(role for role, n in group.workers.items() if n)
+        for name, pool in pools.items():
+            have = roles[name]
+            if pool.serving == "disaggregated" and not {"prefill", "decode"} <= have:
+                raise ValueError(f"pool {name!r} is disaggregated: it needs prefill and decode workers")
+            if pool.serving == "colocated" and have != {"mixed"}:
+                raise ValueError(f"pool {name!r} is colocated: its workers must all be 'mixed'")
+            if pool.serving == "disaggregated" and "mixed" in have:
+                raise ValueError(f"pool {name!r} is disaggregated: it cannot run 'mixed' workers")
+        return self
+
+
+def _format_error(source: str, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return f"scenario {source} is invalid:\n" + "\n".join(lines)
+
+
+def parse_scenario(text: str, source: str = "<text>") -> Scenario:
+    """A scenario from YAML text; ``ScenarioError`` naming ``source`` and each bad field."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"scenario {source} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ScenarioError(f"scenario {source} must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_format_error(source, exc)) from exc
+
+
+def builtin_scenarios() -> dict[str, Path]:
+    """Built-in scenario names and their files."""
+    folder = resources.files(_SCENARIO_PACKAGE)
+    found: dict[str, Path] = {}
+    for entry in folder.iterdir():
+        if entry.name.endswith(".yaml"):
+            found[entry.name.removesuffix(".yaml")] = Path(str(entry))
+    return dict(sorted(found.items()))
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """A built-in scenario by name (``demo``) or a scenario file by path."""
+    builtin = builtin_scenarios()
+    text_name = str(name_or_path)
+    if text_name in builtin:
+        path = builtin[text_name]
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ScenarioError(
+                f"no scenario {text_name!r}: not a built-in ({', '.join(builtin)}) and no such file"
+            )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario {path}: {exc}") from exc
+    return parse_scenario(text, str(path))

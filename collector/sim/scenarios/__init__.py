@@ -1,0 +1,1 @@
+"""Built-in simulated-fleet scenarios (YAML); listed by ``phasefit sim scenarios``."""

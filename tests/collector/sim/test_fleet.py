@@ -1,0 +1,175 @@
+"""The fleet engine end to end: counters, life events, engine counters, records and determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from collector.sim.fleet_sim import FleetSimulation
+from collector.sim.records import RecordBuilder, to_records
+from collector.sim.scenario import Scenario, load_scenario
+from fleet.catalog import Catalog
+from fleet.contract import EngineSample, GpuSample, GpuState, parse_record
+
+
+def _jsonl(sim: FleetSimulation, days: float) -> bytes:
+    builder = RecordBuilder(sim)
+    return b"".join(builder.chunk_jsonl(chunk) for chunk in sim.chunks(sim.windows_in(days)))
+
+
+def _with_rate(scenario: Scenario, rate: float) -> Scenario:
+    pool = scenario.pools[0]
+    traffic = pool.traffic.model_copy(update={"rate_rps": rate, "bursts_per_day": 0.0})
+    return scenario.model_copy(update={"pools": [pool.model_copy(update={"traffic": traffic})]})
+
+
+def _mean_counters(sim: FleetSimulation, role: str) -> dict[str, float]:
+    gpus = [
+        g.index for g in sim.layout.gpus if g.worker >= 0 and sim.layout.workers[g.worker].role.value == role
+    ]
+    chunk = next(sim.chunks(sim.windows_in(1.0)))
+    g = chunk.gpu
+    return {
+        name: float(np.nanmean(getattr(g, name)[:, gpus]))
+        for name in ("sm_active", "tensor_active", "dram_active", "gpu_util", "power_w")
+    }
+
+
+def test_counters_rise_with_load(catalog: Catalog) -> None:
+    base = load_scenario("balanced")
+    light = _mean_counters(FleetSimulation(_with_rate(base, 15.0), catalog, 1, window_s=300), "prefill")
+    heavy = _mean_counters(FleetSimulation(_with_rate(base, 70.0), catalog, 1, window_s=300), "prefill")
+    for name in ("sm_active", "tensor_active", "gpu_util", "power_w"):
+        assert heavy[name] > light[name] * 1.5, name
+    light_d = _mean_counters(FleetSimulation(_with_rate(base, 15.0), catalog, 1, window_s=300), "decode")
+    heavy_d = _mean_counters(FleetSimulation(_with_rate(base, 70.0), catalog, 1, window_s=300), "decode")
+    assert heavy_d["dram_active"] > light_d["dram_active"]
+    assert heavy_d["tensor_active"] > light_d["tensor_active"]
+    # The phases look like themselves: prefill compute-heavy, decode memory-heavy.
+    assert heavy["tensor_active"] > 1.4 * heavy_d["tensor_active"]
+    assert heavy_d["dram_active"] > 5 * heavy["dram_active"]
+
+
+def test_counters_are_ratios_and_lost_gpus_report_nothing(catalog: Catalog) -> None:
+    sim = FleetSimulation(load_scenario("demo"), catalog, 2, window_s=120)
+    seen_lost = False
+    for chunk in sim.chunks(sim.windows_in(7.0)):
+        g = chunk.gpu
+        ok = ~g.lost
+        for name in ("sm_active", "tensor_active", "dram_active", "gpu_util"):
+            values = getattr(g, name)[ok]
+            assert np.all((values >= 0) & (values <= 1)), name
+            assert np.all(np.isnan(getattr(g, name)[g.lost]))
+        assert np.all(g.dram_active[ok] <= 0.8)
+        assert np.all(g.sm_active[ok] >= g.tensor_active[ok])
+        assert np.all(g.gpu_util[ok] >= g.sm_active[ok])
+        seen_lost |= bool(g.lost.any())
+    assert seen_lost  # demo loses a GPU (Xid 79) late in the week
+
+
+def test_records_parse_and_both_paths_agree(catalog: Catalog) -> None:
+    sim = FleetSimulation(load_scenario("demo"), catalog, 4, window_s=60)
+    builder = RecordBuilder(sim)
+    chunk = next(sim.chunks(sim.windows_in(0.2)))
+    lines = builder.chunk_jsonl(chunk).splitlines()
+    parsed = [parse_record(line) for line in lines]
+    assert parsed == to_records(builder.chunk_dicts(chunk))
+    gpus = [r for r in parsed if isinstance(r, GpuSample)]
+    engines = [r for r in parsed if isinstance(r, EngineSample)]
+    assert {g.gpu_name for g in gpus} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    assert {g.source.value for g in gpus} == {"sim"}
+    assert {e.engine for e in engines} == {"vllm"}
+    assert {e.model for e in engines} == {"meta-llama/Llama-3.1-70B-Instruct"}
+    assert {e.role_source.value for e in engines} == {"sim"}
+    assert "node03/decode-1" in {e.worker_id for e in engines}
+    # Time order: every window's records share one timestamp and windows never go back.
+    stamps = [r.ts for r in parsed]
+    assert stamps == sorted(stamps)
+
+
+def test_engine_counters_follow_the_engines_conventions(catalog: Catalog) -> None:
+    sim = FleetSimulation(load_scenario("balanced"), catalog, 1, window_s=300)
+    builder = RecordBuilder(sim)
+    records = [
+        r
+        for r in to_records(builder.chunk_dicts(next(sim.chunks(sim.windows_in(1.0)))))
+        if isinstance(r, EngineSample)
+    ]
+    prefill = [r for r in records if r.role.value == "prefill" and r.prompt_tokens > 0]
+    decode = [r for r in records if r.role.value == "decode" and r.generation_tokens > 0]
+    # A prefill worker generates one token per request it prefills: ~mean prompt length per token.
+    per_request = sum(r.prompt_tokens for r in prefill) / sum(r.generation_tokens for r in prefill)
+    assert 1000 < per_request < 1700
+    # A decode worker's prompt-token counter counts the KV it received (vLLM #33289).
+    received = sum(r.prompt_tokens for r in decode) / sum(r.generation_tokens for r in decode)
+    assert 5 < received < 12
+    assert all(r.tpot_p50_s is None for r in prefill)
+    assert all(
+        r.tpot_p50_s is not None and r.tpot_p99_s is not None and r.tpot_p99_s >= r.tpot_p50_s for r in decode
+    )
+    assert all(
+        r.ttft_p99_s is not None and r.ttft_p50_s is not None and r.ttft_p99_s >= r.ttft_p50_s
+        for r in prefill
+    )
+
+
+def test_restarts_gaps_and_lost_gpus_show_in_the_records(catalog: Catalog) -> None:
+    scenario = load_scenario("demo")
+    life = scenario.life.model_copy(
+        update={"restarts_per_worker_week": 20.0, "collector_gaps_per_node_week": 20.0}
+    )
+    sim = FleetSimulation(scenario.model_copy(update={"life": life}), catalog, 3, window_s=60)
+    chunk = next(sim.chunks(sim.windows_in(1.0)))
+    engine_missing = ~chunk.engine.present
+    gpu_missing = ~chunk.gpu.present
+    assert engine_missing.any() and gpu_missing.any()
+    # A collector gap silences a whole node: all its GPUs at once.
+    node_of = np.array([g.node for g in sim.layout.gpus])
+    for w in np.flatnonzero(gpu_missing.any(axis=1))[:20]:
+        silent = set(node_of[gpu_missing[w]].tolist())
+        for node in silent:
+            assert gpu_missing[w, node_of == node].all()
+    # A restarting engine sends nothing, while its GPUs report (idle) when the collector is up.
+    restarting = sim.life.restarting(sim.window_start(0, len(chunk.window_end_epoch)))
+    assert (engine_missing | ~restarting).all()
+
+
+def test_lost_gpu_record(catalog: Catalog) -> None:
+    sim = FleetSimulation(load_scenario("demo"), catalog, 0, window_s=600)
+    builder = RecordBuilder(sim)
+    lost = []
+    for chunk in sim.chunks(sim.windows_in(7.0)):
+        for line in builder.chunk_jsonl(chunk).splitlines():
+            if b'"lost"' in line:
+                lost.append(parse_record(line))
+    assert lost and all(isinstance(r, GpuSample) and r.state is GpuState.LOST for r in lost)
+    record = lost[0]
+    assert isinstance(record, GpuSample)
+    assert (
+        record.sm_active is None and record.mem_used_bytes is None and record.worker_id == "node01/prefill-2"
+    )
+
+
+def test_same_seed_gives_identical_bytes(catalog: Catalog) -> None:
+    scenario = load_scenario("demo")
+    first = _jsonl(FleetSimulation(scenario, catalog, 11, window_s=60), 0.3)
+    again = _jsonl(FleetSimulation(scenario, catalog, 11, window_s=60), 0.3)
+    other = _jsonl(FleetSimulation(scenario, catalog, 12, window_s=60), 0.3)
+    assert first == again
+    assert first != other
+    assert orjson.loads(first.splitlines()[0])["kind"] == "gpu_sample"
+
+
+def test_window_and_start_options(catalog: Catalog) -> None:
+    from datetime import UTC, datetime
+
+    sim = FleetSimulation(
+        load_scenario("balanced"), catalog, 0, window_s=15, start=datetime(2025, 1, 6, 12, tzinfo=UTC)
+    )
+    chunk = next(sim.chunks(4))
+    assert len(chunk.window_end_epoch) == 4
+    record = to_records(RecordBuilder(sim).chunk_dicts(chunk, slice(0, 1)))[0]
+    assert record.ts == datetime(2025, 1, 6, 12, 0, 15, tzinfo=UTC) and record.window_s == 15
+    with pytest.raises(ValueError, match="timezone"):
+        FleetSimulation(load_scenario("balanced"), catalog, 0, start=datetime(2025, 1, 6))
