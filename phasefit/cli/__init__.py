@@ -9,8 +9,10 @@ from __future__ import annotations
 import typer
 
 from phasefit import __version__
-from phasefit.cli import alerts, catalog, sim
+from phasefit.cli import alerts, catalog, db, docs, sim
 from phasefit.cli.collect import collect
+from phasefit.cli.demo import demo
+from phasefit.cli.ingest import ingest
 from phasefit.cli.predict import predict
 
 app = typer.Typer(
@@ -31,8 +33,12 @@ def version() -> None:
 app.add_typer(catalog.app, name="catalog")
 app.add_typer(alerts.app, name="alerts")
 app.add_typer(sim.app, name="sim")
+app.add_typer(db.app, name="db")
+app.add_typer(docs.app, name="docs")
+app.command()(ingest)
 app.command()(predict)
 app.command()(collect)
+app.command()(demo)
 
 
 def main() -> None:

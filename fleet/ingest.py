@@ -1,0 +1,318 @@
+"""Streaming JSONL ingest: one ``gpu_sample`` / ``engine_sample`` object per line, all or nothing per file.
+
+A file is read in blocks cut at line ends (never held whole). Each block is validated against
+:mod:`fleet.contract` (strict: an unknown field, a ratio outside 0..1, a negative count or a timestamp
+without a time zone is an error) and turned into row tuples, in worker processes when the file is large
+enough to pay for them, while this process writes the previous block: parsing, not the database, is the
+cost of ingest. The whole file is written in one transaction, so a bad line anywhere stores nothing from
+that file; the error names the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import gzip
+import multiprocessing
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache, partial
+from itertools import chain
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import ValidationError
+from sqlalchemy import Engine
+
+from fleet.contract import RECORD_ADAPTER, RECORD_KINDS
+from fleet.store.engine import writing
+from fleet.store.rows import RowBatch, RowValueError, TimeEncoding
+from fleet.store.writer import (
+    DuplicateKeyError,
+    SkuResolver,
+    WriteCounts,
+    time_encoding_for,
+    write_dimensions,
+    write_sample_rows,
+)
+
+MAX_LINE_BYTES = 8 * 1024 * 1024  # an engine_sample naming 1,024 GPUs is ~270 kB; a runaway line is an error
+BLOCK_BYTES = 4 * 1024 * 1024  # ~7,500 gpu_sample lines: big enough to amortise a round trip, small in memory
+MAX_ERRORS = 20
+ProgressCallback = Callable[[int], None]  # bytes read so far
+
+
+class _Reader(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class LineError:
+    line: int
+    field: str | None  # None when the line is not a JSON object at all
+    message: str
+
+    def __str__(self) -> str:
+        return (
+            f"line {self.line}: {self.field}: {self.message}"
+            if self.field
+            else f"line {self.line}: {self.message}"
+        )
+
+
+class _LineTooLongError(Exception):
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+class IngestError(Exception):
+    """A file with bad lines; nothing from it was stored."""
+
+    def __init__(self, path: Path, errors: list[LineError], *, more: bool = False) -> None:
+        self.path = path
+        self.errors = errors
+        self.more = more  # parsing stopped at the first bad block: later lines were not checked
+        shown = "; ".join(f"{path}:{error}" for error in errors[:3])
+        extra = len(errors) - 3
+        super().__init__(shown + (f" (and {extra} more)" if extra > 0 else ""))
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    path: Path
+    records: int
+    gpu_samples: int
+    engine_samples: int
+    stored: int
+    duplicates: int
+    seconds: float
+
+
+def parse_block(block: bytes, first_line: int, time_encoding: TimeEncoding) -> RowBatch | list[LineError]:
+    """Validate the lines of ``block`` (``first_line`` is the number of its first line) into a RowBatch, or
+    return the errors found (at most ``MAX_ERRORS``). Runs in worker processes: module-level and pure."""
+    batch = RowBatch(time_encoding)
+    errors: list[LineError] = []
+    for offset, raw in enumerate(block.split(b"\n")):
+        line = raw.strip()
+        if not line:
+            continue
+        if first_line == 1 and offset == 0 and line.startswith(b"\xef\xbb\xbf"):
+            line = line[3:]  # a UTF-8 byte order mark some editors write
+        try:
+            batch.add(RECORD_ADAPTER.validate_json(line), first_line + offset)
+        except ValidationError as exc:
+            errors.extend(_line_errors(first_line + offset, exc))
+        except RowValueError as exc:
+            errors.append(LineError(first_line + offset, exc.field, exc.message))
+        if len(errors) >= MAX_ERRORS:
+            break
+    if not errors:
+        try:
+            return batch.finish()
+        except RowValueError as exc:
+            errors.append(LineError(exc.tag if exc.tag is not None else first_line, exc.field, exc.message))
+    return errors[:MAX_ERRORS]
+
+
+def _line_errors(line: int, exc: ValidationError) -> list[LineError]:
+    found = []
+    for error in exc.errors(include_url=False):
+        loc = [str(part) for part in error["loc"]]
+        if loc and loc[0] in RECORD_KINDS:
+            loc = loc[1:]  # the union's tag, not a field
+        field: str | None = ".".join(loc) if loc else None
+        message = error["msg"]
+        if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            field = "kind"
+        elif error["type"] == "json_invalid":
+            message = f"not valid JSON ({error.get('ctx', {}).get('error', message)})"
+        elif error["type"] in ("model_type", "dict_type") and not loc:
+            message = "not a JSON object"
+        elif "input" in error and error["type"] != "missing":
+            message = f"{message} (got {_short(error['input'])})"
+        found.append(LineError(line, field, message))
+    return found
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _blocks(stream: _Reader, block_bytes: int) -> Iterator[tuple[bytes, int, int]]:
+    """Yield (block of whole lines, number of its first line, bytes read so far)."""
+    carry = b""
+    line = 1
+    read = 0
+    while True:
+        data = stream.read(block_bytes)
+        read += len(data)
+        if not data:
+            if carry:
+                yield carry, line, read
+            return
+        data = carry + data
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            if len(data) > MAX_LINE_BYTES:
+                raise _LineTooLongError(line)
+            carry = data
+            continue
+        block, carry = data[:cut], data[cut:]
+        yield block, line, read
+        line += block.count(b"\n")
+
+
+def catalog_sku_resolver(catalog_path: Path | None = None) -> SkuResolver:
+    """``gpu_name -> SKU key`` through the GPU catalog (built-in data merged with ``catalog_path``), cached
+    per name so an unknown name is warned about once; unknown names resolve to the catalog's ``unknown``."""
+    from fleet.catalog import load_catalog
+
+    gpus = load_catalog(catalog_path).gpus
+
+    @lru_cache(maxsize=4096)
+    def resolve(gpu_name: str) -> str | None:
+        return gpus.resolve(gpu_name).key
+
+    return resolve
+
+
+def default_jobs() -> int:
+    """Parsing processes: one per idle CPU beyond the writer's (CPUs minus one minus the 1-minute load
+    average), at most four; 0 (parse in this process) when no CPU is idle, where extra processes would
+    only take turns with the writer and the database server."""
+    cpus = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not available on this platform
+        load = 0.0
+    return max(0, min(4, int(cpus - 1 - load + 0.5)))
+
+
+def ingest_file(
+    engine: Engine,
+    path: Path,
+    *,
+    sku_resolver: SkuResolver | None = None,
+    jobs: int | None = None,
+    block_bytes: int = BLOCK_BYTES,
+    on_progress: ProgressCallback | None = None,
+) -> IngestResult:
+    """Store every record of one JSONL file (``.gz`` accepted) in one transaction, or nothing: raises
+    :class:`IngestError` naming the bad lines. ``jobs`` = parsing processes (0: parse in this process).
+
+    On PostgreSQL the file is first loaded as new data (COPY straight into the sample tables); if any of
+    its keys is already stored, that transaction is rolled back and the file is loaded again the
+    idempotent way (staging table, ``ON CONFLICT DO NOTHING``). Worker processes (``jobs`` > 0) need the
+    calling program's main module to be importable (the usual ``if __name__ == "__main__"`` guard)."""
+    started = time.perf_counter()
+    jobs = default_jobs() if jobs is None else jobs
+    load = partial(
+        _ingest_once, engine, path, started, sku_resolver=sku_resolver, jobs=jobs, block_bytes=block_bytes,
+        on_progress=on_progress,
+    )  # fmt: skip
+    if engine.dialect.name == "postgresql":
+        try:
+            return load(assume_new=True)
+        except DuplicateKeyError:
+            pass  # rolled back: some keys are stored already
+    return load(assume_new=False)
+
+
+def _ingest_once(
+    engine: Engine,
+    path: Path,
+    started: float,
+    *,
+    assume_new: bool,
+    sku_resolver: SkuResolver | None,
+    jobs: int,
+    block_bytes: int,
+    on_progress: ProgressCallback | None,
+) -> IngestResult:
+    counts = WriteCounts()
+    gpu_samples = engine_samples = 0
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as stream, writing(engine) as connection:
+        encoding = time_encoding_for(connection)
+        dimensions = RowBatch(encoding)
+        parsed_blocks = _parsed_blocks(stream, encoding, jobs, block_bytes, on_progress)
+        for parsed in _line_length_checked(parsed_blocks, path):
+            if isinstance(parsed, list):
+                raise IngestError(path, parsed, more=True)  # leaving the block rolls the transaction back
+            counts += write_sample_rows(connection, parsed, assume_new=assume_new)
+            gpu_samples += len(parsed.gpu_rows)
+            engine_samples += len(parsed.engine_rows)
+            dimensions.merge(parsed, rows=False)
+        write_dimensions(connection, dimensions, sku_resolver=sku_resolver)
+    return IngestResult(
+        path, gpu_samples + engine_samples, gpu_samples, engine_samples, counts.stored, counts.duplicates,
+        time.perf_counter() - started,
+    )  # fmt: skip
+
+
+def _line_length_checked(
+    parsed: Iterator[RowBatch | list[LineError]], path: Path
+) -> Iterator[RowBatch | list[LineError]]:
+    try:
+        yield from parsed
+    except _LineTooLongError as exc:
+        message = f"line longer than {MAX_LINE_BYTES // 2**20} MiB without a line end"
+        raise IngestError(path, [LineError(exc.line, None, message)], more=True) from None
+
+
+def _parsed_blocks(
+    stream: _Reader,
+    encoding: TimeEncoding,
+    jobs: int,
+    block_bytes: int,
+    on_progress: ProgressCallback | None,
+) -> Iterator[RowBatch | list[LineError]]:
+    """Parsed blocks in file order: inline for small files or ``jobs=0``, else through a process pool that
+    keeps at most two blocks per worker in flight (bounded memory)."""
+    blocks = _blocks(stream, block_bytes)
+    first = next(blocks, None)
+    if first is None:
+        return
+    second = next(blocks, None)
+    if jobs <= 0 or second is None:
+        for block, line, read in chain((first,), () if second is None else (second,), blocks):
+            yield parse_block(block, line, encoding)
+            if on_progress is not None:
+                on_progress(read)
+        return
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_worker_context()) as pool:
+        pending: deque[tuple[Future[RowBatch | list[LineError]], int]] = deque()
+        try:
+            for block, line, read in chain((first, second), blocks):
+                pending.append((pool.submit(parse_block, block, line, encoding), read))
+                if len(pending) >= 2 * jobs:
+                    yield from _drain_one(pending, on_progress)
+            while pending:
+                yield from _drain_one(pending, on_progress)
+        finally:
+            for future, _ in pending:
+                future.cancel()
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """A fork server that has imported the parser once (fork alone is unsafe next to threads)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["fleet.ingest"])
+    return context
+
+
+def _drain_one(
+    pending: deque[tuple[Future[RowBatch | list[LineError]], int]], on_progress: ProgressCallback | None
+) -> Iterator[RowBatch | list[LineError]]:
+    future, read = pending.popleft()
+    result = future.result()
+    if on_progress is not None:
+        on_progress(read)
+    yield result

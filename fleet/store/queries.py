@@ -1,0 +1,243 @@
+"""Read helpers for the analyzer, the service and the dashboard.
+
+Sample reads return columns, not ORM objects: ``{"ts": [...], "gpu_uuid": [...], ...}`` with one list per
+column, rows ordered by (ts, key). ``ts`` is POSIX seconds (float, UTC) so vectorised code can take it as is
+(``numpy.asarray(columns["ts"])``). Time ranges are half-open: ``since <= ts < until``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Float, Select, Table, func, select, type_coerce
+from sqlalchemy.sql.elements import ColumnElement
+
+from fleet.store.engine import is_sqlite
+from fleet.store.rows import ENGINE_SAMPLE_COLUMNS, GPU_SAMPLE_COLUMNS
+from fleet.store.schema import (
+    Base,
+    EngineSample1hRow,
+    EngineSample1mRow,
+    EngineSampleRow,
+    GpuRow,
+    GpuSample1hRow,
+    GpuSample1mRow,
+    GpuSampleRow,
+    WorkerRow,
+)
+
+Columns = dict[str, list[Any]]
+Resolution = Literal["1m", "1h"]
+_GPU_ROLLUPS = {"1m": GpuSample1mRow.__table__, "1h": GpuSample1hRow.__table__}
+_ENGINE_ROLLUPS = {"1m": EngineSample1mRow.__table__, "1h": EngineSample1hRow.__table__}
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    gpu_uuid: str
+    node: str
+    gpu_index: int
+    gpu_name: str
+    sku: str | None
+    parent_gpu_uuid: str | None
+    mig_profile: str | None
+    worker_id: str | None
+    state: str
+    source: str
+    first_seen: datetime
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: str
+    node: str
+    engine: str
+    model: str
+    role: str
+    role_source: str
+    precision: str | None
+    tp: int
+    gpu_uuids: list[str]
+    first_seen: datetime
+    last_seen: datetime
+
+
+def epoch_seconds(connection: Connection, column: Any) -> ColumnElement[Any]:
+    """SQL for a stored timestamp as POSIX seconds (float)."""
+    if is_sqlite(connection):
+        return type_coerce(column, Float) / 1_000_000.0
+    return type_coerce(func.date_part("epoch", column), Float)
+
+
+def _columnar(
+    connection: Connection,
+    table: Any,
+    *,
+    time_column: str,
+    key: str,
+    names: Sequence[str],
+    since: datetime,
+    until: datetime,
+    filters: dict[str, Sequence[str] | None],
+) -> Columns:
+    assert isinstance(table, Table)
+    unknown = [name for name in names if name not in table.c and name != "ts"]
+    if unknown:
+        raise ValueError(f"unknown columns {unknown} for {table.name}; known: {list(table.c.keys())}")
+    time_col = table.c[time_column]
+    selected = [epoch_seconds(connection, time_col).label("ts") if n == "ts" else table.c[n] for n in names]
+    statement: Select[Any] = select(*selected).where(time_col >= since, time_col < until)
+    for column, values in filters.items():
+        if values is not None:
+            statement = statement.where(table.c[column].in_(list(values)))
+    rows = connection.execute(statement.order_by(time_col, table.c[key])).all()
+    if not rows:
+        return {name: [] for name in names}
+    return {name: list(values) for name, values in zip(names, zip(*rows, strict=True), strict=True)}
+
+
+def gpu_samples(
+    connection: Connection,
+    since: datetime,
+    until: datetime,
+    *,
+    gpu_uuids: Sequence[str] | None = None,
+    worker_ids: Sequence[str] | None = None,
+    columns: Sequence[str] = GPU_SAMPLE_COLUMNS,
+) -> Columns:
+    """Raw GPU samples in [since, until), fleet-wide or for some GPUs / some workers' GPUs."""
+    filters = {"gpu_uuid": gpu_uuids, "worker_id": worker_ids}
+    return _columnar(
+        connection,
+        GpuSampleRow.__table__,
+        time_column="ts",
+        key="gpu_uuid",
+        names=columns,
+        since=since,
+        until=until,
+        filters=filters,
+    )
+
+
+def engine_samples(
+    connection: Connection,
+    since: datetime,
+    until: datetime,
+    *,
+    worker_ids: Sequence[str] | None = None,
+    columns: Sequence[str] = ENGINE_SAMPLE_COLUMNS,
+) -> Columns:
+    """Raw engine samples in [since, until), fleet-wide or for some workers."""
+    filters = {"worker_id": worker_ids}
+    return _columnar(
+        connection,
+        EngineSampleRow.__table__,
+        time_column="ts",
+        key="worker_id",
+        names=columns,
+        since=since,
+        until=until,
+        filters=filters,
+    )
+
+
+def gpu_rollups(
+    connection: Connection,
+    resolution: Resolution,
+    since: datetime,
+    until: datetime,
+    *,
+    gpu_uuids: Sequence[str] | None = None,
+    worker_ids: Sequence[str] | None = None,
+) -> Columns:
+    """Per-minute or per-hour GPU aggregates whose bucket starts in [since, until) (``ts``: bucket start)."""
+    table = _GPU_ROLLUPS[resolution]
+    names = ["ts", *(column.name for column in table.c if column.name != "bucket")]
+    filters = {"gpu_uuid": gpu_uuids, "worker_id": worker_ids}
+    return _columnar(
+        connection,
+        table,
+        time_column="bucket",
+        key="gpu_uuid",
+        names=names,
+        since=since,
+        until=until,
+        filters=filters,
+    )
+
+
+def engine_rollups(
+    connection: Connection,
+    resolution: Resolution,
+    since: datetime,
+    until: datetime,
+    *,
+    worker_ids: Sequence[str] | None = None,
+) -> Columns:
+    """Per-minute or per-hour worker aggregates whose bucket starts in [since, until)."""
+    table = _ENGINE_ROLLUPS[resolution]
+    names = ["ts", *(column.name for column in table.c if column.name != "bucket")]
+    return _columnar(
+        connection,
+        table,
+        time_column="bucket",
+        key="worker_id",
+        names=names,
+        since=since,
+        until=until,
+        filters={"worker_id": worker_ids},
+    )
+
+
+def sample_time_range(connection: Connection) -> tuple[datetime, datetime] | None:
+    """First and last raw sample timestamps over both sample tables, or None when there are none."""
+    bounds = []
+    for row_type in (GpuSampleRow, EngineSampleRow):
+        first, last = connection.execute(select(func.min(row_type.ts), func.max(row_type.ts))).one()
+        if first is not None:
+            bounds.append((first, last))
+    if not bounds:
+        return None
+    return min(b[0] for b in bounds), max(b[1] for b in bounds)
+
+
+def list_gpus(connection: Connection, *, node: str | None = None, sku: str | None = None) -> list[GpuInfo]:
+    statement = select(GpuRow).order_by(GpuRow.node, GpuRow.gpu_index, GpuRow.gpu_uuid)
+    if node is not None:
+        statement = statement.where(GpuRow.node == node)
+    if sku is not None:
+        statement = statement.where(GpuRow.sku == sku)
+    return [GpuInfo(**row) for row in connection.execute(statement).mappings()]
+
+
+def list_workers(
+    connection: Connection,
+    *,
+    model: str | None = None,
+    role: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[WorkerInfo]:
+    statement = select(WorkerRow).order_by(WorkerRow.worker_id).offset(offset).limit(limit)
+    if model is not None:
+        statement = statement.where(WorkerRow.model == model)
+    if role is not None:
+        statement = statement.where(WorkerRow.role == role)
+    return [WorkerInfo(**row) for row in connection.execute(statement).mappings()]
+
+
+def get_worker(connection: Connection, worker_id: str) -> WorkerInfo | None:
+    row = connection.execute(select(WorkerRow).where(WorkerRow.worker_id == worker_id)).mappings().first()
+    return WorkerInfo(**row) if row is not None else None
+
+
+def table_counts(connection: Connection) -> dict[str, int]:
+    """Row count of every phasefit table, in dependency order."""
+    return {
+        table.name: int(connection.execute(select(func.count()).select_from(table)).scalar_one())
+        for table in Base.metadata.sorted_tables
+    }

@@ -1,0 +1,240 @@
+"""Contract records to the store's row tuples: pure, picklable, no SQLAlchemy.
+
+This is the CPU-heavy half of the write path, kept apart so JSONL ingest can run it in worker processes
+(see :mod:`fleet.ingest`) and hand the writer plain tuples. Sample rows follow ``GPU_SAMPLE_COLUMNS`` /
+``ENGINE_SAMPLE_COLUMNS``; their ``ts`` is already in the target dialect's representation (integer
+microseconds for SQLite, aware ``datetime`` for PostgreSQL; see :mod:`fleet.store.columns`). The GPU,
+worker and node attributes are folded per key ("latest window wins"), so the writer upserts one row per
+GPU per batch, not one per sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+from fleet.contract import EngineSample, GpuSample
+
+TimeEncoding = Literal["epoch_us", "datetime"]
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+
+GPU_SAMPLE_COLUMNS = (
+    "gpu_uuid", "ts", "window_s", "worker_id", "sm_active", "tensor_active", "dram_active", "gpu_util",
+    "mem_used_bytes", "power_w", "sm_clock_mhz", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes",
+    "pcie_rx_bytes", "state", "source",
+)  # fmt: skip
+ENGINE_SAMPLE_COLUMNS = (
+    "worker_id", "ts", "window_s", "role", "role_source", "prompt_tokens", "generation_tokens",
+    "requests_running", "requests_waiting", "kv_cache_usage", "preemptions", "ttft_p50_s", "ttft_p99_s",
+    "tpot_p50_s", "tpot_p99_s",
+)  # fmt: skip
+_GPU_BIG_INTS = ("mem_used_bytes", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes", "pcie_rx_bytes")
+_ENGINE_BIG_INTS = (
+    "prompt_tokens",
+    "generation_tokens",
+    "requests_running",
+    "requests_waiting",
+    "preemptions",
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class RowValueError(ValueError):
+    """A record the contract accepts but the store cannot hold (an integer beyond 64 bits, a NUL char)."""
+
+    def __init__(self, field_name: str, message: str, tag: int | None = None) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+        self.tag = tag  # what the caller passed to RowBatch.add for the offending record (ingest: its line)
+
+
+@dataclass
+class GpuDim:
+    node: str
+    gpu_index: int
+    gpu_name: str
+    parent_gpu_uuid: str | None
+    mig_profile: str | None
+    worker_id: str | None
+    state: str
+    source: str
+    first_seen: datetime
+    last_seen: datetime
+
+
+@dataclass
+class WorkerDim:
+    node: str
+    engine: str
+    model: str
+    role: str
+    role_source: str
+    precision: str | None
+    tp: int
+    gpu_uuids: list[str]
+    first_seen: datetime
+    last_seen: datetime
+
+
+_Dim = TypeVar("_Dim", GpuDim, WorkerDim)
+
+
+@dataclass
+class RowBatch:
+    """Rows ready for the writer, plus the latest attributes of every GPU, worker and node they mention.
+
+    Adding a record only remembers, per GPU and per worker, the latest record and the first/last window;
+    :meth:`finish` turns those into ``gpus``, ``workers`` and ``nodes`` (a node's span is the union of the
+    spans of the GPUs and workers whose latest record names it). ``tag`` (a line number for ingest) comes
+    back on a :class:`RowValueError` raised by :meth:`finish`."""
+
+    time_encoding: TimeEncoding
+    gpu_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    engine_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    gpus: dict[str, GpuDim] = field(default_factory=dict)
+    workers: dict[str, WorkerDim] = field(default_factory=dict)
+    nodes: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
+    _latest_gpu: dict[str, list[Any]] = field(default_factory=dict, repr=False)  # [first, last, values, tag]
+    _latest_worker: dict[str, list[Any]] = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.gpu_rows) + len(self.engine_rows)
+
+    def add(self, record: GpuSample | EngineSample, tag: int | None = None) -> None:
+        """Append one record's row; raises :class:`RowValueError` naming a field the store cannot hold."""
+        values = record.__dict__
+        ts: datetime = values["ts"]
+        ts_value: Any = (ts - _EPOCH) // _MICROSECOND if self.time_encoding == "epoch_us" else ts
+        if isinstance(record, GpuSample):
+            _check_ints(values, _GPU_BIG_INTS)
+            worker_id = values["worker_id"]
+            if worker_id is not None and "\x00" in worker_id:
+                raise RowValueError("worker_id", "contains a NUL character")
+            self.gpu_rows.append((
+                values["gpu_uuid"], ts_value, values["window_s"], worker_id, values["sm_active"],
+                values["tensor_active"], values["dram_active"], values["gpu_util"], values["mem_used_bytes"],
+                values["power_w"], values["sm_clock_mhz"], values["nvlink_tx_bytes"],
+                values["nvlink_rx_bytes"], values["pcie_tx_bytes"], values["pcie_rx_bytes"],
+                values["state"]._value_, values["source"]._value_,
+            ))  # fmt: skip
+            _remember(self._latest_gpu, values["gpu_uuid"], ts, values, tag, key_field="gpu_uuid")
+        else:
+            _check_ints(values, _ENGINE_BIG_INTS)
+            self.engine_rows.append((
+                values["worker_id"], ts_value, values["window_s"], values["role"]._value_,
+                values["role_source"]._value_, values["prompt_tokens"], values["generation_tokens"],
+                values["requests_running"], values["requests_waiting"], values["kv_cache_usage"],
+                values["preemptions"], values["ttft_p50_s"], values["ttft_p99_s"], values["tpot_p50_s"],
+                values["tpot_p99_s"],
+            ))  # fmt: skip
+            _remember(self._latest_worker, values["worker_id"], ts, values, tag, key_field="worker_id")
+
+    def finish(self) -> RowBatch:
+        """Fold the remembered latest records into ``gpus``, ``workers`` and ``nodes`` (idempotent)."""
+        for uuid, (first, last, values, tag) in self._latest_gpu.items():
+            _check_texts(values, ("gpu_name", "node", "parent_gpu_uuid", "mig_profile"), tag)
+            if values["gpu_index"] > INT32_MAX:
+                raise RowValueError("gpu_index", f"{values['gpu_index']} does not fit a 32-bit integer", tag)
+            gpu = GpuDim(
+                values["node"], values["gpu_index"], values["gpu_name"], values["parent_gpu_uuid"],
+                values["mig_profile"], values["worker_id"], values["state"]._value_, values["source"]._value_,
+                first, last,
+            )  # fmt: skip
+            self.gpus[uuid] = _newer(self.gpus.get(uuid), gpu)
+            self._fold_node(gpu.node, first, last)
+        for worker_id, (first, last, values, tag) in self._latest_worker.items():
+            _check_texts(values, ("node", "engine", "model", "precision"), tag)
+            for uuid in values["gpu_uuids"]:
+                if "\x00" in uuid:
+                    raise RowValueError("gpu_uuids", "contains a NUL character", tag)
+            worker = WorkerDim(
+                values["node"], values["engine"], values["model"], values["role"]._value_,
+                values["role_source"]._value_, values["precision"], values["tp"], list(values["gpu_uuids"]),
+                first, last,
+            )  # fmt: skip
+            self.workers[worker_id] = _newer(self.workers.get(worker_id), worker)
+            self._fold_node(worker.node, first, last)
+        self._latest_gpu.clear()
+        self._latest_worker.clear()
+        return self
+
+    def merge(self, other: RowBatch, *, rows: bool = True) -> None:
+        """Fold ``other``'s GPU, worker and node attributes into this batch's; append its rows too unless
+        ``rows`` is false (JSONL ingest writes rows chunk by chunk and the dimensions once per file)."""
+        if other.time_encoding != self.time_encoding:
+            raise ValueError("cannot merge batches encoded for different dialects")
+        self.finish()
+        other.finish()
+        if rows:
+            self.gpu_rows.extend(other.gpu_rows)
+            self.engine_rows.extend(other.engine_rows)
+        for uuid, gpu in other.gpus.items():
+            self.gpus[uuid] = _newer(self.gpus.get(uuid), gpu)
+        for worker_id, worker in other.workers.items():
+            self.workers[worker_id] = _newer(self.workers.get(worker_id), worker)
+        for node, (first, last) in other.nodes.items():
+            self._fold_node(node, first, last)
+
+    def _fold_node(self, node: str, first: datetime, last: datetime) -> None:
+        span = self.nodes.get(node)
+        self.nodes[node] = (first, last) if span is None else (min(span[0], first), max(span[1], last))
+
+
+def _remember(
+    latest: dict[str, list[Any]],
+    key: str,
+    ts: datetime,
+    values: dict[str, Any],
+    tag: int | None,
+    *,
+    key_field: str,
+) -> None:
+    """Keep the latest record (and the first/last window) of ``key``."""
+    seen = latest.get(key)
+    if seen is None:
+        if "\x00" in key:
+            raise RowValueError(key_field, "contains a NUL character")
+        latest[key] = [ts, ts, values, tag]
+    elif ts > seen[1]:
+        seen[1], seen[2], seen[3] = ts, values, tag
+    elif ts < seen[0]:
+        seen[0] = ts
+
+
+def _newer(known: _Dim | None, seen: _Dim) -> _Dim:
+    """Attributes of whichever is later, first/last seen spanning both."""
+    if known is None:
+        return seen
+    latest = seen if seen.last_seen >= known.last_seen else known
+    latest.first_seen = min(known.first_seen, seen.first_seen)
+    latest.last_seen = max(known.last_seen, seen.last_seen)
+    return latest
+
+
+def _check_texts(values: dict[str, Any], names: tuple[str, ...], tag: int | None) -> None:
+    for name in names:
+        text = values[name]
+        if text is not None and "\x00" in text:
+            raise RowValueError(name, "contains a NUL character", tag)
+
+
+def _check_ints(values: dict[str, Any], names: tuple[str, ...]) -> None:
+    for name in names:
+        value = values[name]
+        if value is not None and value > INT64_MAX:
+            raise RowValueError(name, f"{value} does not fit a 64-bit integer")
+
+
+def batch_from_records(
+    records: list[GpuSample | EngineSample] | tuple[GpuSample | EngineSample, ...],
+    time_encoding: TimeEncoding,
+) -> RowBatch:
+    """A finished batch of ``records``; raises :class:`RowValueError` (``tag`` = the record's index)."""
+    batch = RowBatch(time_encoding)
+    for index, record in enumerate(records):
+        batch.add(record, index)
+    return batch.finish()

@@ -1,0 +1,308 @@
+"""The store's tables (SQLAlchemy 2.x typed declarative models). Schema changes go through Alembic only.
+
+Design choices, with the reason for each:
+
+- Raw samples are keyed on their natural key, ``gpu_samples (gpu_uuid, ts)`` and ``engine_samples
+  (worker_id, ts)``, so a re-sent record is a no-op (``INSERT ... ON CONFLICT DO NOTHING``). The primary key
+  also serves per-GPU / per-worker time ranges; ``ts`` indexes serve fleet-wide ranges and
+  ``gpu_samples (worker_id, ts)`` serves a worker's GPUs.
+- A sample row keeps what changes window to window (ratios, counters, worker, role, state); what identifies
+  the GPU or worker (node, index, reported name, SKU, model, engine, TP) lives once in ``gpus`` /
+  ``workers``, upserted from the samples with "latest window wins" and first/last seen.
+- The sample tables carry no foreign keys: the write path upserts their ``gpus``/``workers`` rows in the
+  same transaction, and FK triggers would slow COPY and stop retention from dropping whole partitions.
+- Rollups (per minute and per hour) have the same shape at both resolutions and outlive raw retention.
+- Enumerations are stored as short strings (validated at the edge by ``fleet.contract``), JSON as JSON
+  (not JSONB: Alertmanager payloads may carry ``\\u0000``, which JSONB refuses).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column
+
+from fleet.store.columns import UtcDateTime
+
+NAME = 253  # contract's Name (the Kubernetes name limit)
+SHORT = 64  # contract's ShortText
+ENUM = 32
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UtcDateTime(), dict[str, Any]: JSON(), list[str]: JSON()}  # noqa: RUF012
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+
+
+class GpuRow(Base):
+    """One GPU (or MIG instance) as last reported."""
+
+    __tablename__ = "gpus"
+
+    gpu_uuid: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    node: Mapped[str] = mapped_column(String(NAME), ForeignKey("nodes.name"), index=True)
+    gpu_index: Mapped[int] = mapped_column(Integer)
+    gpu_name: Mapped[str] = mapped_column(String(NAME))
+    sku: Mapped[str | None] = mapped_column(String(SHORT))  # catalog key, resolved at write time
+    parent_gpu_uuid: Mapped[str | None] = mapped_column(String(NAME))
+    mig_profile: Mapped[str | None] = mapped_column(String(SHORT))
+    worker_id: Mapped[str | None] = mapped_column(String(NAME), index=True)
+    state: Mapped[str] = mapped_column(String(ENUM))
+    source: Mapped[str] = mapped_column(String(ENUM))
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+
+
+class WorkerRow(Base):
+    """One serving worker (engine instance) as last reported."""
+
+    __tablename__ = "workers"
+
+    worker_id: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    node: Mapped[str] = mapped_column(String(NAME), ForeignKey("nodes.name"), index=True)
+    engine: Mapped[str] = mapped_column(String(SHORT))
+    model: Mapped[str] = mapped_column(String(NAME), index=True)
+    role: Mapped[str] = mapped_column(String(ENUM))
+    role_source: Mapped[str] = mapped_column(String(ENUM))
+    precision: Mapped[str | None] = mapped_column(String(SHORT))
+    tp: Mapped[int] = mapped_column(Integer)
+    gpu_uuids: Mapped[list[str]]
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+
+
+class GpuSampleRow(Base):
+    __tablename__ = "gpu_samples"
+    __table_args__ = (
+        Index("ix_gpu_samples_ts", "ts"),
+        Index("ix_gpu_samples_worker_id_ts", "worker_id", "ts"),
+    )
+
+    gpu_uuid: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(primary_key=True)
+    window_s: Mapped[float] = mapped_column(Float)
+    worker_id: Mapped[str | None] = mapped_column(String(NAME))
+    sm_active: Mapped[float | None] = mapped_column(Float)
+    tensor_active: Mapped[float | None] = mapped_column(Float)
+    dram_active: Mapped[float | None] = mapped_column(Float)
+    gpu_util: Mapped[float | None] = mapped_column(Float)
+    mem_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    power_w: Mapped[float | None] = mapped_column(Float)
+    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    nvlink_tx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    nvlink_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    pcie_tx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    pcie_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(ENUM))
+    source: Mapped[str] = mapped_column(String(ENUM))
+
+
+class EngineSampleRow(Base):
+    __tablename__ = "engine_samples"
+    __table_args__ = (Index("ix_engine_samples_ts", "ts"),)
+
+    worker_id: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    ts: Mapped[datetime] = mapped_column(primary_key=True)
+    window_s: Mapped[float] = mapped_column(Float)
+    role: Mapped[str] = mapped_column(String(ENUM))
+    role_source: Mapped[str] = mapped_column(String(ENUM))
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    generation_tokens: Mapped[int] = mapped_column(BigInteger)
+    requests_running: Mapped[int | None] = mapped_column(BigInteger)
+    requests_waiting: Mapped[int | None] = mapped_column(BigInteger)
+    kv_cache_usage: Mapped[float | None] = mapped_column(Float)
+    preemptions: Mapped[int | None] = mapped_column(BigInteger)
+    ttft_p50_s: Mapped[float | None] = mapped_column(Float)
+    ttft_p99_s: Mapped[float | None] = mapped_column(Float)
+    tpot_p50_s: Mapped[float | None] = mapped_column(Float)
+    tpot_p99_s: Mapped[float | None] = mapped_column(Float)
+
+
+class _GpuRollup:
+    """Per-GPU aggregate over one bucket: averages of ratios (over non-null samples), counts, maxima."""
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[Index, ...]:  # noqa: N805
+        name = cls.__tablename__  # type: ignore[attr-defined]
+        return (
+            Index(f"ix_{name}_bucket", "bucket"),
+            Index(f"ix_{name}_worker_id_bucket", "worker_id", "bucket"),
+        )
+
+    gpu_uuid: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    bucket: Mapped[datetime] = mapped_column(primary_key=True)  # bucket start
+    worker_id: Mapped[str | None] = mapped_column(String(NAME))  # greatest worker id seen in the bucket
+    samples: Mapped[int] = mapped_column(Integer)
+    window_s_sum: Mapped[float] = mapped_column(Float)
+    sm_active_avg: Mapped[float | None] = mapped_column(Float)
+    tensor_active_avg: Mapped[float | None] = mapped_column(Float)
+    dram_active_avg: Mapped[float | None] = mapped_column(Float)
+    gpu_util_avg: Mapped[float | None] = mapped_column(Float)
+    power_w_avg: Mapped[float | None] = mapped_column(Float)
+    mem_used_bytes_max: Mapped[int | None] = mapped_column(BigInteger)
+    lost_samples: Mapped[int] = mapped_column(Integer)
+    degraded_samples: Mapped[int] = mapped_column(Integer)
+
+
+class _EngineRollup:
+    """Per-worker aggregate over one bucket: token sums, averages and maxima of gauges, counts."""
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[Index, ...]:  # noqa: N805
+        return (Index(f"ix_{cls.__tablename__}_bucket", "bucket"),)  # type: ignore[attr-defined]
+
+    worker_id: Mapped[str] = mapped_column(String(NAME), primary_key=True)
+    bucket: Mapped[datetime] = mapped_column(primary_key=True)
+    role: Mapped[str | None] = mapped_column(String(ENUM))  # greatest role seen in the bucket
+    samples: Mapped[int] = mapped_column(Integer)
+    window_s_sum: Mapped[float] = mapped_column(Float)
+    prompt_tokens_sum: Mapped[int] = mapped_column(BigInteger)
+    generation_tokens_sum: Mapped[int] = mapped_column(BigInteger)
+    preemptions_sum: Mapped[int | None] = mapped_column(BigInteger)
+    requests_running_avg: Mapped[float | None] = mapped_column(Float)
+    requests_waiting_avg: Mapped[float | None] = mapped_column(Float)
+    requests_waiting_max: Mapped[int | None] = mapped_column(BigInteger)
+    kv_cache_usage_avg: Mapped[float | None] = mapped_column(Float)
+    kv_cache_usage_max: Mapped[float | None] = mapped_column(Float)
+    ttft_p50_s_avg: Mapped[float | None] = mapped_column(Float)
+    ttft_p99_s_max: Mapped[float | None] = mapped_column(Float)
+    tpot_p50_s_avg: Mapped[float | None] = mapped_column(Float)
+    tpot_p99_s_max: Mapped[float | None] = mapped_column(Float)
+
+
+class GpuSample1mRow(_GpuRollup, Base):
+    __tablename__ = "gpu_samples_1m"
+
+
+class GpuSample1hRow(_GpuRollup, Base):
+    __tablename__ = "gpu_samples_1h"
+
+
+class EngineSample1mRow(_EngineRollup, Base):
+    __tablename__ = "engine_samples_1m"
+
+
+class EngineSample1hRow(_EngineRollup, Base):
+    __tablename__ = "engine_samples_1h"
+
+
+class FindingRow(Base):
+    """An analyzer finding; one row per episode of (kind, subject), deduplicated across analyzer runs."""
+
+    __tablename__ = "findings"
+    __table_args__ = (
+        UniqueConstraint("kind", "subject", "first_seen"),
+        Index("ix_findings_status_kind", "status", "kind"),
+        Index("ix_findings_last_seen", "last_seen"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(SHORT))
+    subject: Mapped[str] = mapped_column(String(NAME + 8))  # "worker:<id>", "pool:<pool>" or "fleet"
+    worker_id: Mapped[str | None] = mapped_column(String(NAME), index=True)
+    pool: Mapped[str | None] = mapped_column(String(NAME))
+    status: Mapped[str] = mapped_column(String(ENUM))
+    severity: Mapped[str] = mapped_column(String(ENUM))
+    gpu_sku: Mapped[str | None] = mapped_column(String(SHORT))
+    role: Mapped[str] = mapped_column(String(ENUM))
+    bottleneck: Mapped[str] = mapped_column(String(ENUM))
+    evidence: Mapped[dict[str, Any]]
+    tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    lost_tokens_per_s: Mapped[float] = mapped_column(Float)
+    lost_tokens_per_s_low: Mapped[float] = mapped_column(Float)
+    lost_tokens_per_s_high: Mapped[float] = mapped_column(Float)
+    recommendation: Mapped[dict[str, Any] | None]
+    first_seen: Mapped[datetime]
+    last_seen: Mapped[datetime]
+    resolved_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime]
+
+
+class AlertEventRow(Base):
+    """One Alertmanager alert episode, idempotent on (fingerprint, starts_at)."""
+
+    __tablename__ = "alert_events"
+    __table_args__ = (
+        UniqueConstraint("fingerprint", "starts_at"),
+        Index("ix_alert_events_status_starts_at", "status", "starts_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    fingerprint: Mapped[str] = mapped_column(String(SHORT))
+    starts_at: Mapped[datetime]
+    ends_at: Mapped[datetime | None]  # None while firing (Alertmanager's 0001-01-01)
+    status: Mapped[str] = mapped_column(String(ENUM))
+    alertname: Mapped[str | None] = mapped_column(String(NAME), index=True)
+    labels: Mapped[dict[str, Any]]
+    annotations: Mapped[dict[str, Any]]
+    receiver: Mapped[str] = mapped_column(String(NAME))
+    generator_url: Mapped[str | None] = mapped_column(Text)
+    raw: Mapped[dict[str, Any]]
+    received_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+class ReportRow(Base):
+    """The weekly placement audit, one per ISO week."""
+
+    __tablename__ = "reports"
+
+    week: Mapped[str] = mapped_column(String(8), primary_key=True)  # "2026-W48"
+    format: Mapped[str] = mapped_column(String(16))
+    body: Mapped[str] = mapped_column(Text)
+    summary: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+
+class AnalysisRunRow(Base):
+    """One analyzer run: the range it read and its summary (pools, fleet totals)."""
+
+    __tablename__ = "analysis_runs"
+    __table_args__ = (Index(None, "created_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at: Mapped[datetime]
+    from_ts: Mapped[datetime]
+    to_ts: Mapped[datetime]
+    summary: Mapped[dict[str, Any]]
+
+
+SAMPLE_TABLES = ("gpu_samples", "engine_samples")
+ROLLUP_TABLES = ("gpu_samples_1m", "gpu_samples_1h", "engine_samples_1m", "engine_samples_1h")
+
+
+def table_of(model: type[Base]) -> Table:
+    """The Core ``Table`` of a model (typed, for insert/delete statements)."""
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table

@@ -1,0 +1,256 @@
+"""The batch write path: idempotent, fast on both dialects, inside the caller's transaction.
+
+- Samples: SQLite gets one ``executemany`` of ``INSERT OR IGNORE``; PostgreSQL gets ``COPY`` into a
+  session-local staging table, then ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` (COPY itself has no
+  conflict handling). Batches under ``SMALL_BATCH_ROWS`` skip the staging table: one
+  ``INSERT ... SELECT * FROM unnest(<an array per column>) ON CONFLICT DO NOTHING``, one round trip.
+  Either way a re-sent sample is counted as a duplicate and stored once.
+- A bulk load that expects new data (JSONL ingest) may COPY straight into the sample tables
+  (``assume_new``), which is as fast as PostgreSQL loads; a key already stored aborts it, and the caller
+  repeats the load the idempotent way.
+- GPUs, workers and nodes are upserted from the batch with "latest window wins" and first/last seen;
+  the GPU's SKU comes from an injected ``sku_resolver`` (``gpu_name -> catalog key``), so the store does not
+  depend on the catalog.
+
+The caller owns the transaction (see :func:`fleet.store.engine.writing`): a batch is stored whole or not at
+all, and JSONL ingest writes a whole file in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from operator import itemgetter
+from typing import Any
+
+from sqlalchemy import BigInteger, Connection, Float, Integer, String, case, func
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.elements import ColumnElement
+
+from fleet.contract import EngineSample, GpuSample
+from fleet.store.columns import UtcDateTime
+from fleet.store.engine import driver_connection, is_sqlite
+from fleet.store.rows import (
+    ENGINE_SAMPLE_COLUMNS,
+    GPU_SAMPLE_COLUMNS,
+    RowBatch,
+    TimeEncoding,
+    batch_from_records,
+)
+from fleet.store.schema import Base
+
+SkuResolver = Callable[[str], str | None]
+SMALL_BATCH_ROWS = 2_000
+_UNIQUE_VIOLATION = "23505"  # PostgreSQL SQLSTATE
+
+_SAMPLE_TABLES = (("gpu_samples", GPU_SAMPLE_COLUMNS), ("engine_samples", ENGINE_SAMPLE_COLUMNS))
+_GPU_ATTRS = ("node", "gpu_index", "gpu_name", "sku", "parent_gpu_uuid", "mig_profile", "worker_id", "state",
+              "source")  # fmt: skip
+_WORKER_ATTRS = ("node", "engine", "model", "role", "role_source", "precision", "tp", "gpu_uuids")
+_DIMENSIONS = {
+    "nodes": ("name", ()),
+    "gpus": ("gpu_uuid", _GPU_ATTRS),
+    "workers": ("worker_id", _WORKER_ATTRS),
+}
+
+
+class DuplicateKeyError(Exception):
+    """An ``assume_new`` write met a stored key; the transaction is aborted and must be rolled back."""
+
+
+@dataclass(frozen=True)
+class WriteCounts:
+    """What a write did: rows newly stored, and rows already there (or repeated within the batch)."""
+
+    stored: int = 0
+    duplicates: int = 0
+
+    def __add__(self, other: WriteCounts) -> WriteCounts:
+        return WriteCounts(self.stored + other.stored, self.duplicates + other.duplicates)
+
+
+def time_encoding_for(bind: Connection) -> TimeEncoding:
+    """How :mod:`fleet.store.rows` must encode ``ts`` for this connection's dialect."""
+    return "epoch_us" if is_sqlite(bind) else "datetime"
+
+
+def write_samples(
+    connection: Connection,
+    records: Sequence[GpuSample | EngineSample],
+    *,
+    sku_resolver: SkuResolver | None = None,
+) -> WriteCounts:
+    """Store validated records (the service's path); raises ``RowValueError`` for a value the store cannot
+    hold, before anything is written."""
+    batch = batch_from_records(list(records), time_encoding_for(connection))
+    return write_batch(connection, batch, sku_resolver=sku_resolver)
+
+
+def write_batch(
+    connection: Connection, batch: RowBatch, *, sku_resolver: SkuResolver | None = None
+) -> WriteCounts:
+    """Store a prepared :class:`RowBatch`: its GPUs, workers and nodes, then its samples."""
+    write_dimensions(connection, batch, sku_resolver=sku_resolver)
+    return write_sample_rows(connection, batch)
+
+
+def write_sample_rows(connection: Connection, batch: RowBatch, *, assume_new: bool = False) -> WriteCounts:
+    """Store the batch's sample rows only (ingest calls :func:`write_dimensions` once per file).
+
+    ``assume_new`` (PostgreSQL): COPY straight into the sample tables, as fast as a raw load; a key already
+    stored raises :class:`DuplicateKeyError` and leaves the transaction aborted, so the caller rolls back
+    and writes again without it. SQLite ignores it (its path costs the same either way)."""
+    if batch.time_encoding != time_encoding_for(connection):
+        raise ValueError(f"batch encoded as {batch.time_encoding!r} for a {connection.dialect.name} store")
+    stored = 0
+    for (table, columns), rows in zip(_SAMPLE_TABLES, (batch.gpu_rows, batch.engine_rows), strict=True):
+        if not rows:
+            continue
+        if is_sqlite(connection):
+            stored += _insert_sqlite(connection, table, columns, rows)
+        elif assume_new:
+            stored += _copy_postgres_new(connection, table, columns, rows)
+        elif len(rows) < SMALL_BATCH_ROWS:
+            stored += _insert_unnest_postgres(connection, table, columns, rows)
+        else:
+            stored += _copy_postgres(connection, table, columns, rows)
+    return WriteCounts(stored=stored, duplicates=len(batch) - stored)
+
+
+def _insert_sqlite(
+    connection: Connection, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> int:
+    cursor = driver_connection(connection).cursor()
+    try:
+        placeholders = ", ".join("?" * len(columns))
+        cursor.executemany(
+            f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) VALUES ({placeholders})", rows
+        )
+        return int(cursor.rowcount)
+    finally:
+        cursor.close()
+
+
+def _insert_unnest_postgres(
+    connection: Connection, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> int:
+    """One INSERT of the rows passed as one array per column: a fixed statement text (prepared and cached
+    by the driver) whatever the batch size, and a single round trip."""
+    rows = sorted(rows, key=itemgetter(0, 1))  # (key, ts) order: concurrent writers wait, never deadlock
+    arrays = ", ".join(f"%s::{name}[]" for name in _copy_types(table, columns))
+    with driver_connection(connection).cursor() as cursor:
+        statement = f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
+        cursor.execute(
+            statement + " ON CONFLICT DO NOTHING", [list(column) for column in zip(*rows, strict=True)]
+        )
+        return int(cursor.rowcount)
+
+
+def _copy_postgres(
+    connection: Connection, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> int:
+    staging = f"pf_stage_{table}"
+    column_list = ", ".join(columns)
+    with driver_connection(connection).cursor() as cursor:
+        # Session-local, no WAL, emptied at commit; created once per connection.
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {staging} (LIKE {table}) ON COMMIT DELETE ROWS")
+        cursor.execute(f"TRUNCATE {staging}")
+        with cursor.copy(f"COPY {staging} ({column_list}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_copy_types(table, columns))
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(
+            f"INSERT INTO {table} ({column_list}) SELECT {column_list} FROM {staging} ON CONFLICT DO NOTHING"
+        )
+        return int(cursor.rowcount)
+
+
+def _copy_postgres_new(
+    connection: Connection, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
+) -> int:
+    try:
+        with (
+            driver_connection(connection).cursor() as cursor,
+            cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)") as copy,
+        ):
+            copy.set_types(_copy_types(table, columns))
+            for row in rows:
+                copy.write_row(row)
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) == _UNIQUE_VIOLATION:
+            raise DuplicateKeyError(
+                f"{table} already holds a key of this batch (or the batch repeats one)"
+            ) from exc
+        raise
+    return len(rows)
+
+
+def write_dimensions(
+    connection: Connection, batch: RowBatch, *, sku_resolver: SkuResolver | None = None
+) -> None:
+    """Upsert the nodes, GPUs and workers the batch mentions (nodes first: the others reference them), in
+    key order, so concurrent writers lock rows in the same order and cannot deadlock each other."""
+    batch.finish()
+    if batch.nodes:
+        nodes = [
+            {"name": name, "first_seen": first, "last_seen": last}
+            for name, (first, last) in sorted(batch.nodes.items())
+        ]
+        _upsert(connection, "nodes", nodes)
+    if batch.gpus:
+        skus: dict[str, str | None] = {}
+        gpu_rows = []
+        for uuid, gpu in sorted(batch.gpus.items()):
+            if gpu.gpu_name not in skus:
+                skus[gpu.gpu_name] = sku_resolver(gpu.gpu_name) if sku_resolver is not None else None
+            gpu_rows.append({"gpu_uuid": uuid, "sku": skus[gpu.gpu_name], **vars(gpu)})
+        _upsert(connection, "gpus", gpu_rows)
+    if batch.workers:
+        _upsert(connection, "workers", [
+            {"worker_id": worker_id, **vars(worker)} for worker_id, worker in sorted(batch.workers.items())
+        ])  # fmt: skip
+
+
+@lru_cache(maxsize=8)
+def _copy_types(table: str, columns: tuple[str, ...]) -> tuple[str, ...]:
+    """PostgreSQL type names for a binary COPY (several times faster than text) into ``table``'s columns."""
+    sql_table = Base.metadata.tables[table]
+    names = []
+    for column in columns:
+        column_type = sql_table.c[column].type
+        if isinstance(column_type, UtcDateTime):
+            names.append("timestamptz")
+        elif isinstance(column_type, BigInteger):
+            names.append("int8")
+        elif isinstance(column_type, Integer):
+            names.append("int4")
+        elif isinstance(column_type, Float):
+            names.append("float8")
+        elif isinstance(column_type, String):
+            names.append("text")
+        else:
+            raise TypeError(f"no COPY type for {table}.{column} ({column_type!r})")
+    return tuple(names)
+
+
+def _upsert(connection: Connection, table_name: str, rows: list[dict[str, Any]]) -> None:
+    connection.execute(_upsert_statement(connection.dialect.name, table_name), rows)
+
+
+@lru_cache(maxsize=16)
+def _upsert_statement(dialect: str, table_name: str) -> Any:
+    """Insert new keys; for known ones keep the attributes of the later window and widen first/last seen.
+    Built once per dialect and table: constructing it costs more than running it for a small batch."""
+    key, attributes = _DIMENSIONS[table_name]
+    table = Base.metadata.tables[table_name]
+    statement = sqlite.insert(table) if dialect == "sqlite" else postgresql.insert(table)
+    excluded = statement.excluded
+    newer = excluded.last_seen >= table.c.last_seen
+    least, greatest = (func.min, func.max) if dialect == "sqlite" else (func.least, func.greatest)
+    updates: dict[str, ColumnElement[Any]] = {
+        name: case((newer, excluded[name]), else_=table.c[name]) for name in attributes
+    }
+    updates["first_seen"] = least(table.c.first_seen, excluded.first_seen)
+    updates["last_seen"] = greatest(table.c.last_seen, excluded.last_seen)
+    return statement.on_conflict_do_update(index_elements=[key], set_=updates)

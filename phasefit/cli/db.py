@@ -1,0 +1,224 @@
+"""``phasefit db``: the store's schema (Alembic migrations), its size, and raw-sample retention.
+
+A Typer sub-app (``app``); the CLI registers it with ``app.add_typer(db.app, name="db")``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+from phasefit.cli.output import emit_json, fail, human
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from fleet.settings import Settings
+
+app = typer.Typer(
+    help="The store: schema migrations (Alembic), row counts, raw-sample retention and rollups.",
+    no_args_is_help=True,
+)
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help="SQLAlchemy URL of the store (overrides PHASEFIT_DATABASE_URL): sqlite:///PATH or "
+        "postgresql+psycopg://USER@HOST/DB.",
+        show_default=False,
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text on stderr.")]
+
+
+def load_settings(database_url: str | None) -> Settings:
+    """Settings from the environment, with ``--database-url`` winning over PHASEFIT_DATABASE_URL."""
+    from pydantic import ValidationError
+
+    from fleet.settings import Settings
+
+    try:
+        return Settings(database_url=database_url) if database_url else Settings()
+    except ValidationError as exc:
+        die("; ".join(str(error["msg"]) for error in exc.errors()))
+
+
+def open_engine(settings: Settings) -> Engine:
+    from fleet.store.engine import make_engine
+
+    try:
+        return make_engine(settings.database_url)
+    except Exception as exc:  # a malformed URL or a missing driver: say which, exit non-zero
+        die(f"cannot open the store at {settings.database_url}: {exc}")
+
+
+def die(message: str) -> NoReturn:
+    """``fail`` with the message taken literally (SQL errors quote ``[SQL: ...]``: not rich markup)."""
+    from rich.markup import escape
+
+    fail(escape(message))
+    raise AssertionError("unreachable: fail() raises typer.Exit")
+
+
+def say(text: str) -> None:
+    """One line on stderr, never wrapped, never read as rich markup (URLs and paths may hold brackets)."""
+    human().print(text, markup=False, soft_wrap=True)
+
+
+def store_label(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
+@app.command()
+def upgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Migrate the store's schema up to REVISION (default: the latest); creates it in an empty database."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from fleet.store import migrate
+
+    engine = open_engine(load_settings(database_url))
+    try:
+        migrate.upgrade(engine, revision)
+        current = migrate.current_revision(engine)
+    except (SQLAlchemyError, migrate.CommandError) as exc:
+        die(f"upgrade of {store_label(engine)} failed: {exc}")
+    finally:
+        engine.dispose()
+    say(f"{store_label(engine)}: at revision {current}")
+
+
+@app.command()
+def downgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision; 'base' removes every phasefit table.")],
+    database_url: DatabaseUrl = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Migrate the store's schema down to REVISION; dropped tables lose their data (asks unless --yes)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from fleet.store import migrate
+
+    engine = open_engine(load_settings(database_url))
+    if not yes:
+        typer.confirm(
+            f"Downgrade {store_label(engine)} to {revision}? Tables it drops lose their data", abort=True
+        )
+    try:
+        migrate.downgrade(engine, revision)
+        current = migrate.current_revision(engine)
+    except (SQLAlchemyError, migrate.CommandError) as exc:
+        die(f"downgrade of {store_label(engine)} failed: {exc}")
+    finally:
+        engine.dispose()
+    say(f"{store_label(engine)}: at revision {current or 'base (no phasefit tables)'}")
+
+
+@app.command()
+def current(database_url: DatabaseUrl = None, json_output: JsonFlag = False) -> None:
+    """Show the store's schema revision, the latest one, and whether an upgrade is needed."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from fleet.store import migrate
+
+    engine = open_engine(load_settings(database_url))
+    try:
+        status = migrate.schema_status(engine)
+    except SQLAlchemyError as exc:
+        die(f"cannot read {store_label(engine)}: {exc}")
+    finally:
+        engine.dispose()
+    if json_output:
+        emit_json({"database": store_label(engine), "current": status.current, "head": status.head,
+                   "state": status.state.value})  # fmt: skip
+        return
+    say(f"{store_label(engine)}: revision {status.current or '-'} (head {status.head}, {status.state})")
+
+
+@app.command()
+def stats(database_url: DatabaseUrl = None, json_output: JsonFlag = False) -> None:
+    """Row count of every phasefit table."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from fleet.store import migrate
+    from fleet.store.queries import table_counts
+
+    engine = open_engine(load_settings(database_url))
+    try:
+        migrate.ensure_schema(engine, create_if_empty=False)
+        with engine.connect() as connection:
+            counts = table_counts(connection)
+    except (SQLAlchemyError, migrate.SchemaNotCurrentError) as exc:
+        die(str(exc))
+    finally:
+        engine.dispose()
+    if json_output:
+        emit_json(counts)
+        return
+    from rich.table import Table
+
+    table = Table(title=f"phasefit store {store_label(engine)}")
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, count in counts.items():
+        table.add_row(name, f"{count:,}")
+    human().print(table)
+
+
+@app.command()
+def prune(
+    database_url: DatabaseUrl = None,
+    retention_days: Annotated[
+        int | None,
+        typer.Option(
+            "--retention-days",
+            min=1,
+            help="Days of raw samples to keep (default PHASEFIT_RAW_RETENTION_DAYS).",
+        ),
+    ] = None,
+    full: Annotated[
+        bool,
+        typer.Option("--full", help="Recompute every rollup from the oldest raw sample, not the last day."),
+    ] = False,
+    now: Annotated[
+        datetime | None,
+        typer.Option(
+            "--now",
+            help="Pretend it is this UTC time (ISO 8601), e.g. to replay a backfill.",
+            formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
+        ),
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Roll raw samples up per minute and per hour, then delete raw samples older than the retention."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from fleet.store import migrate
+    from fleet.store.retention import apply_retention
+
+    settings = load_settings(database_url)
+    engine = open_engine(settings)
+    moment = now.replace(tzinfo=UTC) if now is not None else datetime.now(UTC)
+    days = retention_days if retention_days is not None else settings.raw_retention_days
+    try:
+        migrate.ensure_schema(engine, create_if_empty=False)
+        result = apply_retention(engine, now=moment, retention_days=days, full=full)
+    except (SQLAlchemyError, migrate.SchemaNotCurrentError) as exc:
+        die(str(exc))
+    finally:
+        engine.dispose()
+    if json_output:
+        emit_json({"cutoff": result.cutoff.isoformat(), "rolled_up_until": result.rolled_up_until.isoformat(),
+                   "rollup_rows": result.rollup_rows, "deleted": result.deleted})  # fmt: skip
+        return
+    deleted = ", ".join(f"{count:,} from {name}" for name, count in result.deleted.items())
+    rolled = (
+        ", ".join(f"{count:,} {name}" for name, count in result.rollup_rows.items()) or "nothing to roll up"
+    )
+    say(f"rollups up to {result.rolled_up_until:%Y-%m-%d %H:%M} UTC: {rolled}")
+    say(f"deleted raw samples before {result.cutoff:%Y-%m-%d %H:%M} UTC: {deleted}")

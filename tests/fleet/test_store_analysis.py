@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from fleet.store.analysis import latest_analysis, list_analysis_runs, put_analysis
+from fleet.store.engine import make_engine, writing
+from fleet.store.migrate import ensure_schema
+
+T0 = datetime(2026, 11, 23, tzinfo=UTC)
+
+
+def _summary(lost: float) -> dict[str, object]:
+    return {
+        "from": "2026-11-23T00:00:00Z",
+        "to": "2026-11-24T00:00:00Z",
+        "fleet": {"lost_tokens_per_s": lost, "lost_tokens_per_s_low": lost * 0.8, "lost_tokens_per_s_high": lost},
+        "pools": [{"pool": "east/llama", "lost_tokens_per_s": lost, "ratio_drift": True, "traffic": {"x": 1}}],
+    }
+
+
+def test_latest_run_wins_and_keeps_every_field(store_url: str) -> None:
+    engine = make_engine(store_url)
+    ensure_schema(engine)
+    with engine.connect() as connection:
+        assert latest_analysis(connection) is None
+    with writing(engine) as connection:
+        put_analysis(connection, created_at=T0, from_ts=T0 - timedelta(days=1), to_ts=T0, summary=_summary(10.0))
+        put_analysis(
+            connection, created_at=T0 + timedelta(hours=1), from_ts=T0, to_ts=T0 + timedelta(hours=1),
+            summary=_summary(25.0),
+        )  # fmt: skip
+    with engine.connect() as connection:
+        run = latest_analysis(connection)
+        assert run is not None
+        assert run.summary.fleet_lost_tokens_per_s == 25.0
+        assert run.summary.run_at == T0 + timedelta(hours=1)
+        pool = run.summary.pools[0]
+        assert pool.pool == "east/llama" and pool.ratio_drift
+        assert run.summary.model_dump(mode="json")["pools"][0]["traffic"] == {"x": 1}
+        assert len(list_analysis_runs(connection)) == 2
+        assert [r.summary.fleet_lost_tokens_per_s for r in list_analysis_runs(connection, since=T0)] == [25.0]
+    engine.dispose()
