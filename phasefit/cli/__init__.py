@@ -14,6 +14,7 @@ from phasefit.cli.collect import collect
 from phasefit.cli.demo import demo
 from phasefit.cli.ingest import ingest
 from phasefit.cli.predict import predict
+from phasefit.cli.serve import serve
 
 app = typer.Typer(
     name="phasefit",
@@ -39,6 +40,7 @@ app.command()(ingest)
 app.command()(predict)
 app.command()(collect)
 app.command()(demo)
+app.command()(serve)
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""One router per area: ingest, fleet (GPUs and workers), findings, reports, alerts, health."""

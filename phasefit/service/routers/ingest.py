@@ -1,0 +1,151 @@
+"""``POST /v1/ingest``: a batch of data-contract records from a collector, stored whole or not at all.
+
+Order of refusals, cheapest first: credentials (401/403), admission (429, before the body is read), body
+size and encoding (413/415/400), the contract (422 naming record and field; 413 for too many records), the
+token's node binding (403), the cardinality budget (429), the write queue (429 when full or when a batch
+waited too long), the store (503). Every refusal stores nothing; a batch is written in one transaction (with
+others: group commit), and a re-sent batch is answered 200 with its records counted as duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from functools import partial
+from typing import Any
+
+import anyio.to_thread
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from fleet.store.rows import RowBatch
+from fleet.store.writer import WriteCounts
+from phasefit.service.batches import BatchRejectedError, check_nodes, rows_for
+from phasefit.service.body import BodyError, read_body
+from phasefit.service.deps import IngestToken, StateDep
+from phasefit.service.guards import CardinalityExceededError, OverloadedError
+from phasefit.service.models import ErrorMessage, IngestResult, RecordErrors
+from phasefit.service.state import ServiceState, StoreNotReadyError
+from phasefit.service.tokens import Token
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["ingest"])
+
+_INLINE_PARSE_BYTES = 64 * 1024  # larger bodies are validated off the event loop
+
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorMessage, "description": "The body claims gzip but is not valid gzip."},
+    401: {"model": ErrorMessage, "description": "Missing, unknown or revoked token."},
+    403: {
+        "model": RecordErrors,
+        "description": "A read-only token, or records for a node this token is not bound to.",
+    },
+    413: {"model": RecordErrors, "description": "Body, decoded body or record count over the limit."},
+    415: {"model": ErrorMessage, "description": "A Content-Encoding other than gzip."},
+    422: {"model": RecordErrors, "description": "Invalid records: each error names the record and field."},
+    429: {
+        "model": ErrorMessage,
+        "description": "Overloaded or over the token's budget of new GPUs/workers; "
+        "retry after Retry-After seconds.",
+    },
+    503: {
+        "model": ErrorMessage,
+        "description": "The store is unavailable; retry after Retry-After seconds "
+        "and keep the records spooled.",
+    },
+}
+
+
+@router.post(
+    "/v1/ingest",
+    response_model=IngestResult,
+    responses=RESPONSES,
+    summary="Store a batch of gpu_sample / engine_sample records",
+    openapi_extra={"x-phasefit-request-body": "IngestBatch"},
+)
+async def ingest(request: Request, state: StateDep, token: IngestToken) -> IngestResult | JSONResponse:
+    """Body ``{"records": [...]}`` (JSON, optionally ``Content-Encoding: gzip``); all stored or none."""
+    settings = state.settings
+    try:
+        async with state.gate.admitted():
+            body = await read_body(
+                request, max_bytes=settings.max_body_bytes, max_decoded_bytes=settings.max_decompressed_bytes
+            )
+            if len(body) > _INLINE_PARSE_BYTES:
+                batch = await anyio.to_thread.run_sync(partial(_prepare, state, token, body))
+            else:
+                batch = _prepare(state, token, body)
+            if not state.schema.current:
+                await anyio.to_thread.run_sync(state.schema.require_current)
+            counts = await _write(state, token, batch)
+    except OverloadedError as exc:
+        return _refuse(state, "overload", 429, str(exc), retry_after=exc.retry_after_s)
+    except BodyError as exc:
+        if exc.status == 413:
+            return _refuse(state, exc.reason, 413, None, errors=[_envelope_error(exc.message)])
+        return _refuse(state, exc.reason, exc.status, exc.message)
+    except BatchRejectedError as exc:
+        errors = [{"index": e.index, "field": e.field, "message": e.message} for e in exc.errors]
+        return _refuse(state, exc.reason, exc.status, None, errors=errors)
+    except CardinalityExceededError as exc:
+        return _refuse(state, "cardinality", 429, str(exc), retry_after=exc.retry_after_s)
+    except StoreNotReadyError as exc:
+        return _refuse(state, "store_unavailable", 503, str(exc), retry_after=settings.store_retry_after_s)
+    except Exception as exc:
+        if not state.is_store_unavailable(exc):
+            raise
+        log.warning("ingest: store unavailable: %s: %s", type(exc).__name__, exc)
+        detail = f"the store is unavailable ({type(exc).__name__}); retry later"
+        return _refuse(state, "store_unavailable", 503, detail, retry_after=settings.store_retry_after_s)
+    state.metrics.ingest_records.labels("gpu_sample").inc(len(batch.gpu_rows))
+    state.metrics.ingest_records.labels("engine_sample").inc(len(batch.engine_rows))
+    state.metrics.ingest_stored.inc(counts.stored)
+    state.metrics.ingest_duplicates.inc(counts.duplicates)
+    return IngestResult(accepted=len(batch), stored=counts.stored, duplicates=counts.duplicates)
+
+
+def _prepare(state: ServiceState, token: Token, body: bytes) -> RowBatch:
+    records = state.validator.parse(body)
+    if token.nodes:
+        check_nodes(records, token.allows_node)
+    return rows_for(records, state.time_encoding)
+
+
+async def _write(state: ServiceState, token: Token, batch: RowBatch) -> WriteCounts:
+    """Hand the batch to the writer threads and wait for its own outcome."""
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[WriteCounts] = loop.create_future()
+
+    def settle(result: WriteCounts | BaseException) -> None:
+        if outcome.done():
+            return
+        if isinstance(result, BaseException):
+            outcome.set_exception(result)
+        else:
+            outcome.set_result(result)
+
+    def done(result: WriteCounts | BaseException) -> None:  # called from a writer thread
+        loop.call_soon_threadsafe(settle, result)
+
+    state.writer.submit(batch, token.name, done)
+    return await outcome
+
+
+def _envelope_error(message: str) -> dict[str, Any]:
+    return {"index": None, "field": None, "message": message}
+
+
+def _refuse(
+    state: ServiceState,
+    reason: str,
+    status: int,
+    message: str | None,
+    *,
+    errors: list[dict[str, Any]] | None = None,
+    retry_after: int | None = None,
+) -> JSONResponse:
+    state.metrics.ingest_rejections.labels(reason).inc()
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return JSONResponse(
+        {"detail": errors if errors is not None else message}, status_code=status, headers=headers
+    )

@@ -1,0 +1,157 @@
+"""GET /metrics: the analyzer's conclusions under the agreed names, and the service's own health."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine
+
+from fleet.contract import Finding, FindingKind, FindingStatus, Role
+from fleet.store.analysis import latest_analysis, put_analysis
+from fleet.store.engine import writing
+from fleet.store.findings import list_findings, upsert_findings
+from phasefit.service.analyzer_gauges import conclude
+from tests.phasefit.service.conftest import INGEST_A, auth
+from tests.phasefit.service.records import T0, body, engine, gpu
+
+POOL = "c1/meta-llama/Llama-3.1-70B-Instruct"
+NOW = datetime(2026, 3, 2, 13, 0, tzinfo=UTC)
+
+
+def finding(worker: str | None, kind: FindingKind, lost: float, **fields: Any) -> Finding:
+    values: dict[str, Any] = {
+        "kind": kind,
+        "worker_id": worker,
+        "pool": POOL,
+        "role": Role.DECODE,
+        "gpu_sku": "H100-SXM",
+        "lost_tokens_per_s": lost,
+        "first_seen": T0,
+        "last_seen": T0 + timedelta(minutes=10),
+    }
+    return Finding(**{**values, **fields})
+
+
+def scrape(client: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = client.get("/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def store(engine_: Engine, *findings: Finding) -> None:
+    with writing(engine_) as connection:
+        upsert_findings(connection, findings, now=NOW)
+
+
+def test_open_findings_become_worker_and_pool_gauges(client: Any, sqlite_engine: Engine) -> None:
+    client.post("/v1/ingest", content=body([engine(0, 0), engine(1, 0)]), headers=auth(INGEST_A))
+    store(
+        sqlite_engine,
+        finding("worker-0", FindingKind.DECODE_ON_LOW_BANDWIDTH, 120.0),
+        finding("worker-0", FindingKind.ROLE_DRIFT, 80.0),  # same worker: the larger loss counts, once
+        finding("worker-1", FindingKind.CAPACITY_ON_SMALL_MEMORY, 30.0, status=FindingStatus.RESOLVED),
+        finding("worker-1", FindingKind.HEALTHY_NOT_SERVING, 10.0),  # open, but not a misplacement
+        finding(None, FindingKind.POOL_RATIO_DRIFT, 0.0),
+    )
+    metrics = scrape(client)
+    labels = (
+        ("model", "meta-llama/Llama-3.1-70B-Instruct"),
+        ("pool", POOL),
+        ("role", "decode"),
+        ("sku", "H100-SXM"),
+        ("worker", "worker-0"),
+    )
+    assert metrics[("phasefit_worker_misplaced", (("kind", "decode-on-low-bandwidth"), *labels))] == 1
+    assert metrics[("phasefit_worker_misplaced", (("kind", "role-drift"), *labels))] == 1
+    assert not [k for k in metrics if k[0] == "phasefit_worker_misplaced" and ("worker", "worker-1") in k[1]]
+    assert metrics[("phasefit_worker_lost_tokens_per_second", labels)] == 120.0
+    assert metrics[("phasefit_pool_lost_tokens_per_second", (("pool", POOL),))] == 130.0
+    assert metrics[("phasefit_pool_ratio_drift", (("pool", POOL),))] == 1
+    assert metrics[("phasefit_fleet_lost_tokens_per_second", ())] == 130.0
+    assert metrics[("phasefit_analyzer_last_run_timestamp_seconds", ())] == NOW.timestamp()
+    assert metrics[("phasefit_service_store_up", ())] == 1
+
+
+def test_the_latest_analyzer_run_supplies_pool_figures(client: Any, sqlite_engine: Engine) -> None:
+    store(sqlite_engine, finding("worker-0", FindingKind.DECODE_ON_LOW_BANDWIDTH, 120.0))
+    with writing(sqlite_engine) as connection:
+        for minutes, lost in ((0, 999.0), (5, 250.0)):
+            at = NOW + timedelta(minutes=minutes)
+            put_analysis(
+                connection,
+                created_at=at,
+                from_ts=at - timedelta(hours=1),
+                to_ts=at,
+                summary={
+                    "pools": [
+                        {
+                            "pool": POOL,
+                            "lost_tokens_per_s": lost,
+                            "capacity_tokens_per_s": 5000.0,
+                            "prefill_decode_ratio": 0.5,
+                            "recommended_prefill_decode_ratio": 0.75,
+                            "ratio_drift": True,
+                        }
+                    ],
+                    "fleet": {"lost_tokens_per_s": lost},
+                },
+            )
+    metrics = scrape(client)
+    pool = (("pool", POOL),)
+    assert metrics[("phasefit_pool_lost_tokens_per_second", pool)] == 250.0
+    assert metrics[("phasefit_pool_capacity_tokens_per_second", pool)] == 5000.0
+    assert metrics[("phasefit_pool_prefill_decode_ratio", pool)] == 0.5
+    assert metrics[("phasefit_pool_recommended_prefill_decode_ratio", pool)] == 0.75
+    assert metrics[("phasefit_pool_ratio_drift", pool)] == 1
+    assert metrics[("phasefit_fleet_lost_tokens_per_second", ())] == 250.0
+    at = (NOW + timedelta(minutes=5)).timestamp()
+    assert metrics[("phasefit_analyzer_last_run_timestamp_seconds", ())] == at
+
+
+def test_an_analyzer_that_never_ran_reads_as_timestamp_zero(client: Any) -> None:
+    metrics = scrape(client)
+    assert metrics[("phasefit_analyzer_last_run_timestamp_seconds", ())] == 0
+    assert metrics[("phasefit_fleet_lost_tokens_per_second", ())] == 0
+
+
+def test_conclusions_are_a_pure_function_of_findings_and_summary(sqlite_engine: Engine) -> None:
+    store(sqlite_engine, finding("w-9", FindingKind.PREFILL_ON_HIGH_BANDWIDTH, 7.0, pool=None))
+    with sqlite_engine.connect() as connection:
+        stored = list_findings(connection)
+        assert latest_analysis(connection) is None
+    result = conclude(stored, {}, None)
+    assert result.misplaced == {("", "w-9", "H100-SXM", "decode", "", "prefill-on-high-bandwidth")}
+    assert result.fleet_lost == 7.0  # a worker outside any pool still counts for the fleet
+    assert result.pool_lost == {}
+
+
+def test_requests_are_counted_by_route_template(client: Any) -> None:
+    client.get("/v1/workers/a/samples")
+    client.get("/v1/workers/b/samples")
+    client.get("/no/such/path")
+    client.post("/v1/ingest", content=body([gpu()]), headers=auth(INGEST_A))
+    registry = client.app.state.phasefit.registry
+    route = "/v1/workers/{worker_id:path}/samples"
+    assert (
+        registry.get_sample_value(
+            "phasefit_service_requests_total", {"method": "GET", "route": route, "code": "404"}
+        )
+        == 2
+    )
+    assert (
+        registry.get_sample_value(
+            "phasefit_service_requests_total", {"method": "GET", "route": "unmatched", "code": "404"}
+        )
+        == 1
+    )
+    assert (
+        registry.get_sample_value(
+            "phasefit_service_request_duration_seconds_count", {"method": "POST", "route": "/v1/ingest"}
+        )
+        == 1
+    )
