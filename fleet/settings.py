@@ -1,4 +1,4 @@
-"""Settings read from the environment (prefix ``PHASEFIT_``), passed in explicitly: no module-level instance."""
+"""Settings read from the environment (prefix ``PHASEFIT_``), passed in explicitly: no module instance."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The ``phasefit`` command line: one Typer app, one module per area (a router per area).
 
 Area modules import their heavy dependencies inside the commands, so ``phasefit --help`` stays fast and a
-collector-only install can run ``phasefit collect`` without SQLAlchemy or scikit-learn.
+collector-only install can run ``phasefit collect`` without SQLAlchemy or scikit-learn. Each module keeps
+its own name here (``phasefit.cli.report`` is the module, ``phasefit.cli.report.report`` the command).
 """
 
 from __future__ import annotations
@@ -9,12 +10,21 @@ from __future__ import annotations
 import typer
 
 from phasefit import __version__
-from phasefit.cli import alerts, catalog, db, docs, sim
-from phasefit.cli.collect import collect
-from phasefit.cli.demo import demo
-from phasefit.cli.ingest import ingest
-from phasefit.cli.predict import predict
-from phasefit.cli.serve import serve
+from phasefit.cli import (
+    alerts,
+    analyze,
+    catalog,
+    collect,
+    dashboard,
+    db,
+    demo,
+    docs,
+    ingest,
+    predict,
+    report,
+    serve,
+    sim,
+)
 
 app = typer.Typer(
     name="phasefit",
@@ -31,16 +41,20 @@ def version() -> None:
     typer.echo(__version__)
 
 
+# The main job first, then the fleet's path: collect -> serve/ingest -> analyze -> report/dashboard.
+app.command()(demo.demo)
+app.command()(collect.collect)
+app.command()(serve.serve)
+app.command()(ingest.ingest)
+app.command()(analyze.analyze)
+app.command()(report.report)
+app.command()(dashboard.dashboard)
+app.command()(predict.predict)
 app.add_typer(catalog.app, name="catalog")
 app.add_typer(alerts.app, name="alerts")
 app.add_typer(sim.app, name="sim")
 app.add_typer(db.app, name="db")
 app.add_typer(docs.app, name="docs")
-app.command()(ingest)
-app.command()(predict)
-app.command()(collect)
-app.command()(demo)
-app.command()(serve)
 
 
 def main() -> None:

@@ -11,13 +11,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from phasefit.cli.output import emit_json, fail, human
+from phasefit.cli.output import emit_json, human
+
+if TYPE_CHECKING:
+    from analyzer.pipeline import AnalysisResult
 
 DEMO_SCENARIO = "demo"
 
@@ -57,7 +61,12 @@ def demo(
     from fleet.ingest import catalog_sku_resolver, ingest_file
     from fleet.settings import Settings
     from fleet.store import migrate
-    from fleet.store.engine import make_engine
+    from fleet.store.engine import make_engine, writing
+    from fleet.store.queries import sample_time_range
+    from fleet.store.retention import floor_hour, refresh_rollups
+    from phasefit.cli.analyze import analysis_payload, print_result, run_store_analysis
+    from phasefit.cli.dashboard import dashboard
+    from phasefit.cli.report import make_report
 
     settings = Settings()
     out.mkdir(parents=True, exist_ok=True)
@@ -91,16 +100,62 @@ def demo(
             result = ingest_file(
                 engine, records_path, sku_resolver=catalog_sku_resolver(settings.catalog_path)
             )
+        with _step(timings, "rollups", "computing per-minute and per-hour rollups"):
+            with engine.connect() as connection:
+                span = sample_time_range(connection)
+            assert span is not None
+            with writing(engine) as connection:
+                refresh_rollups(connection, floor_hour(span[0]), floor_hour(span[1]) + timedelta(hours=1))
         summary = _summary(engine, truth, result, timings, database_url)
     finally:
         engine.dispose()
+
+    with _step(timings, "analyze", "analysing: bottlenecks, misplacements, best placement, drift"):
+        analysis = run_store_analysis(database_url, None, None)
+    summary["analysis"] = analysis_payload(analysis)
+    summary["accuracy"] = _accuracy(analysis, truth)
+    week = _busiest_week(span[0], span[1])
+    with _step(timings, "report", f"building the weekly placement audit for {week}"):
+        rendered, written = make_report(week, database_url=database_url, out=out, fmt="html")
+    summary["report"] = {"week": week, "files": [str(p) for p in written], "summary": rendered.summary}
 
     if json_output:
         emit_json(summary)
     else:
         _print_summary(summary)
+        print_result(analysis, human())
+        _print_accuracy(summary["accuracy"], summary["report"])
     if not no_serve:
-        fail("the dashboard is not part of this build yet: run with --no-serve", code=2)
+        human().print(
+            f"[bold]dashboard[/] on http://127.0.0.1:{port} (Ctrl-C to stop; the store stays in {out})"
+        )
+        dashboard(port=port, host="127.0.0.1", database_url=database_url, source="store", api_url=None)
+
+
+def _busiest_week(first: datetime, last: datetime) -> str:
+    """The ISO week holding the middle of the data (the demo's simulated week may straddle two)."""
+    year, week, _ = (first + (last - first) / 2).isocalendar()
+    return f"{year:04d}-W{week:02d}"
+
+
+def _accuracy(analysis: AnalysisResult, truth: dict[str, Any]) -> dict[str, Any]:
+    """The analyzer's misplaced workers and lost tokens against the simulator's re-simulated truth."""
+    worker_kinds = {
+        "decode-on-low-bandwidth", "prefill-on-high-bandwidth", "capacity-on-small-memory",
+    }  # fmt: skip
+    # A worker misplaced for part of the run and then no longer (its finding resolved) was still found.
+    found = {f.worker_id for f in analysis.findings if f.worker_id and f.kind.value in worker_kinds}
+    expected = {w["worker_id"] for w in truth["misplaced_workers"]}
+    hits = found & expected
+    fleet = analysis.summary.get("fleet", {})
+    return {
+        "misplaced_found": sorted(found),
+        "misplaced_truth": sorted(expected),
+        "precision": len(hits) / len(found) if found else (1.0 if not expected else 0.0),
+        "recall": len(hits) / len(expected) if expected else 1.0,
+        "lost_tokens_per_s": fleet.get("lost_tokens_per_s_mean"),
+        "lost_tokens_per_s_truth": truth["lost_tokens_per_s"],
+    }
 
 
 def _summary(
@@ -144,3 +199,21 @@ def _print_summary(summary: dict[str, Any]) -> None:
         )
     console.print(table)
     console.print(f"{summary['records_stored']:,} records stored in {summary['database_url']}")
+
+
+def _print_accuracy(accuracy: dict[str, Any], report: dict[str, Any]) -> None:
+    console = human()
+    lost, truth = accuracy["lost_tokens_per_s"], accuracy["lost_tokens_per_s_truth"]
+    console.print(
+        "[bold]against the simulator's ground truth[/] (re-simulated best placement): "
+        f"misplaced workers found {len(accuracy['misplaced_found'])}, "
+        f"true {len(accuracy['misplaced_truth'])}, "
+        f"precision {accuracy['precision']:.2f}, recall {accuracy['recall']:.2f}; lost tokens/s over the run "
+        f"{_num(lost)} estimated against {_num(truth)} re-simulated"
+    )
+    for path in report["files"]:
+        console.print(f"weekly placement audit {report['week']}: {path}")
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"

@@ -8,10 +8,15 @@ from typing import Any
 
 from rich.console import Console
 
+LOG_WIDTH = 160  # when stderr is a file or a pipe (CI logs, `2>file`), rich would otherwise wrap at 80
+
 
 def human() -> Console:
     """A rich console on stderr, so stdout stays clean for ``--json`` and pipes."""
-    return Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False)
+    if not console.is_terminal:
+        console = Console(stderr=True, highlight=False, width=LOG_WIDTH)
+    return console
 
 
 def emit_json(payload: Any) -> None:

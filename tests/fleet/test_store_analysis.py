@@ -13,8 +13,14 @@ def _summary(lost: float) -> dict[str, object]:
     return {
         "from": "2026-11-23T00:00:00Z",
         "to": "2026-11-24T00:00:00Z",
-        "fleet": {"lost_tokens_per_s": lost, "lost_tokens_per_s_low": lost * 0.8, "lost_tokens_per_s_high": lost},
-        "pools": [{"pool": "east/llama", "lost_tokens_per_s": lost, "ratio_drift": True, "traffic": {"x": 1}}],
+        "fleet": {
+            "lost_tokens_per_s": lost,
+            "lost_tokens_per_s_low": lost * 0.8,
+            "lost_tokens_per_s_high": lost,
+        },
+        "pools": [
+            {"pool": "east/llama", "lost_tokens_per_s": lost, "ratio_drift": True, "traffic": {"x": 1}}
+        ],
     }
 
 
@@ -24,11 +30,10 @@ def test_latest_run_wins_and_keeps_every_field(store_url: str) -> None:
     with engine.connect() as connection:
         assert latest_analysis(connection) is None
     with writing(engine) as connection:
-        put_analysis(connection, created_at=T0, from_ts=T0 - timedelta(days=1), to_ts=T0, summary=_summary(10.0))
-        put_analysis(
-            connection, created_at=T0 + timedelta(hours=1), from_ts=T0, to_ts=T0 + timedelta(hours=1),
-            summary=_summary(25.0),
-        )  # fmt: skip
+        day_before = T0 - timedelta(days=1)
+        put_analysis(connection, created_at=T0, from_ts=day_before, to_ts=T0, summary=_summary(10.0))
+        later = T0 + timedelta(hours=1)
+        put_analysis(connection, created_at=later, from_ts=T0, to_ts=later, summary=_summary(25.0))
     with engine.connect() as connection:
         run = latest_analysis(connection)
         assert run is not None

@@ -1,0 +1,122 @@
+"""The evidence a finding carries: telemetry medians over its stretch of time and the worker's roofline point.
+
+The roofline point is counter-derived: achieved FLOP/s per GPU from the tokens the worker served (prompt
+tokens at the prefill FLOPs per token of the mean prompt, generated tokens at the decode FLOPs per token
+of the mean context), and HBM bytes/s per GPU from DCGM's DRAM activity (a fraction of peak bandwidth).
+Their ratio is the arithmetic intensity; the SKU's ridge point (peak FLOP/s over bandwidth) says which
+side of the roof the worker sits on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from analyzer.bottleneck import BOTTLENECKS, BottleneckGrid
+from analyzer.frames import ROLES, FloatArray
+from analyzer.pools import Pool
+from analyzer.telemetry import WorkerGrid
+from fleet.contract import Bottleneck, Role
+from fleet.models import decode_flops_per_token, prefill_flops
+
+Evidence = dict[str, float | str | None]
+_DECODE = ROLES.index(Role.DECODE)
+
+
+def _median(values: FloatArray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return round(float(np.median(finite)), 6) if finite.size else None
+
+
+def dominant_bottleneck(bottlenecks: BottleneckGrid, worker_id: str, first: int, last: int) -> Bottleneck:
+    """The stable bottleneck a worker held most over buckets [first, last) (unknown if never classified)."""
+    if worker_id not in bottlenecks.workers:
+        return Bottleneck.UNKNOWN
+    labels = bottlenecks.stable[bottlenecks.workers.index(worker_id), first:last].astype(np.int64)
+    known = labels[labels > 0]
+    if not known.size:
+        return Bottleneck.UNKNOWN
+    return BOTTLENECKS[int(np.bincount(known).argmax())]
+
+
+def bottleneck_share(
+    bottlenecks: BottleneckGrid, worker_id: str, first: int, last: int, kind: Bottleneck
+) -> float:
+    """Share of buckets [first, last) in which the worker's stable verdict was ``kind``."""
+    if worker_id not in bottlenecks.workers or last <= first:
+        return 0.0
+    labels = bottlenecks.stable[bottlenecks.workers.index(worker_id), first:last]
+    return float(np.mean(labels == BOTTLENECKS.index(kind)))
+
+
+def worker_evidence(
+    pool: Pool,
+    grid: WorkerGrid,
+    bottlenecks: BottleneckGrid,
+    row: int,
+    first: int,
+    last: int,
+    *,
+    isl: float,
+    osl: float,
+) -> Evidence:
+    """Medians over buckets [first, last) and the roofline point of the worker in grid row ``row``."""
+    sl = slice(first, last)
+    worker_id = grid.workers[row]
+    prompt_rate = grid.rate(grid.prompt_tokens[row, sl], (row, sl))
+    output_rate = grid.rate(grid.generation_tokens[row, sl], (row, sl))
+    out: Evidence = {
+        "tensor_active": _median(grid.tensor_active[row, sl]),
+        "sm_active": _median(grid.sm_active[row, sl]),
+        "dram_active": _median(grid.dram_active[row, sl]),
+        "gpu_util": _median(grid.gpu_util[row, sl]),
+        "kv_cache_usage": _median(grid.kv_usage[row, sl]),
+        "requests_running": _median(grid.running[row, sl]),
+        "requests_waiting": _median(grid.waiting[row, sl]),
+        "tpot_p50_s": _median(grid.tpot_s[row, sl]),
+        "ttft_p50_s": _median(grid.ttft_s[row, sl]),
+        "prompt_tokens_per_s": _median(prompt_rate),
+        "generation_tokens_per_s": _median(output_rate),
+        "preemptions": float(np.nansum(grid.preemptions[row, sl])),
+        "capacity_bound_share": round(
+            bottleneck_share(bottlenecks, worker_id, first, last, Bottleneck.CAPACITY), 4
+        ),
+        "bottleneck": str(dominant_bottleneck(bottlenecks, worker_id, first, last)),
+    }
+    out.update(roofline_point(pool, grid, row, first, last, isl=isl, osl=osl))
+    return out
+
+
+def roofline_point(
+    pool: Pool, grid: WorkerGrid, row: int, first: int, last: int, *, isl: float, osl: float
+) -> Evidence:
+    """Achieved FLOP/s and HBM bytes/s per GPU, their ratio, and the SKU's ridge point."""
+    group = pool.group_of(row)
+    d = group.deployment
+    if d is None or not (math.isfinite(isl) and math.isfinite(osl)) or isl < 1 or osl < 0:
+        return {"roofline": "unavailable: model, SKU or lengths unknown"}
+    sl = slice(first, last)
+    prompt = _median(grid.rate(grid.prompt_tokens[row, sl], (row, sl))) or 0.0
+    output = _median(grid.rate(grid.generation_tokens[row, sl], (row, sl))) or 0.0
+    if (grid.role[row, sl] == _DECODE).mean() > 0.5:
+        prompt = 0.0  # a decode worker's prompt counter counts the KV it received, not prefill work
+    context = max(1, round(isl + osl / 2))
+    flops = prompt * prefill_flops(d.model, max(1, round(isl))) / max(isl, 1.0)
+    flops += output * decode_flops_per_token(d.model, context)
+    per_gpu_flops = flops / d.tp
+    dram = _median(grid.dram_active[row, sl])
+    bytes_per_s = dram * d.hbm_bandwidth if dram is not None else None
+    intensity = per_gpu_flops / bytes_per_s if bytes_per_s else None
+    ridge = d.gpu.ridge_point(d.precision)
+    return {
+        "achieved_flops_per_s_per_gpu": round(per_gpu_flops, 1),
+        "hbm_bytes_per_s_per_gpu": round(bytes_per_s, 1) if bytes_per_s is not None else None,
+        "arithmetic_intensity_flop_per_byte": round(intensity, 3) if intensity is not None else None,
+        "ridge_point_flop_per_byte": round(ridge, 3) if ridge is not None else None,
+        "peak_flops_per_s_per_gpu": d.matmul_peak_flops,
+        "peak_hbm_bytes_per_s_per_gpu": d.hbm_bandwidth,
+        "roofline_side": (
+            None if intensity is None or ridge is None else ("compute" if intensity >= ridge else "memory")
+        ),
+    }

@@ -1,0 +1,245 @@
+"""Model pools: the workers that serve one model in one cluster, by SKU, TP and role.
+
+A pool is (cluster, served model id). The cluster is given explicitly (a node -> cluster mapping) or read
+from the node name: its prefix before a trailing number (``gpu-a-017`` -> ``gpu-a``), so two clusters
+named by their node prefixes stay apart. Pools are independent units of analysis (DESIGN.md, Scale).
+
+Within a pool, a *group* is the workers on one SKU at one TP degree: the placement search may change the
+roles inside a group but never moves GPUs between groups (same counts per SKU and TP group).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from analyzer.deployment import Deployment, DeploymentError, default_kv_precision
+from fleet.catalog import Catalog
+from fleet.contract import Role
+from fleet.gpus import GpuSku
+from fleet.models import ModelArch
+from fleet.precision import Precision, parse_precision
+
+_TRAILING_NUMBER = re.compile(r"[-_.]?\d+$")
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """A serving worker as last reported."""
+
+    worker_id: str
+    node: str
+    engine: str
+    model: str
+    role: Role
+    role_source: str
+    precision: str | None
+    tp: int
+    gpu_uuids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU as last reported; ``sku`` is the catalog key (None where the store did not resolve it)."""
+
+    gpu_uuid: str
+    node: str
+    gpu_name: str
+    sku: str | None
+    worker_id: str | None
+    source: str
+    state: str
+
+
+@dataclass(frozen=True)
+class Inventory:
+    workers: tuple[WorkerSpec, ...]
+    gpus: tuple[GpuSpec, ...]
+
+    @property
+    def worker_ids(self) -> tuple[str, ...]:
+        return tuple(w.worker_id for w in self.workers)
+
+    def gpu_worker(self) -> dict[str, str]:
+        """GPU UUID -> worker, from the GPUs' own attribution, else the workers' ``gpu_uuids``."""
+        mapping = {u: w.worker_id for w in self.workers for u in w.gpu_uuids}
+        mapping.update({g.gpu_uuid: g.worker_id for g in self.gpus if g.worker_id is not None})
+        return mapping
+
+    def unattributed_gpus(self) -> tuple[GpuSpec, ...]:
+        owned = self.gpu_worker()
+        return tuple(g for g in self.gpus if g.gpu_uuid not in owned)
+
+
+def _latest(columns: Mapping[str, Sequence[Any]], key: str) -> dict[str, int]:
+    """Index of the latest row per ``key`` value (rows are in time order)."""
+    latest: dict[str, int] = {}
+    for i, value in enumerate(columns[key]):
+        latest[value] = i
+    return latest
+
+
+def inventory_from_samples(
+    gpu_columns: Mapping[str, Sequence[Any]], engine_columns: Mapping[str, Sequence[Any]]
+) -> Inventory:
+    """The inventory raw sample columns describe (latest window wins), for runs without a store."""
+    workers = []
+    for worker_id, i in sorted(_latest(engine_columns, "worker_id").items()):
+        workers.append(
+            WorkerSpec(
+                worker_id=worker_id,
+                node=str(engine_columns["node"][i]),
+                engine=str(engine_columns["engine"][i]),
+                model=str(engine_columns["model"][i]),
+                role=Role(engine_columns["role"][i]),
+                role_source=str(engine_columns["role_source"][i]),
+                precision=engine_columns["precision"][i],
+                tp=int(engine_columns["tp"][i]),
+                gpu_uuids=tuple(engine_columns["gpu_uuids"][i] or ()),
+            )
+        )
+    gpus = [
+        GpuSpec(
+            gpu_uuid=uuid,
+            node=str(gpu_columns["node"][i]),
+            gpu_name=str(gpu_columns["gpu_name"][i]),
+            sku=None,
+            worker_id=gpu_columns["worker_id"][i],
+            source=str(gpu_columns["source"][i]),
+            state=str(gpu_columns["state"][i]),
+        )
+        for uuid, i in sorted(_latest(gpu_columns, "gpu_uuid").items())
+    ]
+    return Inventory(tuple(workers), tuple(gpus))
+
+
+def cluster_of(node: str, clusters: Mapping[str, str] | None = None) -> str:
+    """The cluster a node belongs to: the explicit mapping, else the node name without its number."""
+    if clusters and node in clusters:
+        return clusters[node]
+    prefix = _TRAILING_NUMBER.sub("", node)
+    return prefix or node
+
+
+@dataclass(frozen=True)
+class SkuGroup:
+    """The pool's workers on one SKU at one TP degree (``members`` are grid rows)."""
+
+    sku: GpuSku
+    tp: int
+    members: tuple[int, ...]
+    deployment: Deployment | None  # None where the model or SKU lacks catalog figures
+
+    @property
+    def key(self) -> str:
+        return f"{self.sku.key}/tp{self.tp}"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * len(self.members)
+
+
+@dataclass(frozen=True)
+class Pool:
+    key: str  # "<cluster>/<served model id>"
+    cluster: str
+    model_id: str
+    arch: ModelArch | None
+    precision: Precision | None
+    members: tuple[int, ...]  # grid rows of every worker in the pool
+    groups: tuple[SkuGroup, ...]
+    notes: tuple[str, ...]
+
+    def group_of(self, row: int) -> SkuGroup:
+        for group in self.groups:
+            if row in group.members:
+                return group
+        raise KeyError(f"row {row} is not in pool {self.key}")
+
+
+def worker_sku(worker: WorkerSpec, gpus: Mapping[str, GpuSpec], catalog: Catalog) -> GpuSku:
+    """The SKU most of a worker's GPUs resolve to (the catalog's explicit unknown where none does)."""
+    keys: Counter[str] = Counter()
+    names: dict[str, str] = {}
+    for uuid in worker.gpu_uuids:
+        gpu = gpus.get(uuid)
+        if gpu is None:
+            continue
+        sku = catalog.gpus.skus.get(gpu.sku) if gpu.sku else None
+        resolved = sku or catalog.gpus.resolve(gpu.gpu_name)
+        keys[resolved.key] += 1
+        names[resolved.key] = gpu.gpu_name
+    if not keys:
+        return catalog.gpus.resolve(f"unreported GPU of {worker.worker_id}")
+    key = keys.most_common(1)[0][0]
+    return catalog.gpus.skus.get(key) or catalog.gpus.resolve(names[key])
+
+
+def build_pools(
+    inventory: Inventory, rows: Mapping[str, int], catalog: Catalog, clusters: Mapping[str, str] | None = None
+) -> list[Pool]:
+    """Group the inventory's workers (those with a grid row) into pools and SKU/TP groups."""
+    gpus = {g.gpu_uuid: g for g in inventory.gpus}
+    by_pool: dict[tuple[str, str], list[WorkerSpec]] = {}
+    for worker in inventory.workers:
+        if worker.worker_id in rows:
+            by_pool.setdefault((cluster_of(worker.node, clusters), worker.model), []).append(worker)
+    pools = []
+    for (cluster, model_id), workers in sorted(by_pool.items()):
+        notes: list[str] = []
+        arch = catalog.models.resolve(model_id)
+        if arch is None:
+            notes.append(f"model {model_id!r} is not in the catalog: capacities come from telemetry only")
+        precision = _pool_precision(workers, notes)
+        grouped: dict[tuple[str, int], list[int]] = {}
+        skus: dict[str, GpuSku] = {}
+        for worker in sorted(workers, key=lambda w: w.worker_id):
+            sku = worker_sku(worker, gpus, catalog)
+            skus[sku.key] = sku
+            grouped.setdefault((sku.key, worker.tp), []).append(rows[worker.worker_id])
+        groups = []
+        for (sku_key, tp), members in sorted(grouped.items()):
+            deployment = None
+            if arch is not None and precision is not None and skus[sku_key].known:
+                try:
+                    deployment = Deployment(
+                        model=arch,
+                        gpu=skus[sku_key],
+                        precision=precision,
+                        kv_precision=default_kv_precision(precision),
+                        tp=tp,
+                    )
+                except DeploymentError as exc:
+                    notes.append(str(exc))
+            elif not skus[sku_key].known:
+                notes.append(f"{len(members)} worker(s) on an unknown GPU model: kept where they are")
+            groups.append(SkuGroup(skus[sku_key], tp, tuple(members), deployment))
+        pools.append(
+            Pool(
+                key=f"{cluster}/{model_id}",
+                cluster=cluster,
+                model_id=model_id,
+                arch=arch,
+                precision=precision,
+                members=tuple(sorted(rows[w.worker_id] for w in workers)),
+                groups=tuple(groups),
+                notes=tuple(notes),
+            )
+        )
+    return pools
+
+
+def _pool_precision(workers: Sequence[WorkerSpec], notes: list[str]) -> Precision | None:
+    spelled = Counter(w.precision for w in workers if w.precision)
+    if not spelled:
+        notes.append("no worker reports its precision: assumed bf16")
+        return Precision.BF16
+    text = spelled.most_common(1)[0][0]
+    try:
+        return parse_precision(text)
+    except ValueError:
+        notes.append(f"precision {text!r} is not understood: capacities come from telemetry only")
+        return None

@@ -1,0 +1,324 @@
+"""The weekly placement audit from the store: the analyzer run over the ISO week (and over the week before,
+for the change), the inventory, and the telemetry's coverage.
+
+The report depends on the store's contents alone: the analysis is re-run over the week's rollups (never
+"the latest run", which depends on when the analyzer last ran), nothing reads the clock, and the input
+fingerprint is a hash of the rows read. So the same store gives the same report, byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, func, select
+
+from analyzer.pipeline import AnalysisInput, AnalysisResult, AnalyzerParams, analyze
+from analyzer.report.coverage import data_quality, roofline_points, sku_hours
+from analyzer.report.fleet_roofline import roofs_for
+from analyzer.report.model import PRICE_NOT_SET, AuditReport, DriftEvent, FollowUp, WeekFigures
+from analyzer.report.sections import actions_of, hourly_lost, pool_rows, ratio_points, verdict
+from analyzer.store_io import read_input
+from fleet.catalog import Catalog
+from fleet.contract import FindingKind, FindingStatus
+from fleet.store.alerts import list_alert_events
+from fleet.store.reports import check_week
+from fleet.store.schema import EngineSample1hRow, EngineSampleRow, GpuSample1hRow, GpuSampleRow, table_of
+
+HOUR = timedelta(hours=1)
+MISPLACEMENT = {
+    FindingKind.DECODE_ON_LOW_BANDWIDTH,
+    FindingKind.PREFILL_ON_HIGH_BANDWIDTH,
+    FindingKind.CAPACITY_ON_SMALL_MEMORY,
+    FindingKind.ROLE_DRIFT,
+}
+
+
+class ReportError(ValueError):
+    """The week cannot be audited (no telemetry in it); the message says why."""
+
+
+def week_bounds(week: str) -> tuple[datetime, datetime]:
+    """[Monday 00:00, next Monday 00:00) UTC of an ISO week such as ``2026-W48``."""
+    year, number = check_week(week).split("-W")
+    start = datetime.fromisocalendar(int(year), int(number), 1).replace(tzinfo=UTC)
+    return start, start + timedelta(days=7)
+
+
+def previous_week(week: str) -> str:
+    start, _ = week_bounds(week)
+    year, number, _ = (start - timedelta(days=7)).isocalendar()
+    return f"{year:04d}-W{number:02d}"
+
+
+def _data_span(connection: Connection, since: datetime, until: datetime) -> tuple[datetime, datetime] | None:
+    """[start of the first, end of the last) hour in [since, until) that holds telemetry (rollups or raw)."""
+    firsts, lasts = [], []
+    for model, column in (
+        (GpuSample1hRow, "bucket"),
+        (EngineSample1hRow, "bucket"),
+        (GpuSampleRow, "ts"),
+        (EngineSampleRow, "ts"),
+    ):
+        c = table_of(model).c[column]
+        first, last = connection.execute(select(func.min(c), func.max(c)).where(c >= since, c < until)).one()
+        if first is not None:
+            firsts.append(first.replace(minute=0, second=0, microsecond=0))
+            lasts.append(last.replace(minute=0, second=0, microsecond=0) + HOUR)
+    if not firsts:
+        return None
+    return max(min(firsts), since), min(max(lasts), until)
+
+
+@dataclass(frozen=True)
+class WeekAnalysis:
+    week: str
+    since: datetime
+    until: datetime
+    data: AnalysisInput
+    result: AnalysisResult
+
+
+def analyse_week(
+    connection: Connection, week: str, catalog: Catalog, params: AnalyzerParams | None = None
+) -> WeekAnalysis | None:
+    """The analyzer run over the hours of the week that hold telemetry; None without any."""
+    since, until = week_bounds(week)
+    span = _data_span(connection, since, until)
+    if span is None:
+        return None
+    data = read_input(connection, *span)
+    if not data.inventory.workers or not data.gpu_buckets["ts"]:
+        return None
+    return WeekAnalysis(week, since, until, data, analyze(data, catalog, params))
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def _segment_tokens(summary: dict[str, Any], key: str, end: float) -> float:
+    total = 0.0
+    for pool in summary["pools"]:
+        for s in pool["segments"]:
+            start, stop = _parse(s["start"]).timestamp(), min(_parse(s["end"]).timestamp(), end)
+            if stop > start:
+                total += float(s.get(key) or 0.0) * (stop - start)
+    return total
+
+
+def week_figures(w: WeekAnalysis) -> WeekFigures:
+    summary = w.result.summary
+    fleet = summary["fleet"]
+    end = w.data.end
+    hours = (end - w.data.start) / 3600.0
+    lost = _segment_tokens(summary, "lost_tokens_per_s", end)
+    quality = data_quality(w.data)
+    worst = max(
+        (
+            p
+            for p in summary["pools"]
+            if p.get("prefill_decode_now")
+            and p.get("prefill_decode_recommended")
+            and p["prefill_decode_now"] != p["prefill_decode_recommended"]
+        ),
+        key=lambda p: float(p.get("lost_tokens_per_s") or 0.0),
+        default=None,
+    )
+    return WeekFigures(
+        week=w.week,
+        since=w.since,
+        until=w.until,
+        analysed_hours=hours,
+        lost_tokens=lost,
+        lost_tokens_low=_segment_tokens(summary, "lost_tokens_per_s_low", end),
+        lost_tokens_high=_segment_tokens(summary, "lost_tokens_per_s_high", end),
+        mean_lost_tokens_per_s=lost / (hours * 3600.0) if hours > 0 else 0.0,
+        capacity_tokens_per_s=fleet.get("capacity_tokens_per_s"),
+        best_tokens_per_s=fleet.get("best_tokens_per_s"),
+        demand_tokens_per_s=fleet.get("demand_tokens_per_s"),
+        demand_limited=bool(fleet.get("demand_limited")),
+        misplaced_workers=int(fleet.get("misplaced_workers") or 0),
+        open_findings=int(fleet.get("open_findings") or 0),
+        findings_by_kind=dict(fleet.get("open_findings_by_kind") or {}),
+        weekly_cost_usd=fleet.get("weekly_cost_usd"),
+        misplacement_cost_usd=fleet.get("misplacement_cost_per_week_usd"),
+        idle_cost_usd=fleet.get("idle_cost_per_week_usd"),
+        worst_ratio=f"{worst['pool']}: {worst['prefill_decode_now']} -> {worst['prefill_decode_recommended']}"
+        if worst
+        else None,
+        telemetry_coverage=quality.coverage,
+    )
+
+
+def _plain(value: Any) -> Any:
+    """JSON for values orjson does not know (PostgreSQL returns SUMs of integers as Decimal)."""
+    if isinstance(value, Decimal):
+        return float(value)
+    raise TypeError(f"cannot fingerprint {type(value).__name__}")
+
+
+def fingerprint(data: AnalysisInput) -> str:
+    """A hash of the rows the report read (inventory and bucketed telemetry), for reproducibility."""
+    digest = hashlib.sha256()
+    inventory = sorted([*(repr(w) for w in data.inventory.workers), *(repr(g) for g in data.inventory.gpus)])
+    digest.update(orjson.dumps(inventory))
+    for columns in (data.gpu_buckets, data.engine_buckets):
+        for name in sorted(columns):
+            digest.update(name.encode())
+            values = [
+                float(v) if isinstance(v, int | Decimal) and not isinstance(v, bool) else v
+                for v in columns[name]
+            ]
+            digest.update(orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY, default=_plain))
+    return digest.hexdigest()[:16]
+
+
+def _drift_events(result: AnalysisResult, alerts: Sequence[Any]) -> list[DriftEvent]:
+    ratio_findings = {f.pool: f for f in result.findings if f.kind is FindingKind.POOL_RATIO_DRIFT and f.pool}
+    out = []
+    for pool in result.summary["pools"]:
+        for event in pool.get("drift_events", []):
+            at = _parse(event["start"])
+            became = []
+            finding = ratio_findings.get(pool["pool"])
+            if finding is not None and finding.first_seen <= at + timedelta(hours=6):
+                became.append("pool-ratio-drift finding")
+            became += [
+                f"alert {a.labels.get('alertname', '?')} ({a.fingerprint})"
+                for a in alerts
+                if a.labels.get("pool") == pool["pool"]
+                and abs((a.starts_at - at).total_seconds()) <= 6 * 3600
+            ]
+            out.append(
+                DriftEvent(
+                    at, pool["pool"], event.get("description", ""), event.get("magnitude"), ", ".join(became)
+                )
+            )
+    for f in result.findings:
+        if f.kind is FindingKind.ROLE_DRIFT and f.worker_id:
+            out.append(
+                DriftEvent(
+                    f.first_seen,
+                    f.pool or "",
+                    f"{f.worker_id}: measured bottleneck "
+                    f"{f.bottleneck.value} no longer matches role {f.role.value}",
+                    None,
+                    "role-drift finding",
+                )
+            )
+    return sorted(out, key=lambda e: (e.at, e.pool, e.what))
+
+
+def _follow_up(this: AnalysisResult, last: AnalysisResult | None) -> list[FollowUp]:
+    if last is None:
+        return []
+    now = {
+        (f.kind.value, f.worker_id or f.pool or "fleet"): f
+        for f in this.findings
+        if f.status is FindingStatus.OPEN
+    }
+    out = []
+    for f in last.findings:
+        if f.status is not FindingStatus.OPEN:
+            continue
+        key = (f.kind.value, f.worker_id or f.pool or "fleet")
+        current = now.get(key)
+        out.append(
+            FollowUp(
+                key[1],
+                key[0],
+                "persisting" if current else "resolved",
+                f.lost_tokens_per_s,
+                current.lost_tokens_per_s if current else None,
+            )
+        )
+    return sorted(out, key=lambda u: (-u.lost_last_week, u.subject, u.kind))
+
+
+def build_audit(
+    connection: Connection,
+    week: str,
+    catalog: Catalog,
+    *,
+    params: AnalyzerParams | None = None,
+    version: str = "",
+) -> AuditReport:
+    """Everything the week's audit says, from the store (see the module docstring)."""
+    this = analyse_week(connection, week, catalog, params)
+    if this is None:
+        since, until = week_bounds(week)
+        raise ReportError(
+            f"no telemetry between {since:%Y-%m-%d} and {until:%Y-%m-%d} ({week}): nothing to audit"
+        )
+    last = analyse_week(connection, previous_week(week), catalog, params)
+    result, summary = this.result, this.result.summary
+    alerts = [
+        s.event
+        for s in list_alert_events(connection, since=this.since, limit=10_000)
+        if s.event.starts_at < this.until
+    ]
+    previous_keys = (
+        {(f.kind.value, f.worker_id or f.pool or "fleet") for f in last.result.findings} if last else set()
+    )
+    actions, considered, appendix = actions_of(result.findings, previous_keys)
+    workers = summary["workers"]
+    misplaced_episodes = {
+        f.worker_id: (f.first_seen, f.last_seen)
+        for f in result.findings
+        if f.worker_id and f.kind in MISPLACEMENT and f.status is FindingStatus.OPEN
+    }
+    points = roofline_points(
+        this.data,
+        catalog,
+        {w["worker_id"]: w["pool"] for w in workers},
+        {w["worker_id"]: w["sku"] for w in workers},
+        sorted(misplaced_episodes),
+        params.clusters if params else None,
+    )
+    by_sku_role: dict[str, dict[str, int]] = {}
+    for pool in summary["pools"]:
+        for sku, roles in pool["workers_by_sku_role"].items():
+            for role, n in roles.items():
+                by_sku_role.setdefault(sku, {})[role] = by_sku_role.get(sku, {}).get(role, 0) + n
+    prices = [catalog.gpus.skus[k].hourly_price_usd for k in by_sku_role if k in catalog.gpus.skus]
+    price_source = (
+        "catalog hourly_price_usd, on-demand"
+        if prices and all(p is not None for p in prices)
+        else PRICE_NOT_SET
+    )
+    figures = week_figures(this)
+    return AuditReport(
+        week=week,
+        since=this.since,
+        until=this.until,
+        clusters=sorted({p["pool"].split("/", 1)[0] for p in summary["pools"]}),
+        this_week=figures,
+        last_week=week_figures(last) if last else None,
+        verdict=verdict(figures, actions),
+        actions=actions,
+        considered=considered,
+        pools=pool_rows(summary),
+        drift_events=_drift_events(result, alerts),
+        follow_up=_follow_up(result, last.result if last else None),
+        quality=data_quality(this.data),
+        roofs=roofs_for(catalog, sorted({(p.sku, p.precision) for p in points})),
+        points=points,
+        hourly_lost=hourly_lost(summary, this.data.end),
+        hourly_lost_last_week=hourly_lost(last.result.summary, last.data.end, shift=timedelta(days=7))
+        if last
+        else [],
+        ratios=ratio_points(summary),
+        sku_hours=sku_hours(this.data, catalog, misplaced_episodes),
+        gpus_by_sku_role=by_sku_role,
+        model_error=dict(summary.get("model") or {}),
+        price_source=price_source,
+        fingerprint=fingerprint(this.data),
+        version=version,
+        appendix=appendix,
+    )

@@ -1,0 +1,239 @@
+"""The weekly placement audit as data: what :mod:`analyzer.report.build` computes and the renderers print.
+
+Every figure is a positive quantity with its unit in the field name; ranges are (low, high), never summed
+from overlapping items; money is None when the catalog has no price (the renderers then say where to set
+one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from analyzer.report.fleet_roofline import Roof, WorkerPoint
+
+PRICE_NOT_SET = "price not set (PHASEFIT_CATALOG_PATH)"
+
+
+@dataclass(frozen=True)
+class WeekFigures:
+    """One ISO week's headline figures, from the analyzer run over that week."""
+
+    week: str
+    since: datetime
+    until: datetime
+    analysed_hours: float  # hours of the week the analyzer had telemetry for
+    lost_tokens: float  # capacity lost to placement over the week (tokens, not tokens/s)
+    lost_tokens_low: float
+    lost_tokens_high: float
+    mean_lost_tokens_per_s: float
+    capacity_tokens_per_s: float | None  # as placed, latest traffic mix
+    best_tokens_per_s: float | None  # best placement of the same GPUs
+    demand_tokens_per_s: float | None
+    demand_limited: bool
+    misplaced_workers: int
+    open_findings: int
+    findings_by_kind: dict[str, int]
+    weekly_cost_usd: float | None
+    misplacement_cost_usd: float | None  # per week, at the catalog's prices
+    idle_cost_usd: float | None
+    worst_ratio: str | None  # the pool furthest from its recommended prefill:decode split, "pool now -> best"
+    telemetry_coverage: float | None  # share of GPU-hours with telemetry
+
+    @property
+    def placement_efficiency(self) -> float | None:
+        if self.capacity_tokens_per_s and self.best_tokens_per_s:
+            return min(1.0, self.capacity_tokens_per_s / self.best_tokens_per_s)
+        return None
+
+
+@dataclass(frozen=True)
+class Action:
+    """One recommended action (a finding with something to do), ranked by expected gain."""
+
+    rank: int
+    status: str  # new | persisting (seen the previous week too)
+    kind: str
+    subject: str  # worker id, or the pool for pool-level findings
+    pool: str
+    sku: str | None
+    role: str
+    bottleneck: str
+    action: str
+    detail: str
+    counterpart: str | None
+    lost_tokens_per_s: float
+    lost_low: float
+    lost_high: float
+    expected_gain_tokens_per_s: float | None
+    evidence: str  # the counters it rests on, one line
+    share_of_week: float | None  # fraction of the analysed time the finding held
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    pool: str
+    model: str
+    precision: str | None
+    serving: str
+    gpus: int
+    workers_by_sku_role: dict[str, dict[str, int]]
+    mean_prompt_tokens: float | None
+    mean_output_tokens: float | None
+    requests_per_s: float | None
+    bound: str | None
+    utilisation: float | None
+    ratio_now: str | None
+    ratio_recommended: str | None
+    per_sku: dict[str, dict[str, Any]]
+    ratio_drift: bool
+    lost_tokens_per_s: float
+    checks: list[dict[str, Any]]
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class DriftEvent:
+    at: datetime
+    pool: str
+    what: str
+    magnitude: float | None
+    became: str  # the finding or alert it led to, or ""
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """Last week's findings and what became of them."""
+
+    subject: str
+    kind: str
+    state: str  # persisting | resolved
+    lost_last_week: float
+    lost_this_week: float | None
+
+
+@dataclass(frozen=True)
+class NodeGap:
+    node: str
+    missing_hours: int
+    hours: int
+
+
+@dataclass(frozen=True)
+class DataQuality:
+    gpus: int
+    gpu_hours_expected: float
+    gpu_hours_with_telemetry: float
+    gpu_hours_by_source: dict[str, float]
+    nodes_with_gaps: list[NodeGap]
+    lost_gpus: list[str]
+    degraded_gpu_hours: float
+    unattributed_gpus: int
+    workers: int
+    workers_role_unknown: int
+    role_sources: dict[str, int]
+    mig_instances: int
+
+    @property
+    def coverage(self) -> float | None:
+        return self.gpu_hours_with_telemetry / self.gpu_hours_expected if self.gpu_hours_expected else None
+
+
+@dataclass(frozen=True)
+class HourlyLost:
+    ts: datetime
+    lost: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class SkuHours:
+    """GPU-hours of one SKU in the week, split by what the GPUs did."""
+
+    sku: str
+    hourly_price_usd: float | None
+    well_placed: float
+    misplaced: float
+    unattributed: float
+
+    @property
+    def total(self) -> float:
+        return self.well_placed + self.misplaced + self.unattributed
+
+
+@dataclass(frozen=True)
+class RatioPoint:
+    pool: str
+    start: datetime
+    end: datetime
+    provisioned: float | None  # prefill workers per decode worker in the segment
+    recommended: float | None
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    week: str
+    since: datetime
+    until: datetime
+    clusters: list[str]
+    this_week: WeekFigures
+    last_week: WeekFigures | None
+    verdict: str
+    actions: list[Action]
+    considered: list[Action]  # findings with no action worth taking, and why
+    pools: list[PoolRow]
+    drift_events: list[DriftEvent]
+    follow_up: list[FollowUp]
+    quality: DataQuality
+    roofs: list[Roof]
+    points: list[WorkerPoint]
+    hourly_lost: list[HourlyLost]
+    hourly_lost_last_week: list[HourlyLost]
+    ratios: list[RatioPoint]
+    sku_hours: list[SkuHours]
+    gpus_by_sku_role: dict[str, dict[str, int]]
+    model_error: dict[str, Any]
+    price_source: str
+    fingerprint: str
+    version: str
+    appendix: list[Action] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The figures stored next to the report (reports.summary) and served by the API."""
+        w = self.this_week
+        previous = self.last_week
+        return {
+            "week": self.week,
+            "from": self.since.isoformat(),
+            "to": self.until.isoformat(),
+            "clusters": self.clusters,
+            "lost_tokens_week": round(w.lost_tokens),
+            "lost_tokens_week_low": round(w.lost_tokens_low),
+            "lost_tokens_week_high": round(w.lost_tokens_high),
+            "mean_lost_tokens_per_s": round(w.mean_lost_tokens_per_s, 1),
+            "demand_limited": w.demand_limited,
+            "placement_efficiency": None
+            if w.placement_efficiency is None
+            else round(w.placement_efficiency, 4),
+            "misplaced_workers": w.misplaced_workers,
+            "open_findings": w.open_findings,
+            "weekly_cost_usd": w.weekly_cost_usd,
+            "misplacement_cost_per_week_usd": w.misplacement_cost_usd,
+            "idle_cost_per_week_usd": w.idle_cost_usd,
+            "price": self.price_source,
+            "telemetry_coverage": None if w.telemetry_coverage is None else round(w.telemetry_coverage, 4),
+            "actions": len(self.actions),
+            "previous_week": None
+            if previous is None
+            else {
+                "week": previous.week,
+                "lost_tokens_week": round(previous.lost_tokens),
+                "misplaced_workers": previous.misplaced_workers,
+                "placement_efficiency": None
+                if previous.placement_efficiency is None
+                else round(previous.placement_efficiency, 4),
+            },
+            "fingerprint": self.fingerprint,
+        }

@@ -1,0 +1,246 @@
+"""The report's summary parts: headline tiles, the week-over-week table, the pools section and the data
+quality section, as blocks (:mod:`analyzer.report.blocks`)."""
+
+from __future__ import annotations
+
+from analyzer.report.blocks import Block, Figure, Heading, Para, Table, Tile, Tiles
+from analyzer.report.figures import Chart
+from analyzer.report.model import PRICE_NOT_SET, AuditReport, WeekFigures
+from analyzer.report.style import percent, si, tokens_range, tokens_rate, usd
+
+
+def _money(value: float | None) -> str:
+    return usd(value) if value is not None else PRICE_NOT_SET
+
+
+def _tokens(value: float) -> str:
+    return f"{si(value)} tokens"
+
+
+def _delta(now: float | None, before: float | None, fmt: str = "number") -> str:
+    if now is None or before is None:
+        return "-"
+    diff = now - before
+    if fmt == "percent":
+        return f"{diff * 100:+.1f} pt"
+    sign = "+" if diff >= 0 else "−"
+    return f"{sign}{si(abs(diff))}"
+
+
+def tiles(w: WeekFigures) -> Tiles:
+    loss = (
+        f"{tokens_range(w.lost_tokens_low, w.lost_tokens_high).replace(' tok/s', '')} tokens; mean "
+        f"{tokens_rate(w.mean_lost_tokens_per_s)} over {w.analysed_hours:,.0f} h analysed"
+    )
+    if w.demand_limited:
+        first = Tile(
+            "Capacity lost to placement",
+            _tokens(w.lost_tokens),
+            f"{loss}. 0 undelivered tokens: the fleet was demand-limited, so the loss is idle capacity.",
+        )
+    else:
+        first = Tile("Tokens lost to placement", _tokens(w.lost_tokens), loss)
+    if w.misplacement_cost_usd is not None or w.idle_cost_usd is not None:
+        money = Tile(
+            "Money on misplaced or idle capacity",
+            f"{_money((w.misplacement_cost_usd or 0) + (w.idle_cost_usd or 0))} /week",
+            f"misplacement {_money(w.misplacement_cost_usd)}, idle for lack of demand "
+            f"{_money(w.idle_cost_usd)} (run-rate at the latest traffic)",
+        )
+    else:
+        money = Tile(
+            "Money on misplaced or idle capacity",
+            PRICE_NOT_SET,
+            "set hourly_price_usd per GPU model in the operator's catalog file to price the loss",
+        )
+    efficiency = Tile(
+        "Placement efficiency",
+        percent(w.placement_efficiency, 1),
+        f"current {tokens_rate(w.capacity_tokens_per_s)} ÷ best placement "
+        f"{tokens_rate(w.best_tokens_per_s)} of the same GPUs",
+    )
+    return Tiles([first, money, efficiency])
+
+
+def week_table(this: WeekFigures, last: WeekFigures | None) -> Table:
+    def row(name: str, now: str, before: str, delta: str) -> list[str]:
+        return [name, now, before, delta]
+
+    b = last
+    rows = [
+        row(
+            "capacity lost to placement",
+            _tokens(this.lost_tokens),
+            _tokens(b.lost_tokens) if b else "-",
+            _delta(this.lost_tokens, b.lost_tokens if b else None),
+        ),
+        row(
+            "lost range (low–high)",
+            tokens_range(this.lost_tokens_low, this.lost_tokens_high).replace(" tok/s", ""),
+            tokens_range(b.lost_tokens_low, b.lost_tokens_high).replace(" tok/s", "") if b else "-",
+            "",
+        ),
+        row(
+            "placement efficiency",
+            percent(this.placement_efficiency, 1),
+            percent(b.placement_efficiency, 1) if b else "-",
+            _delta(this.placement_efficiency, b.placement_efficiency if b else None, "percent"),
+        ),
+        row(
+            "misplacement $ /week",
+            _money(this.misplacement_cost_usd),
+            _money(b.misplacement_cost_usd) if b else "-",
+            "",
+        ),
+        row("idle $ /week", _money(this.idle_cost_usd), _money(b.idle_cost_usd) if b else "-", ""),
+        row(
+            "misplaced workers",
+            str(this.misplaced_workers),
+            str(b.misplaced_workers) if b else "-",
+            f"{this.misplaced_workers - b.misplaced_workers:+d}" if b else "-",
+        ),
+        row(
+            "open findings",
+            ", ".join(f"{n} {k}" for k, n in sorted(this.findings_by_kind.items())) or "0",
+            ", ".join(f"{n} {k}" for k, n in sorted(b.findings_by_kind.items())) or "0" if b else "-",
+            "",
+        ),
+        row(
+            "worst pool ratio (now → best)",
+            this.worst_ratio or "none",
+            (b.worst_ratio or "none") if b else "-",
+            "",
+        ),
+        row(
+            "telemetry coverage (GPU-hours)",
+            percent(this.telemetry_coverage, 1),
+            percent(b.telemetry_coverage, 1) if b else "-",
+            "",
+        ),
+    ]
+    note = "" if b else "No telemetry for the previous week: nothing to compare with."
+    return Table(
+        ["metric", f"this week ({this.week})", f"last week ({b.week if b else '-'})", "change"], rows, note
+    )
+
+
+def pool_blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
+    out: list[Block] = [Heading(2, "4. Pools and the recommended prefill:decode ratio")]
+    rows = []
+    for p in report.pools:
+        fleet = "; ".join(
+            f"{sku} " + "/".join(f"{n}{role[0].upper()}" for role, n in sorted(r.items()))
+            for sku, r in sorted(p.workers_by_sku_role.items())
+        )
+        flag = (
+            " (< 40%: disaggregation benefit masked)"
+            if p.utilisation is not None and p.utilisation < 0.4
+            else ""
+        )
+        rows.append(
+            [
+                p.pool,
+                p.precision or "-",
+                fleet,
+                f"{si(p.mean_prompt_tokens)} / {si(p.mean_output_tokens)}",
+                f"{p.requests_per_s or 0:,.1f}",
+                p.bound or "-",
+                percent(p.utilisation) + flag,
+                f"{p.ratio_now or '-'} → {p.ratio_recommended or '-'}",
+                "yes" if p.ratio_drift else "",
+                tokens_rate(p.lost_tokens_per_s),
+            ]
+        )
+    out.append(
+        Table(
+            [
+                "pool",
+                "precision",
+                "workers (SKU P/D)",
+                "mean prompt / output tokens",
+                "requests/s",
+                "bound by",
+                "utilisation",
+                "prefill:decode now → recommended",
+                "ratio drift",
+                "lost now",
+            ],
+            rows,
+        )
+    )
+    per_sku = [
+        [
+            p.pool,
+            group,
+            f"{g.get('prefill_now')}P/{g.get('decode_now')}D",
+            f"{g.get('prefill_best')}P/{g.get('decode_best')}D",
+            si(g.get("prefill_tokens_per_s_per_worker")),
+            si(g.get("decode_tokens_per_s_per_worker")),
+        ]
+        for p in report.pools
+        for group, g in sorted(p.per_sku.items())
+    ]
+    if per_sku:
+        out.append(
+            Table(
+                [
+                    "pool",
+                    "SKU group",
+                    "now",
+                    "recommended",
+                    "prefill tok/s per worker",
+                    "decode tok/s per worker",
+                ],
+                per_sku,
+                note="Recommended: the best split of the same GPUs for the latest traffic mix.",
+            )
+        )
+    if "ratio" in charts:
+        out.append(Figure(charts["ratio"]))
+    checks = [
+        [p.pool, c["check"], {True: "pass", False: "fail"}.get(c["passed"], "n/a"), c["detail"]]
+        for p in report.pools
+        for c in p.checks
+    ]
+    if checks:
+        out.append(
+            Table(["pool", "check", "result", "detail"], checks, note="Does disaggregation pay off here?")
+        )
+    return out
+
+
+def quality_blocks(report: AuditReport) -> list[Block]:
+    q = report.quality
+    rows = [
+        ["GPUs seen", f"{q.gpus:,}"],
+        [
+            "GPU-hours with telemetry",
+            f"{q.gpu_hours_with_telemetry:,.0f} of {q.gpu_hours_expected:,.0f} ({percent(q.coverage, 1)})",
+        ],
+        ["by source", ", ".join(f"{s} {h:,.0f} h" for s, h in q.gpu_hours_by_source.items()) or "-"],
+        [
+            "collectors missing (node: silent hours)",
+            ", ".join(f"{g.node}: {g.missing_hours} of {g.hours} h" for g in q.nodes_with_gaps) or "none",
+        ],
+        ["lost GPUs (Xid 79)", ", ".join(q.lost_gpus) or "none"],
+        ["degraded telemetry", f"{q.degraded_gpu_hours:,.1f} GPU-hours"],
+        ["GPUs without a worker (unattributed, never guessed)", str(q.unattributed_gpus)],
+        ["workers whose role is unknown", f"{q.workers_role_unknown} of {q.workers}"],
+        ["how roles were learned", ", ".join(f"{s} {n}" for s, n in q.role_sources.items()) or "-"],
+        ["MIG instances", str(q.mig_instances)],
+    ]
+    return [
+        Heading(2, "8. Data quality and method"),
+        Table(["coverage", "value"], rows),
+        Para(
+            "Lost tokens: what the best placement of the same GPUs (same count per SKU and TP, memory fit "
+            "respected) would sustain for the observed traffic, minus what the current placement sustains, "
+            "per "
+            "segment of steady traffic, times its duration. Demand-limited: the traffic needed less than the "
+            "current placement can serve, so the loss is idle capacity and money, not undelivered tokens. "
+            f"Money is priced with {report.price_source}. Figures for a week are recomputed from the store's "
+            "rollups "
+            "each time the report is built.",
+            "note",
+        ),
+    ]

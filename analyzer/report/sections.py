@@ -1,0 +1,160 @@
+"""The report's sections from one analyzer run: ranked actions, pool rows, hourly loss, ratio segments, and
+the one-sentence verdict. Pure functions over the pipeline's findings and summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from analyzer.report.model import Action, HourlyLost, PoolRow, RatioPoint, WeekFigures
+from analyzer.report.style import evidence_line, si, tokens_range
+from fleet.contract import Finding, FindingStatus
+
+NO_ACTION = {"none", "investigate"}
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def _share(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def actions_of(
+    findings: Sequence[Finding], previous: set[tuple[str, str]]
+) -> tuple[list[Action], list[Action], list[Action]]:
+    """(ranked actions, considered but not recommended, every finding) from one run's findings."""
+    ranked = sorted(
+        (f for f in findings if f.status is FindingStatus.OPEN),
+        key=lambda f: (
+            -(f.recommendation.expected_gain_tokens_per_s or f.lost_tokens_per_s)
+            if f.recommendation
+            else -f.lost_tokens_per_s,
+            f.kind.value,
+            f.worker_id or f.pool or "",
+        ),
+    )
+    actions, considered, appendix = [], [], []
+    for f in ranked:
+        r = f.recommendation
+        subject = f.worker_id or f.pool or "fleet"
+        row = Action(
+            rank=0,
+            status="persisting" if (f.kind.value, subject) in previous else "new",
+            kind=f.kind.value,
+            subject=subject,
+            pool=f.pool or "",
+            sku=f.gpu_sku,
+            role=f.role.value,
+            bottleneck=f.bottleneck.value,
+            action=r.action if r else "none",
+            detail=r.detail if r else "",
+            counterpart=r.counterpart_worker_id if r else None,
+            lost_tokens_per_s=f.lost_tokens_per_s,
+            lost_low=f.lost_tokens_per_s_low,
+            lost_high=f.lost_tokens_per_s_high,
+            expected_gain_tokens_per_s=r.expected_gain_tokens_per_s if r else None,
+            evidence=evidence_line(dict(f.evidence)),
+            share_of_week=_share(f.evidence.get("fraction_of_time")),
+        )
+        appendix.append(row)
+        if r is None or r.action in NO_ACTION:
+            considered.append(row)
+        else:
+            actions.append(row)
+    numbered = [replace(a, rank=i + 1) for i, a in enumerate(actions)]
+    ranks = {(a.kind, a.subject): a.rank for a in numbered}
+    return numbered, considered, [replace(a, rank=ranks.get((a.kind, a.subject), 0)) for a in appendix]
+
+
+def pool_rows(summary: dict[str, Any]) -> list[PoolRow]:
+    rows = []
+    for p in summary["pools"]:
+        traffic = p.get("traffic") or {}
+        rows.append(
+            PoolRow(
+                pool=p["pool"],
+                model=p["model"],
+                precision=p.get("precision"),
+                serving=p.get("serving", ""),
+                gpus=int(p.get("gpus") or 0),
+                workers_by_sku_role=p.get("workers_by_sku_role") or {},
+                mean_prompt_tokens=traffic.get("mean_prompt_tokens"),
+                mean_output_tokens=traffic.get("mean_output_tokens"),
+                requests_per_s=traffic.get("requests_per_s"),
+                bound=p.get("bound"),
+                utilisation=p.get("utilisation"),
+                ratio_now=p.get("prefill_decode_now"),
+                ratio_recommended=p.get("prefill_decode_recommended"),
+                per_sku=p.get("recommended") or {},
+                ratio_drift=bool(p.get("ratio_drift")),
+                lost_tokens_per_s=float(p.get("lost_tokens_per_s") or 0.0),
+                checks=list(p.get("checks") or []),
+                notes=list(p.get("notes") or []),
+            )
+        )
+    return rows
+
+
+def hourly_lost(summary: dict[str, Any], end: float, shift: timedelta = timedelta(0)) -> list[HourlyLost]:
+    """Lost tokens/s per hour (all pools), from the run's segments; ``shift`` moves last week onto
+    this one."""
+    hours: dict[datetime, list[float]] = {}
+    for pool in summary["pools"]:
+        for s in pool["segments"]:
+            t, stop = _parse(s["start"]), min(_parse(s["end"]), datetime.fromtimestamp(end, tz=UTC))
+            while t < stop:
+                slot = hours.setdefault(t + shift, [0.0, 0.0, 0.0])
+                for i, key in enumerate(
+                    ("lost_tokens_per_s", "lost_tokens_per_s_low", "lost_tokens_per_s_high")
+                ):
+                    slot[i] += float(s.get(key) or 0.0)
+                t += timedelta(hours=1)
+    return [HourlyLost(ts, *values) for ts, values in sorted(hours.items())]
+
+
+def _ratio(counts: dict[str, dict[str, int]] | None) -> float | None:
+    if not counts:
+        return None
+    prefill = sum(r.get("prefill", 0) for r in counts.values())
+    decode = sum(r.get("decode", 0) for r in counts.values())
+    return prefill / decode if decode else None
+
+
+def ratio_points(summary: dict[str, Any]) -> list[RatioPoint]:
+    return [
+        RatioPoint(
+            p["pool"],
+            _parse(s["start"]),
+            _parse(s["end"]),
+            _ratio(s.get("current_placement")),
+            _ratio(s.get("best_placement")),
+        )
+        for p in summary["pools"]
+        for s in p["segments"]
+        if s.get("utilisation") is not None
+    ]
+
+
+def verdict(figures: WeekFigures, actions: Sequence[Action]) -> str:
+    """One sentence from the week's top action and the demand- or supply-limited state."""
+    if not actions:
+        return "No worker was misplaced this week: every pool ran the split its traffic needed."
+    top = actions[0]
+    gain = top.expected_gain_tokens_per_s or top.lost_tokens_per_s
+    first = (
+        f"{figures.misplaced_workers} misplaced worker(s) and {len(actions)} recommended action(s); "
+        "the largest: "
+        f"{top.action} for {top.subject} ({top.kind}), ≈ {si(gain)} tok/s "
+        f"({tokens_range(top.lost_low, top.lost_high)})."
+    )
+    if figures.demand_limited:
+        return first + (
+            " The fleet was demand-limited, so no request went unserved: the loss is capacity (GPUs "
+            "busy for less work) and its cost, not undelivered tokens."
+        )
+    return first + " The fleet was supply-limited at times: that capacity was tokens users did not get."

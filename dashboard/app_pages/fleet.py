@@ -1,0 +1,90 @@
+"""Fleet: lost tokens now and over the range, GPUs by SKU and role, activity over time, open findings."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from analyzer.report.style import percent, si, tokens_range
+from dashboard import charts, compute, widgets
+
+context = widgets.page(
+    "Fleet",
+    "Is each worker on the hardware its bottleneck needs, and how many tokens does the fleet lose where it "
+    "is "
+    "not? Figures for the selected range, cluster and model.",
+)
+reads, scope = context.reads, context.scope
+ids = widgets.scoped_worker_ids(context)
+
+findings = widgets.served(lambda: reads.findings(scope)) or []
+lost = widgets.served(lambda: reads.lost_tokens(scope)) or []
+analysis = widgets.served(lambda: reads.analysis(scope)) if reads.kind == "store" else None
+head = compute.headline(analysis, findings, lost)
+
+tiles = st.columns(4)
+demand_limited = analysis is not None and bool(analysis.fleet.get("demand_limited"))
+tiles[0].metric(
+    "Capacity lost now (tok/s)" if demand_limited else "Lost tokens/s now",
+    si(head.lost_now),
+    help=f"Against the best placement of the same GPUs; range {tokens_range(head.lost_low, head.lost_high)}. "
+    f"Source: {head.source}.",
+)
+tiles[1].metric(
+    "Lost over the range",
+    f"{si(head.lost_tokens_in_range)} tokens",
+    help=f"Mean {si(head.mean_lost)} tok/s over the hours the analyzer covered.",
+)
+tiles[2].metric(
+    "Placement efficiency",
+    percent(head.efficiency),
+    help="Current sustainable tokens/s over what the best placement of the same GPUs would sustain.",
+)
+tiles[3].metric(
+    "Misplaced workers",
+    str(head.misplaced_workers),
+    help=f"{head.open_findings} open findings: "
+    + ", ".join(f"{n} {s}" for s, n in sorted(head.open_by_severity.items())),
+)
+if demand_limited:
+    st.info(
+        "The fleet was demand-limited: the loss is idle capacity and money, not undelivered tokens "
+        "(the best placement would serve the same traffic with fewer GPUs busy)."
+    )
+
+st.subheader("Lost tokens/s")
+if any(p.lost is not None for p in lost):
+    widgets.chart(charts.lost_tokens(lost))
+else:
+    st.caption("No analyzer conclusions cover this range.")
+
+groups = compute.scoped_groups(context.inventory, scope)
+lost_gpus = sum(g.gpus for g in groups if g.state == "lost")
+degraded = sum(g.gpus for g in groups if g.state == "degraded")
+unattributed = sum(g.gpus for g in groups if g.role == "unattributed")
+if lost_gpus or degraded or unattributed:
+    st.warning(
+        f"Telemetry: {lost_gpus} GPU(s) lost (Xid 79), {degraded} with degraded telemetry, "
+        f"{unattributed} not attributed to a worker (their role is unknown, never guessed)."
+    )
+
+left, right = st.columns([2, 3])
+with left:
+    st.subheader("GPUs by SKU and role")
+    widgets.chart(charts.gpu_groups(groups))
+    st.dataframe(
+        [{"SKU": g.sku, "role": g.role, "state": g.state, "GPUs": g.gpus} for g in groups],
+        hide_index=True,
+        width="stretch",
+    )
+with right:
+    st.subheader("Activity per SKU and role (hourly means)")
+    points = widgets.served(lambda: reads.utilisation(scope, ids))
+    if points:
+        widgets.chart(charts.utilisation(points, "tensor_active", "Tensor-pipe activity"))
+        widgets.chart(charts.utilisation(points, "dram_active", "DRAM activity"))
+        st.caption(
+            "Prefill is compute-bound (tensor activity high); decode is memory-bound (DRAM activity high; "
+            "DCGM's practical ceiling is about 80%)."
+        )
+    elif points is not None:
+        st.caption("No GPU telemetry in this range.")

@@ -1,0 +1,125 @@
+"""Misplacements: the analyzer's findings, largest loss first, with their evidence and recommended action."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import streamlit as st
+
+from analyzer.report.style import si, tokens_range
+from dashboard import compute, widgets
+
+context = widgets.page(
+    "Misplacements",
+    "Workers whose measured bottleneck does not match their GPU, and pools whose prefill:decode split no "
+    "longer matches their traffic: sorted by the tokens/s the best placement of the same GPUs would add.",
+)
+findings = widgets.served(lambda: context.reads.findings(context.scope)) or []
+
+filters = st.columns(5)
+statuses = filters[0].multiselect("Status", ["open", "resolved"], default=["open"], key="mp_status")
+pools = filters[1].multiselect("Pool", sorted({f.pool for f in findings if f.pool}), key="mp_pool")
+skus = filters[2].multiselect("SKU", sorted({f.gpu_sku for f in findings if f.gpu_sku}), key="mp_sku")
+roles = filters[3].multiselect("Role", sorted({f.role for f in findings}), key="mp_role")
+kinds = filters[4].multiselect("Kind", sorted({f.kind for f in findings}), key="mp_kind")
+shown = [
+    f
+    for f in findings
+    if (not statuses or f.status in statuses)
+    and (not pools or f.pool in pools)
+    and (not skus or f.gpu_sku in skus)
+    and (not roles or f.role in roles)
+    and (not kinds or f.kind in kinds)
+]
+rows = compute.finding_rows(shown)
+
+if not rows:
+    st.success("No findings match: every worker in range sits on hardware that suits its bottleneck.")
+    st.stop()
+
+workers = [f for f in shown if f.worker_id and f.kind in compute.MISPLACEMENT_KINDS]
+st.markdown(
+    f"**{len(shown)} findings**, {len({f.worker_id for f in workers})} misplaced workers. Findings of one "
+    "worker or pool overlap: their losses are not added up."
+)
+
+st.subheader("Top actions")
+top = [
+    {
+        "worker / pool": r["worker"] or r["pool"],
+        "kind": r["kind"],
+        "SKU · role": f"{r['SKU']} · {r['role']}" if r["SKU"] else "pool-level",
+        "lost tok/s": f"{si(r['lost tok/s'])} ({tokens_range(r['low'], r['high'])})",
+        "action": r["action"],
+        "what to do": r["detail"],
+        "evidence": r["evidence"],
+    }
+    for r in rows[:10]
+]
+st.table(top, hide_index=True)
+
+st.subheader("All findings")
+st.dataframe(
+    rows,
+    hide_index=True,
+    width="stretch",
+    column_order=[
+        "worker",
+        "pool",
+        "kind",
+        "severity",
+        "SKU",
+        "role",
+        "bottleneck",
+        "lost tok/s",
+        "low",
+        "high",
+        "action",
+        "expected gain tok/s",
+        "counterpart",
+        "target SKU",
+        "evidence",
+        "first seen",
+        "last seen",
+        "status",
+    ],
+    column_config={
+        "lost tok/s": st.column_config.NumberColumn(format="%d"),
+        "expected gain tok/s": st.column_config.NumberColumn(format="%d"),
+    },
+)
+buffer = io.StringIO()
+writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+writer.writeheader()
+writer.writerows(rows)
+st.download_button("Download CSV", buffer.getvalue(), file_name="phasefit-findings.csv", mime="text/csv")
+
+st.subheader("Evidence")
+labels = [f"{f.subject} · {f.kind}" for f in sorted(shown, key=lambda f: -f.lost_tokens_per_s)]
+chosen = st.selectbox("Finding", labels, key="mp_detail")
+finding = sorted(shown, key=lambda f: -f.lost_tokens_per_s)[labels.index(chosen)] if chosen else None
+if finding is not None:
+    left, right = st.columns(2)
+    with left:
+        where = f"{finding.role} on {finding.gpu_sku}" if finding.gpu_sku else "a pool-level finding"
+        st.markdown(
+            f"**{finding.subject}** ({where}): measured bottleneck **{finding.bottleneck}**, "
+            f"{finding.severity}, {finding.status}.  \n"
+            f"Seen {widgets.fmt_time(finding.first_seen)} → {widgets.fmt_time(finding.last_seen)} UTC; "
+            "losing "
+            f"{tokens_range(finding.lost_tokens_per_s_low, finding.lost_tokens_per_s_high)}."
+        )
+        if finding.action:
+            st.markdown(f"**Recommended action: {finding.action}.** {finding.action_detail}")
+    with right:
+        st.dataframe(
+            [
+                {"signal": k, "value": v if isinstance(v, str) else f"{v:,.4g}"}
+                for k, v in finding.evidence.items()
+                if v is not None
+            ],
+            hide_index=True,
+            width="stretch",
+            height=320,
+        )

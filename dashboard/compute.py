@@ -1,0 +1,251 @@
+"""Pure steps between the reads and the pages: tables, roofline points, ratio series, headline figures.
+
+Kept out of the page scripts so they are typed, testable without Streamlit, and shared by the pages.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from analyzer.report.fleet_roofline import Roof, WorkerPoint, precision_of, roofs_for, worker_point
+from analyzer.report.style import evidence_line, percent
+from dashboard.views import (
+    AnalysisView,
+    FindingView,
+    GpuGroup,
+    Inventory,
+    LostPoint,
+    Scope,
+    TrafficPoint,
+    WorkerActivity,
+    WorkerInfo,
+)
+from fleet.catalog import Catalog
+
+MISPLACEMENT_KINDS = frozenset(
+    {"decode-on-low-bandwidth", "prefill-on-high-bandwidth", "capacity-on-small-memory", "role-drift"}
+)
+
+
+def scoped_groups(inventory: Inventory, scope: Scope) -> list[GpuGroup]:
+    """GPUs by SKU and role: the store's counts for the whole fleet, else the in-scope workers' GPUs."""
+    if scope.cluster is None and scope.model is None:
+        return list(inventory.groups)
+    counts: Counter[tuple[str, str]] = Counter()
+    for w in inventory.in_scope(scope):
+        counts[(w.sku or "unresolved", w.role)] += w.tp
+    return [GpuGroup(sku, role, "ok", n) for (sku, role), n in sorted(counts.items())]
+
+
+@dataclass(frozen=True)
+class Headline:
+    lost_now: float | None
+    lost_low: float | None
+    lost_high: float | None
+    lost_tokens_in_range: float | None  # tokens (not per second) over the range
+    mean_lost: float | None
+    efficiency: float | None  # current capacity / best placement's
+    misplaced_workers: int
+    open_findings: int
+    open_by_severity: dict[str, int]
+    source: str  # where "now" comes from
+
+
+def headline(
+    analysis: AnalysisView | None, findings: Sequence[FindingView], lost: Sequence[LostPoint]
+) -> Headline:
+    open_findings = [f for f in findings if f.status == "open"]
+    misplaced = {f.worker_id for f in open_findings if f.worker_id and f.kind in MISPLACEMENT_KINDS}
+    severity = Counter(f.severity for f in open_findings)
+    present = [p for p in lost if p.lost is not None]
+    total = sum(float(p.lost or 0.0) * 3600.0 for p in present) if present else None
+    mean_lost = total / (3600.0 * len(present)) if total is not None and present else None
+    fleet = analysis.fleet if analysis is not None else {}
+    if fleet:
+        capacity, best = fleet.get("capacity_tokens_per_s"), fleet.get("best_tokens_per_s")
+        return Headline(
+            lost_now=fleet.get("lost_tokens_per_s"),
+            lost_low=fleet.get("lost_tokens_per_s_low"),
+            lost_high=fleet.get("lost_tokens_per_s_high"),
+            lost_tokens_in_range=total,
+            mean_lost=mean_lost,
+            efficiency=capacity / best if capacity and best else None,
+            misplaced_workers=int(fleet.get("misplaced_workers", len(misplaced))),
+            open_findings=len(open_findings),
+            open_by_severity=dict(severity),
+            source=f"analyzer run of {analysis.until:%Y-%m-%d %H:%M} UTC" if analysis else "",
+        )
+    last = present[-1] if present else None
+    return Headline(
+        lost_now=last.lost if last else None,
+        lost_low=last.low if last else None,
+        lost_high=last.high if last else None,
+        lost_tokens_in_range=total,
+        mean_lost=mean_lost,
+        efficiency=None,
+        misplaced_workers=len(misplaced),
+        open_findings=len(open_findings),
+        open_by_severity=dict(severity),
+        source="open findings (no analyzer run stored for this range)",
+    )
+
+
+def finding_rows(findings: Sequence[FindingView]) -> list[dict[str, Any]]:
+    """One table row per finding, largest loss first."""
+    rows = []
+    for f in sorted(findings, key=lambda f: (-f.lost_tokens_per_s, f.kind, f.subject)):
+        rows.append(
+            {
+                "worker": f.worker_id or "",
+                "pool": f.pool or "",
+                "kind": f.kind,
+                "severity": f.severity,
+                "SKU": f.gpu_sku or "",
+                "role": f.role,
+                "bottleneck": f.bottleneck,
+                "lost tok/s": round(f.lost_tokens_per_s),
+                "low": round(f.lost_tokens_per_s_low),
+                "high": round(f.lost_tokens_per_s_high),
+                "action": f.action or "",
+                "expected gain tok/s": round(f.expected_gain_tokens_per_s)
+                if f.expected_gain_tokens_per_s
+                else None,
+                "counterpart": f.counterpart_worker_id or "",
+                "target SKU": f.target_sku or "",
+                "evidence": evidence_line(f.evidence),
+                "first seen": f.first_seen.strftime("%Y-%m-%d %H:%M"),
+                "last seen": f.last_seen.strftime("%Y-%m-%d %H:%M"),
+                "status": f.status,
+                "detail": f.action_detail,
+            }
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class RooflineView:
+    roofs: list[Roof]
+    points: list[WorkerPoint]
+    undrawn: list[tuple[str, str]]  # (worker, why)
+
+
+def roofline_view(
+    workers: Sequence[WorkerInfo],
+    activity: Sequence[WorkerActivity],
+    findings: Sequence[FindingView],
+    catalog: Catalog,
+) -> RooflineView:
+    """Every in-scope worker as a point on its SKU's roof, and the roofs of every SKU present."""
+    by_worker = {a.worker_id: a for a in activity}
+    misplaced = {f.worker_id for f in findings if f.status == "open" and f.kind in MISPLACEMENT_KINDS}
+    points, undrawn = [], []
+    pairs = set()
+    for w in workers:
+        precision = precision_of(w.precision)
+        if w.sku:
+            pairs.add((w.sku, precision))
+        a = by_worker.get(w.worker_id)
+        sku = catalog.gpus.skus.get(w.sku) if w.sku else None
+        point = (
+            worker_point(
+                worker_id=w.worker_id,
+                pool=w.pool,
+                sku=sku,
+                role=w.role,
+                precision=precision,
+                tensor_active=a.tensor_active,
+                dram_active=a.dram_active,
+                misplaced=w.worker_id in misplaced,
+                weight=a.gpu_hours,
+            )
+            if a is not None
+            else None
+        )
+        if point is not None:
+            points.append(point)
+        elif a is None:
+            undrawn.append((w.worker_id, "no GPU telemetry in the range"))
+        elif sku is None:
+            undrawn.append((w.worker_id, f"GPU model {w.sku or 'unknown'} has no catalog figures"))
+        else:
+            undrawn.append((w.worker_id, "no tensor or DRAM activity reported"))
+    return RooflineView(roofs_for(catalog, sorted(pairs)), points, undrawn)
+
+
+def point_rows(view: RooflineView) -> list[dict[str, Any]]:
+    rows = []
+    for p in sorted(view.points, key=lambda p: (not p.misplaced, p.pool, p.worker_id)):
+        others = [r for r in view.roofs if r.sku != p.sku and r.precision == p.precision]
+        best = max((p.gain_on(r) for r in others), default=None)
+        rows.append(
+            {
+                "worker": p.worker_id,
+                "pool": p.pool,
+                "SKU": p.sku,
+                "role": p.role,
+                "intensity FLOP/B": round(p.intensity, 1),
+                "TFLOP/s": round(p.flops / 1e12, 1),
+                "tensor": percent(p.tensor_active),
+                "DRAM": percent(p.dram_active),
+                "of own roof": percent(p.share_of_roof),
+                "bound": p.bound,
+                "misplaced": p.misplaced,
+                "other SKU's roof": f"{best:.2f}x" if best is not None else "-",
+            }
+        )
+    return rows
+
+
+def _parse(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def worker_capacities(pool: dict[str, Any]) -> tuple[float, float] | None:
+    """Per-worker prefill and decode tokens/s of the pool (worker-count weighted over its SKU groups)."""
+    prefill = decode = weight = 0.0
+    for group in (pool.get("recommended") or {}).values():
+        n = float(group.get("prefill_now", 0) + group.get("decode_now", 0))
+        p, d = group.get("prefill_tokens_per_s_per_worker"), group.get("decode_tokens_per_s_per_worker")
+        if n and p and d:
+            prefill, decode, weight = prefill + p * n, decode + d * n, weight + n
+    return (prefill / weight, decode / weight) if weight else None
+
+
+def ratio_series(
+    traffic: Sequence[TrafficPoint], pool: dict[str, Any] | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Hourly prefill:decode ratios of one pool: provisioned (workers reporting each role), what the
+    traffic needed (its prompt and generated tokens at the pool's per-worker capacities) and what the
+    analyzer recommended per segment; and the change points."""
+    rows: list[dict[str, Any]] = []
+    capacities = worker_capacities(pool) if pool else None
+    for p in traffic:
+        ts = p.ts.isoformat()
+        if p.decode_workers > 0.05:
+            rows.append({"ts": ts, "series": "provisioned", "value": p.prefill_workers / p.decode_workers})
+        if capacities and p.generation_tokens_per_s > 0:
+            need_prefill = p.prompt_tokens_per_s / capacities[0]
+            need_decode = p.generation_tokens_per_s / capacities[1]
+            rows.append({"ts": ts, "series": "traffic needs", "value": need_prefill / need_decode})
+    changes: list[dict[str, Any]] = []
+    if pool:
+        for segment in pool.get("segments", []):
+            best = segment.get("best_placement") or {}
+            prefill = sum(r.get("prefill", 0) for r in best.values())
+            decode = sum(r.get("decode", 0) for r in best.values())
+            if decode:
+                for key in ("start", "end"):
+                    rows.append(
+                        {
+                            "ts": _parse(segment[key]).isoformat(),
+                            "series": "recommended (analyzer)",
+                            "value": prefill / decode,
+                        }
+                    )
+        for event in pool.get("drift_events", []):
+            changes.append({"ts": _parse(event["start"]).isoformat(), "what": event.get("description", "")})
+    return rows, changes

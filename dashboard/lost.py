@@ -1,0 +1,48 @@
+"""Lost tokens/s over time from finding episodes, when the store holds no analyzer runs for the range.
+
+Findings of one subject (a worker, a pool) overlap (a worker can be both misplaced and drifting), so per
+bucket the subject's largest loss counts, and subjects add up: the same rule as the service's
+``GET /v1/lost-tokens`` uses, so the dashboard and the API agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from dashboard.views import FindingView, LostPoint
+
+
+def lost_from_episodes(
+    findings: Sequence[FindingView], since: datetime, until: datetime, step_s: float
+) -> list[LostPoint]:
+    first = math.floor(since.timestamp() / step_s) * step_s
+    count = max(0, math.ceil((until.timestamp() - first) / step_s))
+    chosen: list[dict[str, FindingView]] = [{} for _ in range(count)]
+    for f in findings:
+        if f.lost_tokens_per_s <= 0:
+            continue
+        end = (f.resolved_at or f.last_seen).timestamp()
+        lo = max(0, math.floor((f.first_seen.timestamp() - first) / step_s))
+        hi = min(count - 1, math.floor((end - first) / step_s))
+        for i in range(lo, hi + 1):
+            known = chosen[i].get(f.subject)
+            if known is None or f.lost_tokens_per_s > known.lost_tokens_per_s:
+                chosen[i][f.subject] = f
+    points = []
+    for i, picked in enumerate(chosen):
+        ts = datetime.fromtimestamp(first + i * step_s, tz=UTC)
+        if not picked:
+            points.append(LostPoint(ts, None, None, None))
+            continue
+        values = list(picked.values())
+        points.append(
+            LostPoint(
+                ts,
+                sum(f.lost_tokens_per_s for f in values),
+                sum(f.lost_tokens_per_s_low for f in values),
+                sum(f.lost_tokens_per_s_high for f in values),
+            )
+        )
+    return points

@@ -1,0 +1,202 @@
+"""The dashboard's reads straight from the store: inventory, findings, analyzer runs, alerts and reports
+here; the time series (never raw samples row by row) in :mod:`dashboard.store_series`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import timedelta
+
+from sqlalchemy import Engine, func, select
+
+from analyzer.pools import cluster_of
+from analyzer.store_io import rolled_up_until
+from dashboard import analysis_reads, store_series
+from dashboard.lost import lost_from_episodes
+from dashboard.views import (
+    AlertView,
+    AnalysisView,
+    FindingView,
+    GpuGroup,
+    Inventory,
+    LostPoint,
+    ReportListing,
+    Scope,
+    TrafficPoint,
+    UtilisationPoint,
+    WorkerActivity,
+    WorkerInfo,
+)
+from fleet.store.alerts import list_alert_events
+from fleet.store.findings import StoredFinding, list_findings
+from fleet.store.queries import list_gpus, list_workers, sample_time_range
+from fleet.store.reports import get_report, list_reports
+from fleet.store.schema import (
+    GpuSample1hRow,
+    table_of,
+)
+
+HOUR_S = 3600.0
+MAX_FINDINGS = 20_000
+MAX_ALERTS = 5_000
+
+
+class StoreSource:
+    """Reads for the dashboard over one SQLAlchemy engine (SQLite or PostgreSQL)."""
+
+    kind = "store"
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # --- inventory -------------------------------------------------------------------------------------
+    def inventory(self) -> Inventory:
+        with self.engine.connect() as connection:
+            gpus = list_gpus(connection)
+            workers = list_workers(connection)
+            span = sample_time_range(connection)
+            rolled = rolled_up_until(connection)
+            first_rollup = connection.execute(
+                select(func.min(table_of(GpuSample1hRow).c.bucket))
+            ).scalar_one()
+        gpu_sku = {g.gpu_uuid: g.sku for g in gpus}
+        attributed: dict[str, set[str]] = {}
+        for g in gpus:
+            if g.worker_id is not None:
+                attributed.setdefault(g.worker_id, set()).add(g.gpu_uuid)
+        infos = []
+        for w in workers:
+            owned = set(w.gpu_uuids or ()) | attributed.get(w.worker_id, set())
+            skus = Counter(gpu_sku[u] for u in sorted(owned) if gpu_sku.get(u))
+            infos.append(
+                WorkerInfo(
+                    worker_id=w.worker_id,
+                    node=w.node,
+                    cluster=cluster_of(w.node),
+                    model=w.model,
+                    role=w.role,
+                    role_source=w.role_source,
+                    engine=w.engine,
+                    precision=w.precision,
+                    tp=w.tp,
+                    sku=skus.most_common(1)[0][0] if skus else None,
+                )
+            )
+        roles = {w.worker_id: w.role for w in workers}
+        groups: Counter[tuple[str, str, str]] = Counter()
+        for g in gpus:
+            role = roles.get(g.worker_id or "", "unattributed")
+            groups[(g.sku or "unresolved", role, g.state)] += 1
+        ends = [t for t in (span[1] + timedelta(seconds=1) if span else None, rolled) if t is not None]
+        starts = [t for t in (span[0] if span else None, first_rollup) if t is not None]
+        return Inventory(
+            workers=tuple(infos),
+            groups=tuple(GpuGroup(*key, n) for key, n in sorted(groups.items())),
+            data_until=max(ends) if ends else None,
+            data_from=min(starts) if starts else None,
+        )
+
+    # --- time series -----------------------------------------------------------------------------------
+    def utilisation(self, scope: Scope, worker_ids: Sequence[str] | None) -> list[UtilisationPoint]:
+        return store_series.utilisation(self.engine, scope, worker_ids)
+
+    def worker_activity(self, scope: Scope, worker_ids: Sequence[str] | None) -> list[WorkerActivity]:
+        return store_series.worker_activity(self.engine, scope, worker_ids)
+
+    def traffic(self, scope: Scope, pools: dict[str, list[str]]) -> list[TrafficPoint]:
+        return store_series.traffic(self.engine, scope, pools)
+
+    # --- analyzer conclusions --------------------------------------------------------------------------
+    def findings(self, scope: Scope) -> list[FindingView]:
+        with self.engine.connect() as connection:
+            stored = list_findings(connection, since=scope.since, until=scope.until, limit=MAX_FINDINGS)
+        return [finding_view(s) for s in stored if scope.pool_matches(s.finding.pool)]
+
+    def lost_tokens(self, scope: Scope) -> list[LostPoint]:
+        """Lost tokens/s per hour: the stored analyzer runs where there are any, else the findings."""
+        with self.engine.connect() as connection:
+            from_runs = analysis_reads.lost_series(connection, scope)
+        if from_runs is not None:
+            return from_runs
+        return lost_from_episodes(self.findings(scope), scope.since, scope.until, HOUR_S)
+
+    def analysis(self, scope: Scope) -> AnalysisView | None:
+        with self.engine.connect() as connection:
+            return analysis_reads.latest(connection, scope.since, scope.until)
+
+    # --- alerts and reports ----------------------------------------------------------------------------
+    def alerts(self, scope: Scope) -> list[AlertView]:
+        with self.engine.connect() as connection:
+            events = list_alert_events(connection, limit=MAX_ALERTS)
+        out = []
+        for stored in events:
+            e = stored.event
+            if e.starts_at >= scope.until or (e.ends_at is not None and e.ends_at < scope.since):
+                continue
+            labels = {str(k): str(v) for k, v in e.labels.items()}
+            if not _alert_in_scope(labels, scope):
+                continue
+            out.append(
+                AlertView(
+                    fingerprint=e.fingerprint,
+                    alertname=labels.get("alertname", ""),
+                    status=e.status,
+                    severity=labels.get("severity", ""),
+                    starts_at=e.starts_at,
+                    ends_at=e.ends_at,
+                    summary=str(e.annotations.get("summary", "")),
+                    labels=labels,
+                    receiver=e.receiver,
+                )
+            )
+        return out
+
+    def reports(self) -> list[ReportListing]:
+        with self.engine.connect() as connection:
+            return [
+                ReportListing(r.week, r.format, r.created_at, r.summary) for r in list_reports(connection)
+            ]
+
+    def report_body(self, week: str) -> str | None:
+        with self.engine.connect() as connection:
+            found = get_report(connection, week)
+        return found.body if found is not None else None
+
+
+def _alert_in_scope(labels: dict[str, str], scope: Scope) -> bool:
+    if scope.cluster is not None and labels.get("cluster") not in (None, scope.cluster):
+        return False
+    pool = labels.get("pool")
+    if pool is not None:
+        return scope.pool_matches(pool)
+    return scope.model is None or labels.get("model") in (None, scope.model)
+
+
+def finding_view(stored: StoredFinding) -> FindingView:
+    f = stored.finding
+    r = f.recommendation
+    return FindingView(
+        id=stored.id,
+        kind=f.kind.value,
+        status=f.status.value,
+        severity=f.severity.value,
+        worker_id=f.worker_id,
+        pool=f.pool,
+        gpu_sku=f.gpu_sku,
+        role=f.role.value,
+        bottleneck=f.bottleneck.value,
+        evidence=dict(f.evidence),
+        tokens_per_s=f.tokens_per_s,
+        lost_tokens_per_s=f.lost_tokens_per_s,
+        lost_tokens_per_s_low=f.lost_tokens_per_s_low,
+        lost_tokens_per_s_high=f.lost_tokens_per_s_high,
+        action=r.action if r else None,
+        action_detail=r.detail if r else "",
+        counterpart_worker_id=r.counterpart_worker_id if r else None,
+        target_sku=r.target_sku if r else None,
+        expected_gain_tokens_per_s=r.expected_gain_tokens_per_s if r else None,
+        first_seen=f.first_seen,
+        last_seen=f.last_seen,
+        resolved_at=stored.resolved_at,
+    )

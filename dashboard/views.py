@@ -1,0 +1,215 @@
+"""What the dashboard's pages show, as plain frozen records (picklable, so ``st.cache_data`` can keep them).
+
+Both data sources (:mod:`dashboard.store_source`, :mod:`dashboard.api_source`) return these; pages and
+charts never see SQL rows or JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+ALL = "All"
+
+
+class NotServedError(RuntimeError):
+    """The chosen data source cannot answer this read (the message says what to do instead)."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The filters every page applies: a half-open time range, and optionally one cluster and one model."""
+
+    since: datetime
+    until: datetime
+    cluster: str | None = None
+    model: str | None = None
+
+    def pool_matches(self, pool: str | None) -> bool:
+        """Whether a pool key (``cluster/model``) is inside this scope."""
+        if self.cluster is None and self.model is None:
+            return True
+        if pool is None or "/" not in pool:
+            return False
+        cluster, model = pool.split("/", 1)
+        return (self.cluster is None or cluster == self.cluster) and (
+            self.model is None or model == self.model
+        )
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    worker_id: str
+    node: str
+    cluster: str
+    model: str
+    role: str
+    role_source: str
+    engine: str
+    precision: str | None
+    tp: int
+    sku: str | None  # the SKU most of its GPUs resolve to; None where unknown (API without GPU details)
+
+    @property
+    def pool(self) -> str:
+        return f"{self.cluster}/{self.model}"
+
+
+@dataclass(frozen=True)
+class GpuGroup:
+    """GPUs of one SKU whose workers hold one role (``unattributed`` without a worker), in one state."""
+
+    sku: str
+    role: str
+    state: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Inventory:
+    workers: tuple[WorkerInfo, ...]
+    groups: tuple[GpuGroup, ...]
+    data_until: datetime | None  # end of the newest telemetry (None when there is none)
+    data_from: datetime | None = None
+
+    @property
+    def clusters(self) -> list[str]:
+        return sorted({w.cluster for w in self.workers})
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({w.model for w in self.workers})
+
+    def in_scope(self, scope: Scope) -> list[WorkerInfo]:
+        return [
+            w
+            for w in self.workers
+            if (scope.cluster is None or w.cluster == scope.cluster)
+            and (scope.model is None or w.model == scope.model)
+        ]
+
+
+@dataclass(frozen=True)
+class UtilisationPoint:
+    """Hourly mean activity of the GPUs of one SKU whose workers hold one role."""
+
+    ts: datetime
+    sku: str
+    role: str
+    gpus: int
+    tensor_active: float | None
+    dram_active: float | None
+    sm_active: float | None
+
+
+@dataclass(frozen=True)
+class WorkerActivity:
+    """A worker's mean counters over the range (its GPUs averaged), for the roofline."""
+
+    worker_id: str
+    gpu_hours: float
+    tensor_active: float | None
+    dram_active: float | None
+    sm_active: float | None
+    kv_cache_usage: float | None
+
+
+@dataclass(frozen=True)
+class FindingView:
+    id: int
+    kind: str
+    status: str
+    severity: str
+    worker_id: str | None
+    pool: str | None
+    gpu_sku: str | None
+    role: str
+    bottleneck: str
+    evidence: dict[str, Any]
+    tokens_per_s: float | None
+    lost_tokens_per_s: float
+    lost_tokens_per_s_low: float
+    lost_tokens_per_s_high: float
+    action: str | None
+    action_detail: str
+    counterpart_worker_id: str | None
+    target_sku: str | None
+    expected_gain_tokens_per_s: float | None
+    first_seen: datetime
+    last_seen: datetime
+    resolved_at: datetime | None
+
+    @property
+    def subject(self) -> str:
+        return self.worker_id or self.pool or "fleet"
+
+
+@dataclass(frozen=True)
+class LostPoint:
+    ts: datetime
+    lost: float | None
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class TrafficPoint:
+    """One pool's traffic and provisioned workers per role over one hour."""
+
+    ts: datetime
+    pool: str
+    prompt_tokens_per_s: float  # counted where real: prefill and mixed workers
+    generation_tokens_per_s: float  # decode and mixed workers
+    prefill_workers: float  # workers reporting the role, averaged over the hour
+    decode_workers: float
+    mixed_workers: float
+
+
+@dataclass(frozen=True)
+class AnalysisView:
+    """The latest stored analyzer run inside the range (its summary as the pipeline wrote it)."""
+
+    created_at: datetime
+    since: datetime
+    until: datetime
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pools(self) -> list[dict[str, Any]]:
+        return list(self.summary.get("pools", []))
+
+    @property
+    def fleet(self) -> dict[str, Any]:
+        return dict(self.summary.get("fleet", {}))
+
+    @property
+    def workers(self) -> list[dict[str, Any]]:
+        return list(self.summary.get("workers", []))
+
+
+@dataclass(frozen=True)
+class AlertView:
+    fingerprint: str
+    alertname: str
+    status: str
+    severity: str
+    starts_at: datetime
+    ends_at: datetime | None
+    summary: str
+    labels: dict[str, str]
+    receiver: str
+
+
+@dataclass(frozen=True)
+class ReportListing:
+    week: str
+    format: str
+    created_at: datetime
+    summary: dict[str, Any]
+
+
+def mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None

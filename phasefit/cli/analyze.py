@@ -1,0 +1,276 @@
+"""``phasefit analyze``: read the store, find misplaced workers and lost tokens, store the findings.
+
+A plain command function; the lead registers it with ``app.command()(analyze)``. Human output (rich tables)
+goes to stderr, ``--json`` prints ``{"summary": {...}, "findings": [...]}`` on stdout.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from phasefit.cli.output import emit_json, human
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from analyzer.pipeline import AnalysisResult
+    from fleet.contract import Finding
+
+DEFAULT_SPAN = timedelta(days=7)
+
+
+def parse_time(text: str, *, option: str) -> datetime:
+    """An ISO 8601 date or date-time (UTC when it names no zone), or ``now``."""
+    if text.strip().lower() == "now":
+        return datetime.now(UTC)
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is not an ISO 8601 time (e.g. 2024-06-03 or 2024-06-03T12:00:00Z)", param_hint=option
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def finding_payload(finding: Finding) -> dict[str, Any]:
+    """One finding as ``--json`` prints it (the contract's fields, times in RFC 3339)."""
+    payload: dict[str, Any] = finding.model_dump(mode="json")
+    return payload
+
+
+def analysis_payload(result: AnalysisResult) -> dict[str, Any]:
+    return {"summary": result.summary, "findings": [finding_payload(f) for f in result.findings]}
+
+
+def analyze(
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from", help="Start of the range (ISO 8601, UTC if no zone); default: a week before --to."
+        ),
+    ] = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to", help="End of the range (ISO 8601 or 'now'); default: just after the latest sample."
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print JSON on stdout instead of tables on stderr.")
+    ] = False,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="SQLAlchemy URL of the store (overrides PHASEFIT_DATABASE_URL).",
+            show_default=False,
+        ),
+    ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            help="Zero-agent mode: read dcgm-exporter and vLLM/SGLang series from this Prometheus (its root "
+            "URL) instead of the store; nothing is written.",
+            show_default=False,
+        ),
+    ] = None,
+    step_s: Annotated[
+        float, typer.Option("--step", min=1.0, help="With --prometheus: query step in seconds.")
+    ] = 300.0,
+    role_label: Annotated[
+        str | None,
+        typer.Option(
+            "--role-label", help="With --prometheus: the label carrying the phase role (e.g. role)."
+        ),
+    ] = None,
+) -> None:
+    """Analyse the store (or, with --prometheus, a Prometheus): misplaced workers, lost tokens/s, the best
+    placement and recommended ratios."""
+    since = parse_time(from_, option="--from") if from_ else None
+    until = parse_time(to, option="--to") if to else None
+    if prometheus is not None:
+        result = run_prometheus_analysis(prometheus, since, until, step_s=step_s, role_label=role_label)
+    else:
+        result = run_store_analysis(database_url, since, until)
+    if json_output:
+        emit_json(analysis_payload(result))
+    else:
+        print_result(result, human())
+
+
+def run_prometheus_analysis(
+    url: str, since: datetime | None, until: datetime | None, *, step_s: float, role_label: str | None
+) -> AnalysisResult:
+    """Zero-agent mode: read [since, until) through Prometheus's query_range API and analyse it."""
+    from analyzer.pipeline import analyze as run_pipeline
+    from analyzer.prometheus_client_io import PrometheusError, read_fleet
+    from analyzer.prometheus_inventory import analysis_input
+    from analyzer.settings import AnalyzerSettings
+    from fleet.catalog import CatalogError, load_catalog
+    from fleet.settings import Settings
+    from phasefit.cli.db import die
+
+    until = until or datetime.now(UTC)
+    since = since or until - DEFAULT_SPAN
+    if since >= until:
+        die(f"--from {since.isoformat()} is not before --to {until.isoformat()}")
+    try:
+        catalog = load_catalog(Settings().catalog_path)
+        fleet = read_fleet(url, since, until, step_s, role_label=role_label, gpu_catalog=catalog.gpus)
+    except (PrometheusError, CatalogError) as exc:
+        die(str(exc))
+    console = human()
+    for note in fleet.notes:
+        console.print(note, markup=False)
+    data = analysis_input(fleet)
+    if not data.inventory.workers:
+        die(
+            f"Prometheus at {url} shows no serving worker between {since.isoformat()} and {until.isoformat()}"
+        )
+    return run_pipeline(data, catalog, AnalyzerSettings().params())
+
+
+def run_store_analysis(
+    database_url: str | None, since: datetime | None, until: datetime | None
+) -> AnalysisResult:
+    """Read [since, until) from the store, analyse it and store the findings and summary."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from analyzer.pipeline import analyze as run_pipeline
+    from analyzer.settings import AnalyzerSettings
+    from analyzer.store_io import read_input, write_result
+    from fleet.catalog import CatalogError, load_catalog
+    from fleet.store.engine import writing
+    from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
+    from fleet.store.queries import sample_time_range
+    from phasefit.cli.db import die, load_settings, open_engine
+
+    settings = load_settings(database_url)
+    engine = open_engine(settings)
+    try:
+        ensure_schema(engine, create_if_empty=False)
+        catalog = load_catalog(settings.catalog_path)
+        params = AnalyzerSettings().params()
+        with engine.connect() as connection:
+            if until is None or since is None:
+                span = sample_time_range(connection)
+                if span is None:
+                    die("the store holds no samples yet: ingest some first (phasefit ingest or demo)")
+                assert span is not None
+                until = until or span[1] + timedelta(microseconds=1)
+                since = since or max(span[0], until - DEFAULT_SPAN)
+            if since >= until:
+                die(f"--from {since.isoformat()} is not before --to {until.isoformat()}")
+            data = read_input(connection, since, until)
+        if not data.inventory.workers:
+            die(f"no serving worker reported between {since.isoformat()} and {until.isoformat()}")
+        result = run_pipeline(data, catalog, params)
+        with writing(engine) as connection:
+            write_result(connection, result, now=datetime.now(UTC))
+    except (SchemaNotCurrentError, CatalogError) as exc:
+        die(str(exc))
+    except SQLAlchemyError as exc:
+        die(f"the store failed: {exc}")
+    finally:
+        engine.dispose()
+    return result
+
+
+def _tokens(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _range(value: float | None, low: float | None, high: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f} ({low or 0:,.0f}-{high or 0:,.0f})"
+
+
+def print_result(result: AnalysisResult, console: Console) -> None:
+    """The fleet summary, the pools and the findings as rich tables."""
+    from rich.table import Table
+
+    summary = result.summary
+    fleet = summary["fleet"]
+    console.print(
+        f"[bold]phasefit analyze[/] {summary['from']} -> {summary['to']}: {fleet['pools']} pool(s), "
+        f"{fleet['workers']} workers, {fleet['gpus']} GPUs ({fleet['unattributed_gpus']} unattributed)"
+    )
+    loss = "idle capacity (the fleet served its demand)" if fleet["demand_limited"] else "undelivered tokens"
+    now = _range(fleet["lost_tokens_per_s"], fleet["lost_tokens_per_s_low"], fleet["lost_tokens_per_s_high"])
+    mean = _range(
+        fleet["lost_tokens_per_s_mean"],
+        fleet["lost_tokens_per_s_mean_low"],
+        fleet["lost_tokens_per_s_mean_high"],
+    )
+    console.print(f"Lost tokens/s now: [bold]{now}[/]; mean over the range {mean} - {loss}")
+    cost = fleet.get("misplacement_cost_per_week_usd")
+    console.print(
+        f"Capacity now {_tokens(fleet['capacity_tokens_per_s'])} tokens/s, best plan "
+        f"{_tokens(fleet['best_tokens_per_s'])}, demand {_tokens(fleet['demand_tokens_per_s'])}; "
+        + (f"misplacement ${cost:,.0f} per week" if cost is not None else "misplacement cost: price unknown")
+    )
+    pools = Table(title="Pools", title_justify="left")
+    for column in (
+        "pool",
+        "serving",
+        "GPUs by SKU x role",
+        "prompt/output",
+        "utilisation",
+        "bound",
+        "P:D now -> best",
+        "lost tokens/s (range)",
+        "drift",
+    ):
+        pools.add_column(column)
+    for row in summary["pools"]:
+        traffic = row["traffic"]
+        mix = (
+            f"{traffic['mean_prompt_tokens']:,.0f}/{traffic['mean_output_tokens']:,.0f}"
+            if traffic["mean_prompt_tokens"] is not None and traffic["mean_output_tokens"] is not None
+            else "-"
+        )
+        by_sku = "; ".join(
+            f"{sku} " + ",".join(f"{n} {role}" for role, n in roles.items())
+            for sku, roles in row["workers_by_sku_role"].items()
+        )
+        utilisation = f"{row['utilisation']:.0%}" if row["utilisation"] is not None else "-"
+        pools.add_row(
+            row["pool"],
+            row["serving"],
+            by_sku,
+            mix,
+            utilisation,
+            row["bound"] or "-",
+            f"{row['prefill_decode_now'] or '-'} -> {row['prefill_decode_recommended'] or '-'}",
+            _range(row["lost_tokens_per_s"], row["lost_tokens_per_s_low"], row["lost_tokens_per_s_high"]),
+            "yes" if row["ratio_drift"] else "",
+        )
+    console.print(pools)
+    findings = Table(title="Findings", title_justify="left")
+    for column in ("severity", "kind", "worker / pool", "SKU", "role", "bottleneck", "lost tokens/s (range)"):
+        findings.add_column(column, no_wrap=True)
+    for column in ("since", "status", "recommendation"):
+        findings.add_column(column)
+    for f in result.findings:
+        rec = f.recommendation
+        findings.add_row(
+            f.severity.value,
+            f.kind.value,
+            f.worker_id or f.pool or "fleet",
+            f.gpu_sku or "-",
+            f.role.value,
+            f.bottleneck.value,
+            _range(f.lost_tokens_per_s, f.lost_tokens_per_s_low, f.lost_tokens_per_s_high),
+            f.first_seen.strftime("%Y-%m-%d %H:%M"),
+            f.status.value,
+            f"{rec.action}: {rec.detail}" if rec else "-",
+        )
+    if result.findings:
+        console.print(findings)
+    else:
+        console.print("No findings: every worker sits on hardware its bottleneck needs.")

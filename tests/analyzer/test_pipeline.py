@@ -1,0 +1,173 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
+from analyzer.settings import AnalyzerSettings
+from fleet.catalog import load_catalog
+from fleet.contract import Finding, FindingKind, FindingStatus, Severity
+from tests.analyzer.synthetic import H100, H200, Fleet, Worker, workers
+
+CATALOG = load_catalog()
+
+
+def _run(fleet: Fleet) -> AnalysisResult:
+    gpu, engine = fleet.columns()
+    return analyze(input_from_samples(gpu, engine), CATALOG)
+
+
+def _kinds(findings: list[Finding]) -> set[FindingKind]:
+    return {f.kind for f in findings}
+
+
+@pytest.fixture(scope="module")
+def balanced() -> AnalysisResult:
+    return _run(
+        Fleet(workers([("node00", H100, 4, 0), ("node01", H200, 2, 2)]), hours=24, rate_rps=lambda h: 40.0)
+    )
+
+
+def test_a_well_placed_fleet_has_no_findings(balanced: AnalysisResult) -> None:
+    assert balanced.findings == []
+    fleet = balanced.summary["fleet"]
+    assert fleet["lost_tokens_per_s"] == 0.0
+    assert fleet["misplaced_workers"] == 0
+    assert fleet["open_findings"] == 0
+
+
+def test_the_summary_is_json_and_names_every_worker(balanced: AnalysisResult) -> None:
+    summary = json.loads(json.dumps(balanced.summary))
+    assert set(summary) >= {"version", "from", "to", "fleet", "pools", "workers", "model"}
+    assert summary["from"] == "2024-06-03T00:00:00Z"
+    assert {w["worker_id"] for w in summary["workers"]} == set(balanced.grid.workers)
+    worker = summary["workers"][0]
+    assert set(worker) >= {"pool", "sku", "role", "bottleneck", "misplaced", "lost_tokens_per_s", "model"}
+    pool = summary["pools"][0]
+    for key in (
+        "lost_tokens_per_s",
+        "capacity_tokens_per_s",
+        "prefill_decode_ratio",
+        "recommended_prefill_decode_ratio",
+        "ratio_drift",
+        "segments",
+        "traffic",
+        "checks",
+    ):
+        assert key in pool, key
+    assert pool["workers_by_sku_role"] == {
+        "H100-SXM": {"prefill": 4},
+        "H200-SXM": {"decode": 2, "prefill": 2},
+    }
+    assert pool["traffic"]["mean_prompt_tokens"] == pytest.approx(1300.0, rel=0.01)
+
+
+def test_measured_bottlenecks_follow_the_counters(balanced: AnalysisResult) -> None:
+    roles = {w["worker_id"]: w for w in balanced.summary["workers"]}
+    assert roles["node00/prefill-1"]["bottleneck"] in ("compute", "underutilised")
+    assert roles["node01/decode-1"]["bottleneck"] == "memory-bandwidth"
+
+
+def test_the_analysis_is_deterministic() -> None:
+    fleet = Fleet(
+        workers([("node00", H100, 0, 2), ("node01", H200, 2, 0)]),
+        hours=8,
+        rate_rps=lambda h: 12.0,
+        osl=lambda h: 600.0,
+    )
+    first, second = _run(fleet), _run(fleet)
+    assert [f.model_dump() for f in first.findings] == [f.model_dump() for f in second.findings]
+    assert first.summary == second.summary
+
+
+def test_an_engine_that_serves_nothing_is_found() -> None:
+    fleet = Fleet(
+        workers([("node00", H100, 4, 0), ("node01", H200, 2, 2)]),
+        hours=12,
+        silent=[("node00/prefill-2", 6.0, 12.0)],
+    )
+    findings = [f for f in _run(fleet).findings if f.kind is FindingKind.HEALTHY_NOT_SERVING]
+    assert [f.worker_id for f in findings] == ["node00/prefill-2"]
+    (finding,) = findings
+    assert finding.status is FindingStatus.OPEN
+    # Buckets hold the windows whose end falls in them (as the store's rollups do): the 06:00 bucket still
+    # holds the window that ended at 06:00, so the first whole silent bucket starts at 07:00.
+    assert finding.first_seen.isoformat() == "2024-06-03T07:00:00+00:00"
+    assert finding.tokens_per_s == 0.0
+
+
+def test_a_lost_gpu_degrades_telemetry_and_leaves_the_placement() -> None:
+    fleet = Fleet(
+        workers([("node00", H100, 4, 0), ("node01", H200, 2, 2)]),
+        hours=12,
+        lost=[("node01/decode-2", 9.0, 12.0)],
+    )
+    result = _run(fleet)
+    (degraded,) = [f for f in result.findings if f.kind is FindingKind.TELEMETRY_DEGRADED]
+    assert degraded.worker_id == "node01/decode-2"
+    assert degraded.severity is Severity.CRITICAL
+    assert "lost" in str(degraded.evidence["main"])
+    last = result.pools[0].segments[-1]
+    assert result.grid.row("node01/decode-2") not in last.roles  # not counted while its GPUs are gone
+
+
+def test_basic_nvml_telemetry_says_it_cannot_tell() -> None:
+    result = _run(
+        Fleet(workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)]), hours=6, source="nvml-basic")
+    )
+    degraded = [f for f in result.findings if f.kind is FindingKind.TELEMETRY_DEGRADED]
+    assert len(degraded) == 4
+    assert all(f.severity is Severity.INFO for f in degraded)
+    assert all("utilisation only" in str(f.evidence["main"]) for f in degraded)
+
+
+def test_a_prefill_worker_reading_memory_bound_has_role_drift() -> None:
+    fleet = Fleet(
+        workers([("node00", H100, 4, 0), ("node01", H200, 2, 2)]),
+        hours=12,
+        gpu_override={"node00/prefill-3": {"tensor": 0.05, "dram": 0.7, "util": 1.0}},
+    )
+    (drift,) = [f for f in _run(fleet).findings if f.kind is FindingKind.ROLE_DRIFT]
+    assert drift.worker_id == "node00/prefill-3"
+    assert drift.bottleneck.value == "memory-bandwidth"
+    assert float(str(drift.evidence["hours"])) >= 6
+
+
+def test_workers_of_a_colocated_pool_are_never_misplaced() -> None:
+    fleet = Fleet([Worker(f"node0{i}/mixed-1", H100 if i < 2 else H200, "mixed") for i in range(4)], hours=6)
+    result = _run(fleet)
+    assert result.summary["pools"][0]["serving"] == "colocated"
+    assert not _kinds(result.findings) & {
+        FindingKind.DECODE_ON_LOW_BANDWIDTH,
+        FindingKind.PREFILL_ON_HIGH_BANDWIDTH,
+    }
+
+
+def test_operator_settings_become_parameters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHASEFIT_ANALYZER_TPOT_SLO_S", "0.03")
+    monkeypatch.setenv("PHASEFIT_ANALYZER_KV_LINK_GB_S", "50")
+    monkeypatch.setenv("PHASEFIT_ANALYZER_CLUSTERS", '{"node00": "east", "node01": "east"}')
+    params = AnalyzerSettings().params()
+    assert params.pool.capacity.tpot_slo_s == 0.03
+    assert params.findings.recommend.kv_link_bytes_per_s == 50e9
+    assert params.clusters == {"node00": "east", "node01": "east"}
+    fleet = Fleet(workers([("node00", H100, 4, 0), ("node01", H200, 2, 2)]), hours=6)
+    gpu, engine = fleet.columns()
+    tight = analyze(input_from_samples(gpu, engine), CATALOG, params)
+    assert tight.summary["pools"][0]["pool"].startswith("east/")
+    segment = tight.pools[0].segments[-1]
+    decode = segment.capacities[1].decode
+    assert decode.tpot_s is not None and decode.tpot_s <= 0.03 + 1e-6
+
+
+def test_an_empty_range_raises_nothing_and_finds_nothing() -> None:
+    fleet = Fleet(workers([("node00", H100, 1, 1)]), hours=2)
+    gpu, engine = fleet.columns()
+    data = input_from_samples(
+        gpu, engine, start=float(np.max(gpu["ts"])) + 7200.0, end=float(np.max(gpu["ts"])) + 4 * 3600.0
+    )
+    result = analyze(data, CATALOG)
+    assert [f for f in result.findings if f.kind in (FindingKind.DECODE_ON_LOW_BANDWIDTH,)] == []
+    assert result.summary["fleet"]["lost_tokens_per_s"] == 0.0
