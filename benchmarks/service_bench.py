@@ -101,6 +101,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu(service_pid: int, client_pids: set[int]) -> dict[str, float]:
+    """CPU seconds used so far by the service, PostgreSQL's processes, the load generator and the rest."""
+    split = {"service": 0.0, "postgres": 0.0, "clients": 0.0, "other": 0.0}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            used = cpu_seconds(int(entry.name))
+            name = (entry / "comm").read_text().strip()
+        except (OSError, ValueError, IndexError):
+            continue
+        pid = int(entry.name)
+        if pid == service_pid:
+            split["service"] += used
+        elif pid in client_pids:
+            split["clients"] += used
+        elif name == "postgres":
+            split["postgres"] += used
+        else:
+            split["other"] += used
+    return split
+
+
 def run_service(args: argparse.Namespace, url: str, workdir: Path) -> dict[str, Any]:
     token = secrets.token_hex(32)
     port = free_port()
@@ -132,9 +155,10 @@ def run_service(args: argparse.Namespace, url: str, workdir: Path) -> dict[str, 
     go.set()
     started = time.time()
     time.sleep(args.warmup)
-    cpu_before, measured_from = cpu_seconds(service.pid), time.time()
+    client_pids = {client.pid for client in clients if client.pid is not None}
+    split_before, measured_from = machine_cpu(service.pid, client_pids), time.time()
     time.sleep(max(0.0, started + args.warmup + args.seconds - time.time()))
-    cpu_after, measured_to = cpu_seconds(service.pid), time.time()
+    split_after, measured_to = machine_cpu(service.pid, client_pids), time.time()
     results = [item for _ in clients for item in out.get(timeout=600)]
     for client in clients:
         client.join(timeout=60)
@@ -149,7 +173,8 @@ def run_service(args: argparse.Namespace, url: str, workdir: Path) -> dict[str, 
         "p50_ms": percentile([r[1] for r in ok], 0.50) * 1000,
         "p99_ms": percentile([r[1] for r in ok], 0.99) * 1000,
         "refused": sum(1 for r in window if r[2] != 200),
-        "server_cpu_per_s": (cpu_after - cpu_before) / span,
+        "server_cpu_per_s": (split_after["service"] - split_before["service"]) / span,
+        "cpu_split": {k: (split_after[k] - split_before[k]) / span for k in split_after},
         "stored": stored.gpu_samples + stored.engine_samples,
         "exhausted": sum(1 for r in results if r[2] == 200) >= args.collectors * batches,
     }
@@ -218,6 +243,8 @@ def main() -> None:
         f"          server CPU {cpu:.2f} cores = {1000 * cpu / max(service['requests_per_s'], 1e-9):.1f} ms "
         f"per request; {rate / max(cpu, 1e-9):,.0f} samples per server CPU-second"
     )
+    split = ", ".join(f"{name} {cores:.2f}" for name, cores in service["cpu_split"].items())
+    print(f"          machine CPU in cores (of {os.cpu_count()}): {split}")
     print(f"direct    {direct:>10,.0f} samples/s  (phasefit ingest, one file)")
     print(f"ratio     {rate / direct:.2f} (service / direct)")
     verdict = "met" if rate >= 50_000 and p99 < 250 else "NOT met"

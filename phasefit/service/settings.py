@@ -87,11 +87,12 @@ class ServiceSettings(Settings):
         "in a sliding hour (429 with Retry-After beyond it). Counted per service process.",
     )
     write_concurrency: int = Field(
-        default=2,
+        default=1,
         ge=1,
         le=64,
         description="Writer threads; each commits the batches queued meanwhile in one transaction "
-        "(SQLite: 1).",
+        "(SQLite: 1). One is fastest next to a local PostgreSQL: more threads contend with the event "
+        "loop for the interpreter lock; consider 2-4 when PostgreSQL is a slow network hop away.",
     )
     max_pending_ingests: int = Field(
         default=256,

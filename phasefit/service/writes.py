@@ -256,6 +256,16 @@ class BatchWriter:
             return exc
 
     def _transaction(self, group: list[_Pending]) -> list[WriteCounts | BaseException]:
+        """Write ``group`` in one transaction: first as new rows (one COPY per table for the whole group);
+        if any row was already stored (a collector re-sent it), the transaction is rolled back and written
+        again batch by batch the idempotent way, which tells each batch's duplicates apart. Re-sends are
+        rare, so the common case is one transaction of a few statements, without a savepoint."""
+        try:
+            return self._attempt(group, assume_new=True)
+        except DuplicateKeyError:
+            return self._attempt(group, assume_new=False)
+
+    def _attempt(self, group: list[_Pending], *, assume_new: bool) -> list[WriteCounts | BaseException]:
         outcomes: list[WriteCounts | BaseException] = []
         reservations: list[Reservation | None] = []
         try:
@@ -272,7 +282,9 @@ class BatchWriter:
                 dimensions = _stale_dimensions(self.cache, [item.batch for item in accepted])
                 if dimensions is not None:
                     write_dimensions(connection, dimensions, sku_resolver=self.sku_resolver)
-                counts = iter(_write_samples(connection, [item.batch for item in accepted]))
+                batches = [item.batch for item in accepted]
+                write = _write_new if assume_new else _write_each
+                counts = iter(write(connection, batches))
         except BaseException:
             for reservation in reservations:
                 self.guard.release(reservation)
@@ -300,14 +312,9 @@ def _settle(item: _Pending, outcome: WriteCounts | BaseException) -> None:
         log.exception("could not deliver an ingest batch's outcome")
 
 
-def _write_samples(connection: Connection, batches: list[RowBatch]) -> list[WriteCounts]:
-    """The sample rows of ``batches``, with each batch's own stored/duplicate counts.
-
-    The batches are first written together as new rows (PostgreSQL: binary COPY straight into the sample
-    tables, the cheapest write there is) inside a savepoint. If any row was already stored (a collector
-    re-sent it), the savepoint is rolled back and the batches are written one by one the idempotent way
-    (``INSERT ... ON CONFLICT DO NOTHING``), which is what tells their duplicates apart. Re-sends are rare,
-    so the common case is one COPY per table per group."""
+def _write_new(connection: Connection, batches: list[RowBatch]) -> list[WriteCounts]:
+    """The sample rows of ``batches`` written together as new rows (PostgreSQL: binary COPY straight into the
+    sample tables); raises :class:`DuplicateKeyError` if any was already stored."""
     if not batches:
         return []
     merged = batches[0]
@@ -316,15 +323,14 @@ def _write_samples(connection: Connection, batches: list[RowBatch]) -> list[Writ
         for batch in batches:
             merged.gpu_rows.extend(batch.gpu_rows)
             merged.engine_rows.extend(batch.engine_rows)
-    savepoint = connection.begin_nested()
-    try:
-        written = write_sample_rows(connection, merged, assume_new=True)
-    except DuplicateKeyError:
-        written = None
-    if written is not None and written.stored == len(merged):
-        savepoint.commit()
-        return [WriteCounts(stored=len(batch)) for batch in batches]
-    savepoint.rollback()
+    written = write_sample_rows(connection, merged, assume_new=True)
+    if written.stored != len(merged):  # SQLite ignores assume_new and skips duplicates itself
+        raise DuplicateKeyError(f"{len(merged) - written.stored} rows of the group were already stored")
+    return [WriteCounts(stored=len(batch)) for batch in batches]
+
+
+def _write_each(connection: Connection, batches: list[RowBatch]) -> list[WriteCounts]:
+    """Each batch's sample rows written idempotently (``ON CONFLICT DO NOTHING``), with its own counts."""
     return [write_sample_rows(connection, batch) for batch in batches]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,8 @@ def test_tokens_allow_a_routable_address_and_the_factory_builds_the_app(
     cli: tuple[typer.Typer, list[dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app, runs = cli
+    tuned: list[bool] = []
+    monkeypatch.setattr("phasefit.service.app.tune_gc_for_serving", lambda: tuned.append(True))
     monkeypatch.setenv("PHASEFIT_INGEST_TOKENS", "a-plain-token-0123456789")
     url = f"sqlite:///{tmp_path / 'db'}"
     result = CliRunner().invoke(app, ["--host", "0.0.0.0", "--workers", "2", "--database-url", url])
@@ -60,7 +64,19 @@ def test_tokens_allow_a_routable_address_and_the_factory_builds_the_app(
     assert runs[0]["workers"] == 2
     built = app_from_environment()  # what each uvicorn worker runs, from the environment serve prepared
     assert built.state.phasefit.settings.database_url == url
+    assert tuned == [True]  # the serving process's garbage collector is tuned (not this test process's)
     built.state.phasefit.engine.dispose()
+
+
+def test_gc_tuning_freezes_start_up_objects_and_raises_the_first_threshold() -> None:
+    code = (
+        "import gc; from phasefit.service.app import GC_GEN0_THRESHOLD, tune_gc_for_serving; "
+        "before = gc.get_threshold(); tune_gc_for_serving(); after = gc.get_threshold(); "
+        "assert gc.get_freeze_count() > 10_000, gc.get_freeze_count(); "
+        "assert after == (GC_GEN0_THRESHOLD, *before[1:]), (before, after); print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 HOSTS = [("127.0.0.1", True), ("::1", True), ("[::1]", True), ("localhost", True), ("0.0.0.0", False),
