@@ -21,7 +21,13 @@ memory the engine holds (``mem_used_bytes``: engines pre-allocate their share of
 the runtime reserve, scaled by what measured groups show; else the model's budget.
 
 Every capacity carries a relative uncertainty: small where measured, the model's held-out ratio error where
-transferred from another SKU, growing with each doubling of batch beyond the largest one seen.
+transferred from another SKU, growing with each doubling of batch beyond the largest one seen. Part of it
+is shared with the pool's other groups in the same role (``RoleCapacity.shared``), because their figures
+come from the same source: a transferred capacity is the borrowed calibration times the model's cross-SKU
+ratio, so the borrowed factor's error moves both; every decode capacity extrapolates the same step-time
+model beyond the batches seen; and the model's error on one deployment is mostly common to every SKU (its
+held-out error on cross-SKU ratios is a fraction of its absolute error). Only the cross-SKU part (and a
+group's own spread) is the group's alone.
 """
 
 from __future__ import annotations
@@ -77,6 +83,15 @@ class RoleCapacity:
     fits: bool = True
     batch: float | None = None  # decode: the saturated batch
     tpot_s: float | None = None
+    # The part of ``uncertainty`` the pool's other groups share in this role (the calibration they borrow,
+    # the same model extrapolated to larger batches); the rest is this group's alone.
+    shared: float = 0.0
+
+    @property
+    def correlation(self) -> float:
+        """Share of the uncertainty common to the pool's groups: two groups' errors in this role correlate
+        by the product of their shares."""
+        return min(1.0, max(0.0, self.shared / self.uncertainty)) if self.uncertainty > 0 else 0.0
 
     @property
     def low(self) -> float:
@@ -313,14 +328,26 @@ def _prefill(
     fits = kv >= 2 * kv_bytes_per_sequence(d, max(1, round(isl)))
     model = _model_prefill(d, isl, osl)
     if group.key in cal.prefill_factor:
+        # The method's error (busy share, the model's shape) is common to every group it measures and to
+        # the pooled factor the others borrow; a spread beyond it is this group's own.
         factor, spread = cal.prefill_factor[group.key]
-        return RoleCapacity(model * factor, max(p.measured_uncertainty, spread), "measured", fits)
+        uncertainty = max(p.measured_uncertainty, spread)
+        return RoleCapacity(
+            model * factor, uncertainty, "measured", fits, shared=min(uncertainty, p.measured_uncertainty)
+        )
     if cal.prefill_factor:
         uncertainty = _transfer_uncertainty(
             d, [cal.skus[k] for k in cal.prefill_factor if k in cal.skus], "prefill", p
         )
-        return RoleCapacity(model * cal.pooled_prefill, uncertainty, "transferred", fits)
-    return RoleCapacity(model, p.model_uncertainty, "model", fits)
+        # The borrowed factor's error is the measured groups'; the cross-SKU part is this group's own.
+        return RoleCapacity(
+            model * cal.pooled_prefill,
+            uncertainty,
+            "transferred",
+            fits,
+            shared=min(uncertainty, p.measured_uncertainty),
+        )
+    return RoleCapacity(model, p.model_uncertainty, "model", fits, shared=_model_shared(p))
 
 
 def _transfer_uncertainty(d: Deployment, sources: list[GpuSku], role: str, p: CapacityParams) -> float:
@@ -342,6 +369,11 @@ def _transfer_uncertainty(d: Deployment, sources: list[GpuSku], role: str, p: Ca
     nearest = min((distance(s) for s in sources), default=math.inf)
     reach = min(1.0, nearest / math.log(1.5))
     return p.measured_uncertainty + (p.transfer_uncertainty - p.measured_uncertainty) * reach
+
+
+def _model_shared(p: CapacityParams) -> float:
+    """The part of the model's absolute error common to every SKU: what cancels in cross-SKU ratios."""
+    return max(0.0, p.model_uncertainty - p.transfer_uncertainty)
 
 
 def _decode(
@@ -366,14 +398,20 @@ def _decode(
             )
     seen = line.max_batch_seen if line else max((x.max_batch_seen for x in cal.decode.values()), default=0.0)
     extrapolation = p.extrapolation_per_doubling * max(0.0, math.log2(batch / max(seen, 1.0)))
+    # Shared with the pool's other decode groups: the fitted scale's floor (the pooled scale others borrow)
+    # and the extrapolation of the same step-time model beyond the batches seen.
+    shared = p.measured_uncertainty + extrapolation
     if line is not None:
         uncertainty, source = max(p.measured_uncertainty, line.residual) + extrapolation, "measured"
     elif cal.decode:
         sources = [cal.skus[k] for k in cal.decode if k in cal.skus]
         uncertainty, source = _transfer_uncertainty(d, sources, "decode", p) + extrapolation, "transferred"
     else:
-        uncertainty, source = p.model_uncertainty, "model"
-    return RoleCapacity(tokens, min(uncertainty, p.model_uncertainty), source, fits, batch=batch, tpot_s=tpot)
+        uncertainty, source, shared = p.model_uncertainty, "model", _model_shared(p)
+    uncertainty = min(uncertainty, p.model_uncertainty)
+    return RoleCapacity(
+        tokens, uncertainty, source, fits, batch=batch, tpot_s=tpot, shared=min(shared, uncertainty)
+    )
 
 
 def _modeled_decode(

@@ -10,7 +10,12 @@ moving it matters.
 A phase's capacity is the sum of its workers' under a load-aware router, and the slowest worker's times
 their number under round-robin (``Routing``, inferred from how evenly work is spread). The plan is chosen
 on its expected rate over capacities drawn within their uncertainties, so a plan that balances on the
-edge of an unmeasured capacity loses to one with headroom.
+edge of an unmeasured capacity loses to one with headroom. The draws keep what the groups' errors share
+(``RoleCapacity.shared``: a borrowed calibration, the same model extrapolated): drawn independently, a
+plan that spreads a phase over two SKUs whose figures come from one source would look safer than it is.
+Among target plans that sustain as much, one whose non-binding phase has more spare capacity (buffer
+against a shift of the mix or a worker down) by more than ``tolerance`` is worth its extra role changes;
+a pool is never moved for buffer alone.
 
 Lost tokens/s = best - current, both saturated: the current placement's phase capacities are measured
 where the pool was seen saturated in that phase, modelled otherwise; the low/high range comes from
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.capacity import GroupCapacity
+from analyzer.capacity import GroupCapacity, RoleCapacity
 
 HOURS_PER_WEEK = 168.0
 EXHAUSTIVE_LIMIT = 200_000  # candidate plans enumerated exhaustively; larger pools use a frontier sweep
@@ -164,6 +169,20 @@ def candidates(
     return np.unique(np.vstack([frontier, *([np.array(extra)] if extra else [])]), axis=0)
 
 
+def spare(
+    prompt: npt.NDArray[np.float64], generated: npt.NDArray[np.float64], isl: float, osl: float
+) -> npt.NDArray[np.float64]:
+    """Spare capacity of the phase that does not bind, as a share of the rate: how far the mix can shift
+    toward that phase (or how many of its workers can be down) before it binds; 0 where a phase is empty."""
+    p, d = prompt / isl, generated / osl
+    low, high = np.minimum(p, d), np.maximum(p, d)
+    out: npt.NDArray[np.float64] = np.where(low > 0, high / np.where(low > 0, low, 1.0) - 1.0, 0.0)
+    return out
+
+
+_SAME_RATE = 1e-9  # relative: expected rates this close are equal (floating-point sums of equal draws)
+
+
 def best_plan(
     sizes: npt.NDArray[np.int64],
     draws_p: npt.NDArray[np.float64],
@@ -179,7 +198,12 @@ def best_plan(
     (rows of ``draws_p``/``draws_d``; the first row is the central estimate), preferring fewer role
     changes: a plan with more changes must beat the incumbent by ``tolerance``. The rate is the minimum
     of two pools, so a plan that balances on the edge of one pool's uncertain capacity loses expected
-    rate to one with headroom where the model is least sure."""
+    rate to one with headroom where the model is least sure.
+
+    Once the pool is worth moving (the incumbent is no longer the current plan), a plan with more changes
+    that sustains at least the incumbent's expected rate also wins when the spare capacity of its
+    non-binding phase (:func:`spare`, at the central capacities) exceeds the incumbent's by ``tolerance``:
+    the same tokens with more buffer. A pool is never moved for buffer alone."""
     r = routing or Routing()
     plans = candidates(sizes, draws_p[0], draws_d[0], current)
     central, _, _ = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
@@ -189,16 +213,25 @@ def best_plan(
     expected = np.array(
         [_draw_rates(x.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r).mean() for x in plans]
     )
+    _, prompt, generated = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
+    buffer = spare(prompt, generated, isl, osl)
     changes = np.abs(plans - current[None, :]).sum(axis=1)
     chosen = current
     chosen_rate = float(_draw_rates(current.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r).mean())
+    chosen_buffer, moved = 0.0, False
     for k in np.unique(changes):
         if k == 0:
             continue
         at_k = changes == k
-        i = int(np.flatnonzero(at_k)[np.argmax(expected[at_k])])
-        if expected[i] > chosen_rate * (1.0 + tolerance) or (chosen_rate <= 0 and expected[i] > 0):
-            chosen, chosen_rate = plans[i], float(expected[i])
+        better = expected > chosen_rate * (1.0 + tolerance)
+        if chosen_rate <= 0:
+            better |= expected > 0
+        if moved:
+            better |= (expected >= chosen_rate * (1.0 - _SAME_RATE)) & (buffer > chosen_buffer + tolerance)
+        found = np.flatnonzero(at_k & better)
+        if found.size:
+            i = int(found[np.lexsort((-buffer[found], -expected[found]))[0]])
+            chosen, chosen_rate, chosen_buffer, moved = plans[i], float(expected[i]), float(buffer[i]), True
     return np.asarray(chosen, dtype=np.int64)
 
 
@@ -260,6 +293,35 @@ def _draw_rates(
     return np.minimum(phase(n_p, draws_p, r.prefill_equal) / isl, phase(n_d, draws_d, r.decode_equal) / osl)
 
 
+def capacity_draws(
+    groups: Sequence[GroupCapacity], cp: npt.NDArray[np.float64], cd: npt.NDArray[np.float64], seed: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per-worker capacities in each role (rows: row 0 the central estimate, then ``_DRAWS`` lognormal
+    draws within each capacity's uncertainty). In each role one common normal is shared by the groups in
+    proportion to ``RoleCapacity.correlation``, so two groups' draws correlate by the product of their
+    shares while each keeps its own spread."""
+    rng = np.random.default_rng(seed)
+    own_p = rng.normal(0.0, 1.0, (_DRAWS, len(groups)))
+    own_d = rng.normal(0.0, 1.0, (_DRAWS, len(groups)))
+    common = rng.normal(0.0, 1.0, (_DRAWS, 2))
+
+    def draws(
+        central: npt.NDArray[np.float64], roles: list[RoleCapacity], own: npt.NDArray[np.float64], k: int
+    ) -> npt.NDArray[np.float64]:
+        rho = np.array([c.correlation for c in roles])
+        sigma = np.log1p(np.array([c.uncertainty for c in roles]))
+        noise = rho[None, :] * common[:, k : k + 1] + np.sqrt(1.0 - rho**2)[None, :] * own
+        out: npt.NDArray[np.float64] = central[None, :] * np.exp(
+            np.vstack([np.zeros(len(roles)), noise]) * sigma[None, :]
+        )
+        return out
+
+    return (
+        draws(cp, [g.prefill for g in groups], own_p, 0),
+        draws(cd, [g.decode for g in groups], own_d, 1),
+    )
+
+
 def place(
     groups: Sequence[GroupCapacity],
     current_roles: Sequence[Sequence[tuple[int, str]]],
@@ -291,14 +353,7 @@ def place(
     )
     modeled = _plan([int(v) for v in current_x], sizes, cp, cd, isl, osl, r)
     current = _with_measured(modeled, measured, isl, osl)
-    rng = np.random.default_rng(seed)
-    up = np.array([g.prefill.uncertainty for g in groups])
-    ud = np.array([g.decode.uncertainty for g in groups])
-    # Row 0 is the central estimate; the rest are lognormal draws within each capacity's uncertainty.
-    noise_p = np.vstack([np.zeros(len(groups)), rng.normal(0.0, 1.0, (_DRAWS, len(groups)))])
-    noise_d = np.vstack([np.zeros(len(groups)), rng.normal(0.0, 1.0, (_DRAWS, len(groups)))])
-    draws_p = cp[None, :] * np.exp(noise_p * np.log1p(up)[None, :])
-    draws_d = cd[None, :] * np.exp(noise_d * np.log1p(ud)[None, :])
+    draws_p, draws_d = capacity_draws(groups, cp, cd, seed)
     chosen = best_plan(sizes, draws_p, draws_d, isl, osl, current_x, tolerance, r)
     best = _plan([int(v) for v in chosen], sizes, cp, cd, isl, osl, r)
     if best.tokens_per_s <= current.tokens_per_s:

@@ -63,10 +63,10 @@ def test_the_inverted_fleet_is_found_without_false_alarms(
 ) -> None:
     s = _score(runs, "inverted")
     assert s.false_positives == 0
-    # Every H100 decode worker but one is flagged with the H200s it should swap with. The truth's plan moves
-    # one more pair: its decode pool is a few percent short where the model extrapolates an unmeasured
-    # H200 decode batch (see the accuracy benchmark); both plans sustain the same request rate here.
-    assert s.true_positives >= 0.8 * len(s.truth_misplaced)
+    # Every H100 decode worker is flagged with the H200s it should swap with. Keeping one H100 decoder
+    # sustains the same request rate at the central capacities; the decode pool on H200s alone has more
+    # buffer, and keeps more rate where the shared, extrapolated decode line is optimistic.
+    assert s.flagged == s.truth_misplaced
     assert s.lost_error is not None and s.lost_error < 0.15
 
 
@@ -84,12 +84,12 @@ def test_kv_starved_decode_on_the_smaller_memory_is_named_so(
     assert s.lost_error is not None and s.lost_error < 0.30
 
 
-def test_over_the_short_runs_precision_holds_and_recall_is_close(
+def test_over_the_short_runs_precision_and_recall_meet_the_goal(
     runs: dict[str, tuple[SimRun, AnalysisResult]],
 ) -> None:
     total = totals(_score(runs, name) for name in DAYS)
     assert total["precision"] >= 0.95
-    assert total["recall"] >= 0.85
+    assert total["recall"] >= 0.95
     assert total["lost_error_median"] < 0.15
     assert total["lost_error_max"] < 0.30
 

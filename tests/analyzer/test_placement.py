@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from analyzer.capacity import GroupCapacity, RoleCapacity
-from analyzer.placement import EXHAUSTIVE_LIMIT, Routing, best_plan, candidates, evaluate, place
+from analyzer.placement import (
+    EXHAUSTIVE_LIMIT,
+    Routing,
+    best_plan,
+    candidates,
+    capacity_draws,
+    evaluate,
+    place,
+)
+from analyzer.placement import _draw_rates as evaluate_draws
 from analyzer.pools import SkuGroup
 from fleet.catalog import load_catalog
 
@@ -236,3 +245,95 @@ def test_a_phase_seen_saturated_replaces_the_model_for_the_current_plan() -> Non
     assert measured.lost_tokens_per_s == pytest.approx(
         measured.best.tokens_per_s - measured.current.tokens_per_s
     )
+
+
+def _role(tokens: float, uncertainty: float, shared: float) -> RoleCapacity:
+    return RoleCapacity(tokens, uncertainty, "measured", shared=shared)
+
+
+def _backwards(shared: bool) -> tuple[list[GroupCapacity], list[list[tuple[int, str]]]]:
+    """An inverted pool: H100s decode (their line extrapolated), H200s prefill (measured); equal compute
+    makes their prefill speeds equal, and the H200's decode figure is the H100's line transferred."""
+    s = 1.0 if shared else 0.0
+    h100 = GroupCapacity(
+        SkuGroup(H100, 2, tuple(range(0, 8)), None),
+        _role(13_010.0, 0.03, 0.03 * s),
+        _role(6_848.0, 0.142, 0.142 * s),
+        kv_bytes=66e9,
+    )
+    h200 = GroupCapacity(
+        SkuGroup(H200, 2, tuple(range(8, 16)), None),
+        _role(13_010.0, 0.03, 0.03 * s),
+        _role(8_755.0, 0.291, 0.199 * s),
+        kv_bytes=177e9,
+    )
+    return [h100, h200], [_roles(range(0, 8), 0), _roles(range(8, 16), 8)]
+
+
+def test_capacity_draws_keep_what_the_groups_share() -> None:
+    groups, _ = _backwards(shared=True)
+    cp = np.array([g.prefill.tokens_per_s for g in groups])
+    cd = np.array([g.decode.tokens_per_s for g in groups])
+    draws_p, draws_d = capacity_draws(groups, cp, cd, seed=3)
+    assert np.array_equal(draws_p[0], cp) and np.array_equal(draws_d[0], cd)  # row 0: central
+    # Fully shared: both groups' prefill draws move together; partly shared: correlated, not identical.
+    assert np.allclose(draws_p[1:, 0] / draws_p[1:, 1], cp[0] / cp[1])
+    logs = np.log(draws_d[1:] / cd[None, :])
+    expected = groups[0].decode.correlation * groups[1].decode.correlation
+    assert np.corrcoef(logs.T)[0, 1] == pytest.approx(expected, abs=0.1)
+    # Each group keeps its own spread.
+    assert np.std(logs[:, 1]) == pytest.approx(np.log1p(0.291), rel=0.15)
+    independent, _ = _backwards(shared=False)
+    _, draws_i = capacity_draws(independent, cp, cd, seed=3)
+    assert abs(np.corrcoef(np.log(draws_i[1:] / cd[None, :]).T)[0, 1]) < 0.2
+
+
+def test_shared_errors_give_no_false_comfort_to_a_split_decode_pool() -> None:
+    """Drawn independently, decode spread over both SKUs (7, 6) looks safer than decode on the H200s alone
+    (8, 5), though both figures come from one extrapolated line; drawn as they are, the plan with more
+    decode headroom keeps more of its rate where the line is too optimistic."""
+    isl, osl = 1334.3, 174.8
+    sizes = np.array([8, 8])
+    for shared, better in ((True, True), (False, False)):
+        groups, _ = _backwards(shared)
+        cp = np.array([g.prefill.tokens_per_s for g in groups])
+        cd = np.array([g.decode.tokens_per_s for g in groups])
+        draws_p, draws_d = capacity_draws(groups, cp, cd, seed=0)
+        split, alone = (
+            float(
+                evaluate_draws(
+                    np.array(x, dtype=np.float64), sizes, draws_p, draws_d, isl, osl, Routing()
+                ).mean()
+            )
+            for x in ((7, 6), (8, 5))
+        )
+        assert (alone >= split) is better
+
+
+def test_among_plans_that_sustain_as_much_the_one_with_more_buffer_wins() -> None:
+    groups, roles = _backwards(shared=True)
+    result = place(
+        groups, roles, isl=1334.3, osl=174.8, demand_tokens_per_s=1.0, peak_demand_tokens_per_s=1.0
+    )
+    # Every H100 prefills and three H200s decode: the same prompt capacity as keeping one H100 decoder, but
+    # the decode pool has 18% to spare instead of 10% (the H200's bandwidth and memory).
+    assert result.best.prefill == (8, 5)
+    assert result.best.bound == "prefill"
+    assert len(result.changes) == 11
+    # At the central capacities alone every split with 13 prefill workers sustains the same rate.
+    sizes, current = np.array([8, 8]), np.array([0, 8])
+    cp = np.array([[13_010.0, 13_010.0]])
+    chosen = best_plan(sizes, cp, np.array([[6_848.0, 8_755.0]]), 1334.3, 174.8, current, 0.01)
+    assert chosen.tolist() == [8, 5]
+    # Where the H200 decodes barely faster, swapping more decoders onto it gains less buffer than the
+    # tolerance: the fewest changes that reach the rate (five H100 decoders prefill) stand.
+    chosen = best_plan(sizes, cp, np.array([[8_700.0, 8_755.0]]), 1334.3, 174.8, current, 0.01)
+    assert chosen.tolist() == [5, 8]
+
+
+def test_a_pool_is_never_moved_for_buffer_alone() -> None:
+    sizes = np.array([8, 8])
+    cp, cd = np.array([[13_010.0, 13_010.0]]), np.array([[6_848.0, 8_755.0]])
+    for current in ([6, 7], [7, 6]):  # the best rate already; (8, 5) only has more buffer
+        chosen = best_plan(sizes, cp, cd, 1334.3, 174.8, np.array(current), tolerance=0.01)
+        assert chosen.tolist() == current
