@@ -214,8 +214,8 @@ def main() -> None:
     parser.add_argument("--direct-records", type=int, default=300_000)
     args = parser.parse_args()
     if args.batches_per_collector <= 0:
-        # enough for 60,000 samples/s over the whole run, so no collector runs dry
-        args.batches_per_collector = int(600 * (args.seconds + args.warmup) / args.collectors) + 20
+        # enough for 100,000 samples/s over the whole run, so no collector runs dry
+        args.batches_per_collector = int(1000 * (args.seconds + args.warmup) / args.collectors) + 20
     admin = os.environ.get("PHASEFIT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
     with tempfile.TemporaryDirectory(prefix="pf-bench-") as tmp:
         workdir = Path(tmp)
