@@ -251,14 +251,22 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             "yes" if row["ratio_drift"] else "",
         )
     console.print(pools)
+    # Recommendations are sentences: listed under the table by number, so the table's columns stay
+    # readable in an ordinary terminal instead of folding every cell.
     findings = Table(title="Findings", title_justify="left")
-    for column in ("severity", "kind", "worker / pool", "SKU", "role", "bottleneck", "lost tokens/s (range)"):
-        findings.add_column(column, no_wrap=True)
-    for column in ("since", "status", "recommendation"):
-        findings.add_column(column)
-    for f in result.findings:
+    fixed = {"#": 2, "severity": 8, "kind": 25, "SKU": 8, "role": 7, "bottleneck": 16,
+             "lost tokens/s (range)": 24, "since (UTC)": 11, "status": 8}  # fmt: skip
+    for column in ("#", "severity", "kind", "worker / pool", "SKU", "role", "bottleneck",
+                   "lost tokens/s (range)", "since (UTC)", "status"):  # fmt: skip
+        if column in fixed:  # the worker / pool name folds instead
+            findings.add_column(column, no_wrap=True, min_width=fixed[column])
+        else:
+            findings.add_column(column, overflow="fold")
+    advice: list[str] = []
+    for number, f in enumerate(result.findings, start=1):
         rec = f.recommendation
         findings.add_row(
+            str(number),
             f.severity.value,
             f.kind.value,
             f.worker_id or f.pool or "fleet",
@@ -266,11 +274,16 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             f.role.value,
             f.bottleneck.value,
             _range(f.lost_tokens_per_s, f.lost_tokens_per_s_low, f.lost_tokens_per_s_high),
-            f.first_seen.strftime("%Y-%m-%d %H:%M"),
+            f.first_seen.strftime("%m-%d %H:%M"),
             f.status.value,
-            f"{rec.action}: {rec.detail}" if rec else "-",
         )
+        if rec:
+            advice.append(f"#{number} {rec.action}: {rec.detail}")
     if result.findings:
         console.print(findings)
+        if advice:
+            console.print("Recommendations", style="bold")
+            for line in advice:
+                console.print(line, markup=False)
     else:
         console.print("No findings: every worker sits on hardware its bottleneck needs.")

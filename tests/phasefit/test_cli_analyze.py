@@ -95,6 +95,8 @@ def test_human_output_prints_the_summary_and_tables_and_reruns_do_not_duplicate(
     text = first.output
     assert "Lost tokens/s now" in text and "Pools" in text and "Findings" in text
     assert "decode-on-low-bandwidth" in text
+    # recommendations are listed under the table by finding number, not folded into a column
+    assert "Recommendations" in text and "#1 " in text
     second = _runner().invoke(
         app, ["--database-url", store, "--from", "2024-06-03", "--to", "2024-06-03T08:00Z"]
     )
