@@ -254,14 +254,15 @@ def print_result(result: AnalysisResult, console: Console) -> None:
     # Recommendations are sentences: listed under the table by number, so the table's columns stay
     # readable in an ordinary terminal instead of folding every cell.
     findings = Table(title="Findings", title_justify="left")
-    fixed = {"#": 2, "severity": 8, "kind": 25, "SKU": 8, "role": 7, "bottleneck": 16,
-             "lost tokens/s (range)": 24, "since (UTC)": 11, "status": 8}  # fmt: skip
-    for column in ("#", "severity", "kind", "worker / pool", "SKU", "role", "bottleneck",
-                   "lost tokens/s (range)", "since (UTC)", "status"):  # fmt: skip
-        if column in fixed:  # the worker / pool name folds instead
-            findings.add_column(column, no_wrap=True, min_width=fixed[column])
-        else:
+    # fmt: off
+    widths = (("#", 2), ("severity", 8), ("kind", 25), ("worker / pool", None), ("SKU", 8), ("role", 7),
+              ("bottleneck", 16), ("lost tokens/s (range)", 24), ("since (UTC)", 11), ("status", 8))
+    # fmt: on
+    for column, width in widths:  # fixed widths; the worker / pool name folds instead
+        if width is None:
             findings.add_column(column, overflow="fold")
+        else:
+            findings.add_column(column, no_wrap=True, min_width=width)
     advice: list[str] = []
     for number, f in enumerate(result.findings, start=1):
         rec = f.recommendation
