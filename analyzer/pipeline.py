@@ -56,7 +56,7 @@ class AnalyzerParams:
     pool: PoolParams = field(default_factory=PoolParams)
     findings: FindingParams = field(default_factory=FindingParams)
     health: HealthParams = field(default_factory=HealthParams)
-    clusters: Mapping[str, str] | None = None  # node -> cluster; default: the node name's prefix
+    clusters: Mapping[str, str] | None = None  # node -> cluster, over what the collectors reported
     pool_params: Mapping[str, PoolParams] = field(default_factory=dict)  # per pool key
 
 

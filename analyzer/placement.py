@@ -90,6 +90,17 @@ class PlacementResult:
     weekly_cost_usd: float | None  # the pool's GPUs at catalog prices, None where a price is unknown
     idle_cost_per_week_usd: float | None
     misplacement_cost_per_week_usd: float | None
+    isl: float = math.nan  # the mix the plans were evaluated at (mean prompt and output tokens)
+    osl: float = math.nan
+
+    def lost_requests(self, bound: str = "") -> float:
+        """Lost requests/s (``bound`` "", "low" or "high"): every plan's tokens are requests x (isl + osl)."""
+        tokens = {"": self.lost_tokens_per_s, "low": self.lost_low, "high": self.lost_high}[bound]
+        return tokens / (self.isl + self.osl) if self.isl + self.osl > 0 else math.nan
+
+    def lost_output_tokens(self, bound: str = "") -> float:
+        """Lost generated tokens/s (``bound`` "", "low" or "high"): lost requests x mean output length."""
+        return self.lost_requests(bound) * self.osl
 
 
 def _phase_capacity(
@@ -407,4 +418,6 @@ def place(
         weekly_cost_usd=weekly,
         idle_cost_per_week_usd=idle_cost,
         misplacement_cost_per_week_usd=misplacement_cost,
+        isl=isl,
+        osl=osl,
     )

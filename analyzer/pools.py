@@ -1,8 +1,10 @@
-"""Model pools: the workers that serve one model in one cluster, by SKU, TP and role.
+"""Model pools: the workers that serve one model behind one router, by SKU, TP and role.
 
-A pool is (cluster, served model id). The cluster is given explicitly (a node -> cluster mapping) or read
-from the node name: its prefix before a trailing number (``gpu-a-017`` -> ``gpu-a``), so two clusters
-named by their node prefixes stay apart. Pools are independent units of analysis (DESIGN.md, Scale).
+A pool is (cluster, deployment, served model id), all three from the data: the cluster the collector was
+configured with (or an operator's node -> cluster mapping, which overrides it), the deployment the serving
+stack's labels name. Absent a cluster every worker shares one (``default``); absent a deployment the
+workers of a model in a cluster form one pool. Node names are never parsed: real ones follow no convention.
+Pools are independent units of analysis (docs/architecture.md).
 
 Within a pool, a *group* is the workers on one SKU at one TP degree: the placement search may change the
 roles inside a group but never moves GPUs between groups (same counts per SKU and TP group).
@@ -10,7 +12,6 @@ roles inside a group but never moves GPUs between groups (same counts per SKU an
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from fleet.gpus import GpuSku
 from fleet.models import ModelArch
 from fleet.precision import Precision, parse_precision
 
-_TRAILING_NUMBER = re.compile(r"[-_.]?\d+$")
+DEFAULT_CLUSTER = "default"
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class WorkerSpec:
     precision: str | None
     tp: int
     gpu_uuids: tuple[str, ...]
+    cluster: str | None = None
+    deployment: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class GpuSpec:
     worker_id: str | None
     source: str
     state: str
+    cluster: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,8 @@ def inventory_from_samples(
                 precision=engine_columns["precision"][i],
                 tp=int(engine_columns["tp"][i]),
                 gpu_uuids=tuple(engine_columns["gpu_uuids"][i] or ()),
+                cluster=_optional(engine_columns, "cluster", i),
+                deployment=_optional(engine_columns, "deployment", i),
             )
         )
     gpus = [
@@ -110,18 +116,29 @@ def inventory_from_samples(
             worker_id=gpu_columns["worker_id"][i],
             source=str(gpu_columns["source"][i]),
             state=str(gpu_columns["state"][i]),
+            cluster=_optional(gpu_columns, "cluster", i),
         )
         for uuid, i in sorted(_latest(gpu_columns, "gpu_uuid").items())
     ]
     return Inventory(tuple(workers), tuple(gpus))
 
 
-def cluster_of(node: str, clusters: Mapping[str, str] | None = None) -> str:
-    """The cluster a node belongs to: the explicit mapping, else the node name without its number."""
-    if clusters and node in clusters:
-        return clusters[node]
-    prefix = _TRAILING_NUMBER.sub("", node)
-    return prefix or node
+def _optional(columns: Mapping[str, Sequence[Any]], key: str, i: int) -> str | None:
+    values = columns.get(key)
+    return None if values is None or values[i] is None else str(values[i])
+
+
+def cluster_of(node: str, reported: str | None = None, overrides: Mapping[str, str] | None = None) -> str:
+    """The cluster of a node: the operator's mapping, else what its collector reported, else the one
+    default cluster. Never guessed from the node's name."""
+    if overrides and node in overrides:
+        return overrides[node]
+    return reported or DEFAULT_CLUSTER
+
+
+def pool_key(cluster: str, deployment: str | None, model_id: str) -> str:
+    """``<cluster>/<model>``, or ``<cluster>/<deployment>/<model>`` where the deployment is known."""
+    return f"{cluster}/{deployment}/{model_id}" if deployment else f"{cluster}/{model_id}"
 
 
 @dataclass(frozen=True)
@@ -144,7 +161,7 @@ class SkuGroup:
 
 @dataclass(frozen=True)
 class Pool:
-    key: str  # "<cluster>/<served model id>"
+    key: str  # pool_key(cluster, deployment, model_id)
     cluster: str
     model_id: str
     arch: ModelArch | None
@@ -152,6 +169,7 @@ class Pool:
     members: tuple[int, ...]  # grid rows of every worker in the pool
     groups: tuple[SkuGroup, ...]
     notes: tuple[str, ...]
+    deployment: str | None = None
 
     def group_of(self, row: int) -> SkuGroup:
         for group in self.groups:
@@ -183,12 +201,13 @@ def build_pools(
 ) -> list[Pool]:
     """Group the inventory's workers (those with a grid row) into pools and SKU/TP groups."""
     gpus = {g.gpu_uuid: g for g in inventory.gpus}
-    by_pool: dict[tuple[str, str], list[WorkerSpec]] = {}
+    by_pool: dict[tuple[str, str, str], list[WorkerSpec]] = {}
     for worker in inventory.workers:
         if worker.worker_id in rows:
-            by_pool.setdefault((cluster_of(worker.node, clusters), worker.model), []).append(worker)
+            cluster = cluster_of(worker.node, worker.cluster, clusters)
+            by_pool.setdefault((cluster, worker.deployment or "", worker.model), []).append(worker)
     pools = []
-    for (cluster, model_id), workers in sorted(by_pool.items()):
+    for (cluster, deployment, model_id), workers in sorted(by_pool.items()):
         notes: list[str] = []
         arch = catalog.models.resolve(model_id)
         if arch is None:
@@ -219,7 +238,7 @@ def build_pools(
             groups.append(SkuGroup(skus[sku_key], tp, tuple(members), deployment))
         pools.append(
             Pool(
-                key=f"{cluster}/{model_id}",
+                key=pool_key(cluster, deployment or None, model_id),
                 cluster=cluster,
                 model_id=model_id,
                 arch=arch,
@@ -227,6 +246,7 @@ def build_pools(
                 members=tuple(sorted(rows[w.worker_id] for w in workers)),
                 groups=tuple(groups),
                 notes=tuple(notes),
+                deployment=deployment or None,
             )
         )
     return pools

@@ -41,8 +41,8 @@ class AnalyzerSettings(BaseSettings):
     cold_start_s: float = Field(default=900.0, ge=0, description="Seconds a move to other GPUs takes.")
     clusters: dict[str, str] = Field(
         default_factory=dict,
-        description='Node -> cluster (JSON, e.g. {"gpu-a-01": "east"}); default: the node name without '
-        "its trailing number.",
+        description='Node -> cluster (JSON, e.g. {"gpu-a-01": "east"}), over the cluster each collector '
+        "reports (PHASEFIT_COLLECTOR_CLUSTER); a node with neither is in the one default cluster.",
     )
 
     def params(self) -> AnalyzerParams:

@@ -58,6 +58,8 @@ def read_inventory(connection: Connection, since: datetime, until: datetime) -> 
             precision=w.precision,
             tp=w.tp,
             gpu_uuids=tuple(w.gpu_uuids or ()),
+            cluster=w.cluster,
+            deployment=w.deployment,
         )
         for w in list_workers(connection)
         if w.last_seen >= since and w.first_seen < until
@@ -71,6 +73,7 @@ def read_inventory(connection: Connection, since: datetime, until: datetime) -> 
             worker_id=g.worker_id,
             source=g.source,
             state=g.state,
+            cluster=g.cluster,
         )
         for g in list_gpus(connection)
         if g.last_seen >= since and g.first_seen < until

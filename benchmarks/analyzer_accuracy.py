@@ -1,6 +1,6 @@
 """Accuracy of the analyzer against the simulator's ground truth, over every built-in scenario.
 
-For each scenario: simulate (``collector.sim``), write the records as JSON lines, ingest them into a
+For each scenario: simulate (``fleetsim``), write the records as JSON lines, ingest them into a
 throwaway SQLite store through ``fleet.ingest``, roll them up as ``phasefit db prune`` does, read the store
 with ``analyzer.store_io`` and analyse it, then compare with the re-simulated truth:
 
@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
 from analyzer.store_io import read_input
-from collector.sim.scenario import builtin_scenarios, load_scenario
-from collector.sim.truth import compute_truth
+from fleetsim.scenario import builtin_scenarios, load_scenario
+from fleetsim.truth import compute_truth
 from fleet.catalog import Catalog, load_catalog
 from fleet.contract import FindingKind
 from fleet.ingest import catalog_sku_resolver, ingest_file

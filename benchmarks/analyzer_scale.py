@@ -81,8 +81,8 @@ def scenario_yaml(gpus: int) -> tuple[str, dict[str, str]]:
 
 def prepare(gpus: int, folder: Path, window_s: float, *, rollups: bool) -> dict[str, Any]:
     """Simulate a week, ingest it and (optionally) roll it up; returns the store URL and timings."""
-    from collector.sim.scenario import parse_scenario
-    from collector.sim.source import jsonl_batches
+    from fleetsim.scenario import parse_scenario
+    from fleetsim.source import jsonl_batches
     from fleet.catalog import load_catalog
     from fleet.ingest import catalog_sku_resolver, ingest_file
     from fleet.store.engine import make_engine

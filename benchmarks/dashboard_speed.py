@@ -46,7 +46,7 @@ def build_store(folder: Path) -> str:
 
     from analyzer.pipeline import analyze
     from analyzer.store_io import read_input, write_result
-    from collector.sim.source import jsonl_batches
+    from fleetsim.source import jsonl_batches
     from fleet.catalog import load_catalog
     from fleet.ingest import catalog_sku_resolver, ingest_file
     from fleet.store import migrate

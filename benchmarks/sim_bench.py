@@ -27,11 +27,11 @@ from pathlib import Path
 
 import orjson
 
-from collector.sim.calibration import format_tables, max_throughput_rows, ratio_rows
-from collector.sim.fleet_sim import FleetSimulation
-from collector.sim.records import RecordBuilder
-from collector.sim.scenario import Scenario, load_scenario
-from collector.sim.truth import compute_truth
+from fleetsim.calibration import format_tables, max_throughput_rows, ratio_rows
+from fleetsim.fleet_sim import FleetSimulation
+from fleetsim.records import RecordBuilder
+from fleetsim.scenario import Scenario, load_scenario
+from fleetsim.truth import compute_truth
 from fleet.catalog import load_catalog
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"

@@ -34,10 +34,10 @@ PAGE = 1000
 MAX_PAGES = 200
 
 
-def _cluster(node: str) -> str:
+def _cluster(node: str, reported: str | None) -> str:
     from analyzer.pools import cluster_of
 
-    return cluster_of(node)
+    return cluster_of(node, reported)
 
 
 def _ts(text: str | None) -> datetime | None:
@@ -84,7 +84,7 @@ class ApiSource:
             WorkerInfo(
                 worker_id=w["worker_id"],
                 node=w["node"],
-                cluster=_cluster(w["node"]),
+                cluster=_cluster(w["node"], w.get("cluster")),
                 model=w["model"],
                 role=w["role"],
                 role_source=w["role_source"],

@@ -73,7 +73,7 @@ class StoreSource:
                 WorkerInfo(
                     worker_id=w.worker_id,
                     node=w.node,
-                    cluster=cluster_of(w.node),
+                    cluster=cluster_of(w.node, w.cluster),
                     model=w.model,
                     role=w.role,
                     role_source=w.role_source,

@@ -93,6 +93,7 @@ class GpuSample(_Record):
     source: TelemetrySource
     parent_gpu_uuid: Name | None = None
     mig_profile: ShortText | None = None
+    cluster: Name | None = None  # the collector's configured cluster; pools never come from node names
 
 
 class EngineSample(_Record):
@@ -120,6 +121,10 @@ class EngineSample(_Record):
     ttft_p99_s: NonNegFloat | None = None
     tpot_p50_s: NonNegFloat | None = None
     tpot_p99_s: NonNegFloat | None = None
+    cluster: Name | None = None
+    # The serving deployment or router group: Dynamo namespace, llm-d InferencePool, KServe
+    # InferenceService, else "<namespace>/<owner>". With the cluster and the served model it names the pool.
+    deployment: Name | None = None
 
 
 class Bottleneck(StrEnum):
@@ -179,7 +184,7 @@ class Finding(_Record):
 
     kind: FindingKind
     worker_id: Name | None = None
-    pool: Name | None = None  # the model pool ("cluster/model") the finding belongs to
+    pool: Name | None = None  # the model pool ("<cluster>/<deployment>/<model>", see analyzer.pools)
     severity: Severity = Severity.WARNING
     status: FindingStatus = FindingStatus.OPEN
     gpu_sku: ShortText | None = None
@@ -187,9 +192,16 @@ class Finding(_Record):
     bottleneck: Bottleneck = Bottleneck.UNKNOWN
     evidence: dict[str, float | str | None] = Field(default_factory=dict)
     tokens_per_s: NonNegFloat | None = None
-    lost_tokens_per_s: NonNegFloat = 0.0
+    lost_tokens_per_s: NonNegFloat = 0.0  # prompt + output tokens: secondary, see the two below
     lost_tokens_per_s_low: NonNegFloat = 0.0
     lost_tokens_per_s_high: NonNegFloat = 0.0
+    # What an SRE acts on: output tokens and requests per second; None where not a throughput loss.
+    lost_output_tokens_per_s: NonNegFloat | None = None
+    lost_output_tokens_per_s_low: NonNegFloat | None = None
+    lost_output_tokens_per_s_high: NonNegFloat | None = None
+    lost_requests_per_s: NonNegFloat | None = None
+    lost_requests_per_s_low: NonNegFloat | None = None
+    lost_requests_per_s_high: NonNegFloat | None = None
     recommendation: Recommendation | None = None
     first_seen: UtcTimestamp
     last_seen: UtcTimestamp

@@ -35,7 +35,7 @@ from pydantic_settings.sources import EnvSettingsSource
 SETTINGS_CLASSES: tuple[str, ...] = (
     "fleet.settings:Settings",
     "collector.settings:CollectorSettings",
-    "collector.sim.source:SimSettings",
+    "fleetsim.source:SimSettings",
     "phasefit.service.settings:ServiceSettings",
     "analyzer.settings:AnalyzerSettings",
     "dashboard.settings:DashboardSettings",

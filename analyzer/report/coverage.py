@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from analyzer.pipeline import AnalysisInput
-from analyzer.pools import Inventory, cluster_of
+from analyzer.pools import Inventory, cluster_of, pool_key
 from analyzer.report.fleet_roofline import WorkerPoint, precision_of, worker_point
 from analyzer.report.model import DataQuality, NodeGap, SkuHours
 from fleet.catalog import Catalog
@@ -141,7 +141,7 @@ def roofline_points(
         key = worker_skus.get(w.worker_id)
         point = worker_point(
             worker_id=w.worker_id,
-            pool=pools.get(w.worker_id, f"{cluster_of(w.node, clusters)}/{w.model}"),
+            pool=pools.get(w.worker_id, pool_key(cluster_of(w.node, w.cluster, clusters), w.deployment, w.model)),
             sku=catalog.gpus.skus.get(key) if key else None,
             role=w.role.value,
             precision=precision_of(w.precision),

@@ -20,6 +20,11 @@ from fleet.contract import Finding, FindingKind, FindingStatus, Recommendation
 from fleet.store.schema import FindingRow
 
 
+LOSS_FIELDS = tuple(
+    f"lost_{unit}_per_s{bound}" for unit in ("output_tokens", "requests") for bound in ("", "_low", "_high")
+)
+
+
 @dataclass(frozen=True)
 class StoredFinding:
     id: int
@@ -59,6 +64,7 @@ def _values(finding: Finding, now: datetime) -> dict[str, Any]:
         "lost_tokens_per_s": finding.lost_tokens_per_s,
         "lost_tokens_per_s_low": finding.lost_tokens_per_s_low,
         "lost_tokens_per_s_high": finding.lost_tokens_per_s_high,
+        **{name: getattr(finding, name) for name in LOSS_FIELDS},
         "recommendation": finding.recommendation.model_dump(mode="json") if finding.recommendation else None,
         "first_seen": finding.first_seen,
         "last_seen": finding.last_seen,
@@ -173,6 +179,7 @@ def _stored(row: Any) -> StoredFinding:
         lost_tokens_per_s=row["lost_tokens_per_s"],
         lost_tokens_per_s_low=row["lost_tokens_per_s_low"],
         lost_tokens_per_s_high=row["lost_tokens_per_s_high"],
+        **{name: row[name] for name in LOSS_FIELDS},
         recommendation=Recommendation.model_validate(recommendation) if recommendation is not None else None,
         first_seen=row["first_seen"],
         last_seen=row["last_seen"],

@@ -44,6 +44,7 @@ class GpuInfo:
     sku: str | None
     parent_gpu_uuid: str | None
     mig_profile: str | None
+    cluster: str | None
     worker_id: str | None
     state: str
     source: str
@@ -62,6 +63,8 @@ class WorkerInfo:
     precision: str | None
     tp: int
     gpu_uuids: list[str]
+    cluster: str | None
+    deployment: str | None
     first_seen: datetime
     last_seen: datetime
 

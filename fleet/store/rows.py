@@ -59,6 +59,7 @@ class GpuDim:
     gpu_name: str
     parent_gpu_uuid: str | None
     mig_profile: str | None
+    cluster: str | None
     worker_id: str | None
     state: str
     source: str
@@ -76,6 +77,8 @@ class WorkerDim:
     precision: str | None
     tp: int
     gpu_uuids: list[str]
+    cluster: str | None
+    deployment: str | None
     first_seen: datetime
     last_seen: datetime
 
@@ -136,25 +139,25 @@ class RowBatch:
     def finish(self) -> RowBatch:
         """Fold the remembered latest records into ``gpus``, ``workers`` and ``nodes`` (idempotent)."""
         for uuid, (first, last, values, tag) in self._latest_gpu.items():
-            _check_texts(values, ("gpu_name", "node", "parent_gpu_uuid", "mig_profile"), tag)
+            _check_texts(values, ("gpu_name", "node", "parent_gpu_uuid", "mig_profile", "cluster"), tag)
             if values["gpu_index"] > INT32_MAX:
                 raise RowValueError("gpu_index", f"{values['gpu_index']} does not fit a 32-bit integer", tag)
             gpu = GpuDim(
                 values["node"], values["gpu_index"], values["gpu_name"], values["parent_gpu_uuid"],
-                values["mig_profile"], values["worker_id"], values["state"]._value_, values["source"]._value_,
+                values["mig_profile"], values["cluster"], values["worker_id"], values["state"]._value_, values["source"]._value_,
                 first, last,
             )  # fmt: skip
             self.gpus[uuid] = _newer(self.gpus.get(uuid), gpu)
             self._fold_node(gpu.node, first, last)
         for worker_id, (first, last, values, tag) in self._latest_worker.items():
-            _check_texts(values, ("node", "engine", "model", "precision"), tag)
+            _check_texts(values, ("node", "engine", "model", "precision", "cluster", "deployment"), tag)
             for uuid in values["gpu_uuids"]:
                 if "\x00" in uuid:
                     raise RowValueError("gpu_uuids", "contains a NUL character", tag)
             worker = WorkerDim(
                 values["node"], values["engine"], values["model"], values["role"]._value_,
                 values["role_source"]._value_, values["precision"], values["tp"], list(values["gpu_uuids"]),
-                first, last,
+                values["cluster"], values["deployment"], first, last,
             )  # fmt: skip
             self.workers[worker_id] = _newer(self.workers.get(worker_id), worker)
             self._fold_node(worker.node, first, last)

@@ -76,6 +76,7 @@ class GpuRow(Base):
     sku: Mapped[str | None] = mapped_column(String(SHORT))  # catalog key, resolved at write time
     parent_gpu_uuid: Mapped[str | None] = mapped_column(String(NAME))
     mig_profile: Mapped[str | None] = mapped_column(String(SHORT))
+    cluster: Mapped[str | None] = mapped_column(String(NAME))
     worker_id: Mapped[str | None] = mapped_column(String(NAME), index=True)
     state: Mapped[str] = mapped_column(String(ENUM))
     source: Mapped[str] = mapped_column(String(ENUM))
@@ -97,6 +98,8 @@ class WorkerRow(Base):
     precision: Mapped[str | None] = mapped_column(String(SHORT))
     tp: Mapped[int] = mapped_column(Integer)
     gpu_uuids: Mapped[list[str]]
+    cluster: Mapped[str | None] = mapped_column(String(NAME))
+    deployment: Mapped[str | None] = mapped_column(String(NAME))
     first_seen: Mapped[datetime]
     last_seen: Mapped[datetime]
 
@@ -241,6 +244,12 @@ class FindingRow(Base):
     lost_tokens_per_s: Mapped[float] = mapped_column(Float)
     lost_tokens_per_s_low: Mapped[float] = mapped_column(Float)
     lost_tokens_per_s_high: Mapped[float] = mapped_column(Float)
+    lost_output_tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    lost_output_tokens_per_s_low: Mapped[float | None] = mapped_column(Float)
+    lost_output_tokens_per_s_high: Mapped[float | None] = mapped_column(Float)
+    lost_requests_per_s: Mapped[float | None] = mapped_column(Float)
+    lost_requests_per_s_low: Mapped[float | None] = mapped_column(Float)
+    lost_requests_per_s_high: Mapped[float | None] = mapped_column(Float)
     recommendation: Mapped[dict[str, Any] | None]
     first_seen: Mapped[datetime]
     last_seen: Mapped[datetime]

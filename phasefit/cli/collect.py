@@ -35,9 +35,9 @@ class OutputKind(StrEnum):
 def _sim_factory(settings: CollectorSettings, clock: Clock) -> GpuSource:
     """The simulated fleet, from the simulator package when this installation has it."""
     try:
-        from collector.sim.source import SimSource
+        from fleetsim.source import SimSource
     except ImportError as exc:
-        raise ValueError("the simulated fleet source (collector.sim.source) is not installed") from exc
+        raise ValueError("the simulated fleet source (fleetsim.source) is not installed") from exc
     source: GpuSource = SimSource.for_collector(settings, clock)
     return source
 

@@ -54,9 +54,9 @@ def demo(
     """Simulate a week of a 64-GPU H100/H200 fleet, store it, analyse it and print what is misplaced."""
     import orjson
 
-    from collector.sim.scenario import load_scenario
-    from collector.sim.source import jsonl_batches
-    from collector.sim.truth import compute_truth
+    from fleetsim.scenario import load_scenario
+    from fleetsim.source import jsonl_batches
+    from fleetsim.truth import compute_truth
     from fleet.catalog import load_catalog
     from fleet.ingest import catalog_sku_resolver, ingest_file
     from fleet.settings import Settings

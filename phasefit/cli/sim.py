@@ -26,7 +26,7 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON on stdout ins
 @app.command("scenarios")
 def scenarios(json_output: JsonFlag = False) -> None:
     """List the built-in scenarios, one line each."""
-    from collector.sim.scenario import ScenarioError, builtin_scenarios, load_scenario
+    from fleetsim.scenario import ScenarioError, builtin_scenarios, load_scenario
 
     rows: list[dict[str, Any]] = []
     for name in builtin_scenarios():
@@ -98,10 +98,10 @@ def run(
 
     import orjson
 
-    from collector.sim.fleet_sim import FleetSimulation
-    from collector.sim.scenario import ScenarioError, load_scenario
-    from collector.sim.source import jsonl_batches
-    from collector.sim.truth import compute_truth
+    from fleetsim.fleet_sim import FleetSimulation
+    from fleetsim.scenario import ScenarioError, load_scenario
+    from fleetsim.source import jsonl_batches
+    from fleetsim.truth import compute_truth
     from fleet.catalog import CatalogError, load_catalog
     from fleet.settings import Settings
 

@@ -65,6 +65,7 @@ class Gpu(BaseModel):
     sku: str | None
     parent_gpu_uuid: str | None
     mig_profile: str | None
+    cluster: str | None = Field(description="The cluster its collector reported (null: none configured).")
     worker_id: str | None
     state: str
     source: str
@@ -83,6 +84,10 @@ class Worker(BaseModel):
     precision: str | None
     tp: int
     gpu_uuids: list[str]
+    cluster: str | None = Field(description="The cluster its collector reported (null: none configured).")
+    deployment: str | None = Field(
+        description="The serving deployment or router group its labels name (null: not known)."
+    )
     first_seen: datetime
     last_seen: datetime
 

@@ -17,9 +17,9 @@ import numpy as np
 
 from analyzer.misplacement import MISPLACEMENT_KINDS
 from analyzer.pipeline import AnalysisResult
-from collector.sim.scenario import load_scenario
-from collector.sim.source import dict_batches, jsonl_batches
-from collector.sim.truth import compute_truth
+from fleetsim.scenario import load_scenario
+from fleetsim.source import dict_batches, jsonl_batches
+from fleetsim.truth import compute_truth
 from fleet.catalog import Catalog
 
 _LIST_FIELDS = ("gpu_uuids",)

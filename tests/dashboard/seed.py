@@ -69,9 +69,9 @@ def seed_store(
 ) -> Seeded:
     from analyzer.pipeline import analyze as run_analysis
     from analyzer.store_io import read_input, write_result
-    from collector.sim.scenario import load_scenario
-    from collector.sim.source import jsonl_batches
-    from collector.sim.truth import compute_truth
+    from fleetsim.scenario import load_scenario
+    from fleetsim.source import jsonl_batches
+    from fleetsim.truth import compute_truth
     from fleet.catalog import load_catalog
     from fleet.contract import FindingKind
     from fleet.ingest import catalog_sku_resolver, ingest_file

@@ -57,11 +57,11 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from collector.sim.fleet_sim import FleetSimulation, PoolChunk, rfc3339
-from collector.sim.life import drift_events
-from collector.sim.placement import TIE, Groups, screen
-from collector.sim.pool import DECODE, MIXED, PREFILL, PoolModel, QueueState
-from collector.sim.scenario import Scenario
+from fleetsim.fleet_sim import FleetSimulation, PoolChunk, rfc3339
+from fleetsim.life import drift_events
+from fleetsim.placement import TIE, Groups, screen
+from fleetsim.pool import DECODE, MIXED, PREFILL, PoolModel, QueueState
+from fleetsim.scenario import Scenario
 from fleet.catalog import Catalog
 from fleet.contract import FindingKind, Role
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collector.sim.physics import Efficiency, EngineConfig, StepModel, WorkerHardware
-from collector.sim.pool import lindley
+from fleetsim.physics import Efficiency, EngineConfig, StepModel, WorkerHardware
+from fleetsim.pool import lindley
 from fleet.catalog import Catalog
 from fleet.precision import Precision
 

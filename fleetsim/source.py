@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from collector.sim.fleet_sim import Chunk, FleetSimulation
-from collector.sim.records import RecordBuilder, to_records
-from collector.sim.scenario import Scenario, load_scenario
+from fleetsim.fleet_sim import Chunk, FleetSimulation
+from fleetsim.records import RecordBuilder, to_records
+from fleetsim.scenario import Scenario, load_scenario
 from fleet.catalog import Catalog
 from fleet.contract import EngineSample, GpuSample
 

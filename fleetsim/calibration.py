@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.sim.physics import Efficiency, EngineConfig, StepModel, WorkerHardware
+from fleetsim.physics import Efficiency, EngineConfig, StepModel, WorkerHardware
 from fleet.catalog import Catalog
 from fleet.precision import Precision, parse_precision
 

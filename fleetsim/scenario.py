@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-_SCENARIO_PACKAGE = "collector.sim.scenarios"
+_SCENARIO_PACKAGE = "fleetsim.scenarios"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _ID_PART = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from collector.sim.fleet_sim import Chunk, FleetSimulation, rfc3339
+from fleetsim.fleet_sim import Chunk, FleetSimulation, rfc3339
 from fleet.contract import EngineSample, GpuSample, RoleSource, TelemetrySource
 
 IntArray = npt.NDArray[np.int64]

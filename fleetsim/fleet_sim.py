@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 import numpy as np
 import numpy.typing as npt
 
-from collector.sim.counters import DRAM_ACTIVE_CEILING, measured, power_w, worker_activity
-from collector.sim.layout import FleetLayout, build_layout
-from collector.sim.life import LifeEvents
-from collector.sim.physics import Efficiency
-from collector.sim.pool import (
+from fleetsim.counters import DRAM_ACTIVE_CEILING, measured, power_w, worker_activity
+from fleetsim.layout import FleetLayout, build_layout
+from fleetsim.life import LifeEvents
+from fleetsim.physics import Efficiency
+from fleetsim.pool import (
     PREFILL,
     Capacities,
     PoolFlow,
@@ -30,8 +30,8 @@ from collector.sim.pool import (
     latencies,
     pool_traffic,
 )
-from collector.sim.rng import STREAM_ENGINE_NOISE, STREAM_GPU_NOISE, rng_for
-from collector.sim.scenario import Scenario
+from fleetsim.rng import STREAM_ENGINE_NOISE, STREAM_GPU_NOISE, rng_for
+from fleetsim.scenario import Scenario
 from fleet.catalog import Catalog
 from fleet.contract import Role
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from collector.sim.layout import build_layout
-from collector.sim.scenario import ScenarioError, builtin_scenarios, load_scenario, parse_scenario
-from collector.sim.truth import compute_truth
+from fleetsim.layout import build_layout
+from fleetsim.scenario import ScenarioError, builtin_scenarios, load_scenario, parse_scenario
+from fleetsim.truth import compute_truth
 from fleet.catalog import Catalog
 from fleet.contract import FindingKind
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from collector.sim.traffic import (
+from fleetsim.traffic import (
     TrafficShape,
     burst_multiplier,
     diurnal_rate,

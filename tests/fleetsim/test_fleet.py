@@ -6,9 +6,9 @@ import numpy as np
 import orjson
 import pytest
 
-from collector.sim.fleet_sim import FleetSimulation
-from collector.sim.records import RecordBuilder, to_records
-from collector.sim.scenario import Scenario, load_scenario
+from fleetsim.fleet_sim import FleetSimulation
+from fleetsim.records import RecordBuilder, to_records
+from fleetsim.scenario import Scenario, load_scenario
 from fleet.catalog import Catalog
 from fleet.contract import EngineSample, GpuSample, GpuState, parse_record
 

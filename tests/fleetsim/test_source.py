@@ -8,10 +8,10 @@ import pytest
 
 from collector.clock import FakeClock
 from collector.settings import CollectorSettings
-from collector.sim.fleet_sim import FleetSimulation
-from collector.sim.records import RecordBuilder, to_records
-from collector.sim.scenario import load_scenario
-from collector.sim.source import SimSource
+from fleetsim.fleet_sim import FleetSimulation
+from fleetsim.records import RecordBuilder, to_records
+from fleetsim.scenario import load_scenario
+from fleetsim.source import SimSource
 from fleet.catalog import Catalog
 from fleet.contract import EngineSample, GpuSample
 
@@ -62,7 +62,7 @@ def test_collector_source(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_whole_run_batches_agree(catalog: Catalog) -> None:
-    from collector.sim.source import dict_batches, jsonl_batches
+    from fleetsim.source import dict_batches, jsonl_batches
     from fleet.contract import parse_record
 
     scenario = load_scenario("mixed")

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from collector.sim.layout import FleetLayout, SimPool
-from collector.sim.life import code_share, idle_factor
-from collector.sim.physics import Efficiency, StepModel
-from collector.sim.rng import STREAM_ARRIVALS, STREAM_BURSTS, rng_for
-from collector.sim.traffic import (
+from fleetsim.layout import FleetLayout, SimPool
+from fleetsim.life import code_share, idle_factor
+from fleetsim.physics import Efficiency, StepModel
+from fleetsim.rng import STREAM_ARRIVALS, STREAM_BURSTS, rng_for
+from fleetsim.traffic import (
     MixStats,
     TrafficShape,
     WindowArrivals,

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from collector.sim.layout import FleetLayout
-from collector.sim.rng import STREAM_GAPS, STREAM_RESTARTS, rng_for
-from collector.sim.scenario import PoolSpec, Scenario, ScenarioError
+from fleetsim.layout import FleetLayout
+from fleetsim.rng import STREAM_GAPS, STREAM_RESTARTS, rng_for
+from fleetsim.scenario import PoolSpec, Scenario, ScenarioError
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]

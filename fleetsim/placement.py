@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from collector.sim.pool import DECODE, PREFILL, PoolModel
+from fleetsim.pool import DECODE, PREFILL, PoolModel
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -8,7 +8,7 @@ import pytest
 
 from fleet.catalog import Catalog, load_catalog
 
-SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 
 
 @pytest.fixture(scope="session")

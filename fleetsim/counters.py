@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from collector.sim.pool import DECODE, PREFILL, PoolFlow, PoolModel, PoolTraffic
+from fleetsim.pool import DECODE, PREFILL, PoolFlow, PoolModel, PoolTraffic
 
 FloatArray = npt.NDArray[np.float64]
 

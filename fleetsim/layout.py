@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.sim.physics import EngineConfig, WorkerHardware
-from collector.sim.scenario import PoolSpec, Scenario, ScenarioError, WorkerRole
+from fleetsim.physics import EngineConfig, WorkerHardware
+from fleetsim.scenario import PoolSpec, Scenario, ScenarioError, WorkerRole
 from fleet.catalog import Catalog
 from fleet.contract import Role
 from fleet.gpus import GpuSku

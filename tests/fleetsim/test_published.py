@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from collector.sim.calibration import format_tables, max_throughput_rows, ratio_rows
+from fleetsim.calibration import format_tables, max_throughput_rows, ratio_rows
 from fleet.catalog import Catalog
 
 
