@@ -207,7 +207,7 @@ def build_pools(
             cluster = cluster_of(worker.node, worker.cluster, clusters)
             by_pool.setdefault((cluster, worker.deployment or "", worker.model), []).append(worker)
     pools = []
-    for (cluster, deployment, model_id), workers in sorted(by_pool.items()):
+    for (cluster, serving, model_id), workers in sorted(by_pool.items()):
         notes: list[str] = []
         arch = catalog.models.resolve(model_id)
         if arch is None:
@@ -238,7 +238,7 @@ def build_pools(
             groups.append(SkuGroup(skus[sku_key], tp, tuple(members), deployment))
         pools.append(
             Pool(
-                key=pool_key(cluster, deployment or None, model_id),
+                key=pool_key(cluster, serving or None, model_id),
                 cluster=cluster,
                 model_id=model_id,
                 arch=arch,
@@ -246,7 +246,7 @@ def build_pools(
                 members=tuple(sorted(rows[w.worker_id] for w in workers)),
                 groups=tuple(groups),
                 notes=tuple(notes),
-                deployment=deployment or None,
+                deployment=serving or None,
             )
         )
     return pools

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from collector.clock import Clock
+from collector.deployments import resolve_deployment
 from collector.engines import EngineDelta, EngineScraper
 from collector.exporter import ExporterState, GpuView, StateHolder, WorkerView
 from collector.mapping import RoleMapping
@@ -55,6 +56,7 @@ class _WorkerTotals:
 class Agent:
     node: str
     clock: Clock
+    cluster: str | None = None  # stamped on every record this agent makes (pools never come from names)
     gpu_sources: Sequence[GpuSource] = ()
     engines: EngineScraper | None = None
     sku_of: Callable[[str], str] = lambda name: "unknown"
@@ -112,9 +114,19 @@ class Agent:
             else s.model_copy(update={"worker_id": attribution.gpu_worker[s.gpu_uuid]})
             for s in window.gpu_samples
         ]  # fmt: skip
+        if self.cluster is not None:
+            gpu_records = [
+                s if s.cluster is not None else s.model_copy(update={"cluster": self.cluster})
+                for s in gpu_records
+            ]
         skus = {s.gpu_uuid: self.sku_of(s.gpu_name) for s in gpu_records}
         engine_records = [self._engine_record(d, attribution) for d in deltas]
-        engine_records.extend(window.engine_samples)
+        engine_records.extend(
+            s
+            if s.cluster is not None or self.cluster is None
+            else s.model_copy(update={"cluster": self.cluster})
+            for s in window.engine_samples
+        )
         for record in engine_records:
             self._account(record, skus)
         records: list[Record] = [*gpu_records, *engine_records]
@@ -152,6 +164,13 @@ class Agent:
         role, role_source = resolve_role(evidence, self.role_label_key)
         model = reading.model or (mapped.model if mapped else None) or worker.model or "unknown"
         tp = worker.tp or (len(worker.gpu_uuids) if worker.gpu_uuids else None) or reading.tp_ranks
+        deployment = resolve_deployment(
+            worker.pod_labels,
+            namespace=worker.pod.namespace if worker.pod is not None else None,
+            owner=worker.owner,
+            engine_namespaces=reading.dynamo_namespaces,
+            mapped=mapped.deployment if mapped is not None else None,
+        )
         return EngineSample(
             ts=reading.ts,
             window_s=delta.window_s,
@@ -174,6 +193,8 @@ class Agent:
             ttft_p99_s=delta.ttft_p99_s,
             tpot_p50_s=delta.tpot_p50_s,
             tpot_p99_s=delta.tpot_p99_s,
+            cluster=self.cluster,
+            deployment=deployment,
         )
 
     def _account(self, record: EngineSample, skus: dict[str, str]) -> None:

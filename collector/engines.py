@@ -111,6 +111,7 @@ class EngineReading:
     buckets: Mapping[str, Mapping[SeriesKey, Mapping[float, float]]]  # "ttft"/"tpot" -> series -> le -> count
     engine_types: frozenset[str] = frozenset()  # SGLang engine_type label values
     dynamo_components: frozenset[str] = frozenset()  # Dynamo dynamo_component label values
+    dynamo_namespaces: frozenset[str] = frozenset()  # Dynamo dynamo_namespace label values (deployment)
     tp_ranks: int = 1  # distinct SGLang tp_rank values seen (1 unless all schedulers report)
 
 
@@ -199,13 +200,11 @@ def read_engine(exposition: Exposition, url: str, taken_at: float, ts: datetime)
     }
     if spec.engine == "trtllm":
         engine_types.discard("trtllm")  # a backend tag there, not a phase role
-    components = {
-        labels["dynamo_component"]
-        for name, rows in by_name.items()
-        if name.startswith("dynamo_component")
-        for labels, _ in rows
-        if labels.get("dynamo_component")
-    }
+    dynamo_rows = [
+        labels for name, rows in by_name.items() if name.startswith("dynamo_component") for labels, _ in rows
+    ]
+    components = {labels["dynamo_component"] for labels in dynamo_rows if labels.get("dynamo_component")}
+    namespaces = {labels["dynamo_namespace"] for labels in dynamo_rows if labels.get("dynamo_namespace")}
     tp_ranks = {
         labels["tp_rank"] for n in spec.running for labels, _ in by_name.get(n, ()) if "tp_rank" in labels
     }
@@ -223,6 +222,7 @@ def read_engine(exposition: Exposition, url: str, taken_at: float, ts: datetime)
         buckets=buckets,
         engine_types=frozenset(engine_types),
         dynamo_components=frozenset(components),
+        dynamo_namespaces=frozenset(namespaces),
         tp_ranks=max(1, len(tp_ranks)),
     )
 

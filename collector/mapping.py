@@ -6,6 +6,7 @@
         model: meta-llama/Llama-3.1-70B-Instruct
         precision: fp8
         engine_url: http://127.0.0.1:8000/metrics
+        deployment: llama70b                # the router group (pool), where no pod label names it
         gpus: [GPU-5d2b..., GPU-8e1c...]   # GPU or MIG UUIDs
 
 Every key but ``worker_id`` is optional.  The role here is the last strong source (roles.py); ``gpus``
@@ -30,6 +31,7 @@ class MappedWorker(BaseModel):
     model: str | None = Field(default=None, min_length=1, max_length=253)
     precision: str | None = Field(default=None, min_length=1, max_length=64)
     engine_url: str | None = None
+    deployment: str | None = Field(default=None, min_length=1, max_length=253)
     gpus: tuple[str, ...] = ()
 
 

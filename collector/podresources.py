@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from collector.deployments import OwnerRef
 from collector.window import PodRef
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
@@ -199,6 +200,15 @@ def gpu_pods(
 class PodInfo:
     labels: Mapping[str, str]
     ip: str | None = None
+    owner: OwnerRef | None = None  # for the deployment when no serving-stack label names it
+
+
+def controller_owner(metadata: Any) -> OwnerRef | None:
+    """The controlling entry of a pod's ``metadata.owner_references`` (else the first), if any."""
+    refs = list(getattr(metadata, "owner_references", None) or [])
+    ref = next((r for r in refs if getattr(r, "controller", False)), refs[0] if refs else None)
+    kind, name = getattr(ref, "kind", None), getattr(ref, "name", None)
+    return OwnerRef(str(kind), str(name)) if kind and name else None
 
 
 class PodLookup(Protocol):
@@ -206,7 +216,7 @@ class PodLookup(Protocol):
 
 
 class KubernetesPodLookup:
-    """Pod labels and IP through the Kubernetes API (in-cluster service account), cached for ``ttl_s``.
+    """Pod labels, IP and owner through the Kubernetes API (in-cluster service account), cached ``ttl_s``.
 
     Needs the ``kubernetes`` package and RBAC ``get`` on pods; ``read_pod`` is injectable for tests."""
 
@@ -236,7 +246,8 @@ class KubernetesPodLookup:
         try:
             obj = self._reader()(pod.name, pod.namespace)
             labels = dict(obj.metadata.labels or {})
-            info: PodInfo | None = PodInfo(labels, getattr(obj.status, "pod_ip", None))
+            owner = controller_owner(obj.metadata)
+            info: PodInfo | None = PodInfo(labels, getattr(obj.status, "pod_ip", None), owner)
         except Exception:  # API down, RBAC missing, pod gone: no labels this time, retried after the TTL
             info = None
         self._cache[pod.worker_id] = (now, info)

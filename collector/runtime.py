@@ -141,6 +141,7 @@ def build_runtime(
     agent = Agent(
         node=settings.node,
         clock=clock,
+        cluster=settings.cluster,
         gpu_sources=gpu_sources,
         engines=engines,
         sku_of=sku_of or default_sku_of(),

@@ -34,6 +34,13 @@ class CollectorSettings(BaseSettings):
         max_length=253,
         description="Node name put on every record (default: $NODE_NAME, else the host name).",
     )
+    cluster: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="Cluster name put on every record: with the deployment and the served model it names a "
+        "worker's pool (unset: the analyzer's node -> cluster map, else the one default cluster).",
+    )
     interval_s: float = Field(
         default=10.0,
         ge=0.2,
@@ -112,6 +119,11 @@ class CollectorSettings(BaseSettings):
     max_series_per_family: int = Field(
         default=2048, ge=1, description="Cardinality bound of each exporter metric family."
     )
+
+    @field_validator("cluster", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("listen")
     @classmethod

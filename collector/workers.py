@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
+from collector.deployments import OwnerRef
 from collector.mapping import RoleMapping
 from collector.podresources import PodLookup
 from collector.procfs import ProcReader
@@ -34,6 +35,7 @@ class Worker:
     pod: PodRef | None = None
     pod_labels: Mapping[str, str] = field(default_factory=dict)
     pod_ip: str | None = None
+    owner: OwnerRef | None = None  # the pod's controlling owner (Kubernetes API)
     cmdline: tuple[str, ...] = ()
     engine: str | None = None
     port: int | None = None
@@ -125,7 +127,7 @@ def attribute_gpus(
                 info = pod_lookup.get(worker.pod)
                 if info is not None:
                     labels = {**worker.pod_labels, **info.labels}
-                    worker = replace(worker, pod_labels=labels, pod_ip=info.ip)
+                    worker = replace(worker, pod_labels=labels, pod_ip=info.ip, owner=info.owner)
             out.workers[worker.worker_id] = worker
         members.setdefault(worker.worker_id, []).append(uuid)
         out.gpu_worker[uuid] = worker.worker_id

@@ -71,6 +71,20 @@ def collect(
     listen: Annotated[
         str | None, typer.Option("--listen", help="Prometheus exporter address, HOST:PORT or :PORT (:9401).")
     ] = None,
+    node: Annotated[
+        str | None,
+        typer.Option(
+            "--node", help="Node name on every record (default: PHASEFIT_COLLECTOR_NODE, $NODE_NAME, host)."
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="Cluster name on every record, part of each worker's pool "
+            "(default: PHASEFIT_COLLECTOR_CLUSTER).",
+        ),
+    ] = None,
 ) -> None:
     """Collect GPU and serving-engine telemetry on this node: export it to Prometheus and ship it."""
     from pydantic import ValidationError
@@ -89,6 +103,10 @@ def collect(
         overrides["interval_s"] = interval
     if listen is not None:
         overrides["listen"] = listen
+    if node is not None:
+        overrides["node"] = node
+    if cluster is not None:
+        overrides["cluster"] = cluster
     try:
         settings = CollectorSettings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:

@@ -2,7 +2,16 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.pools import GpuSpec, Inventory, WorkerSpec, build_pools, cluster_of, inventory_from_samples
+from analyzer.pools import (
+    DEFAULT_CLUSTER,
+    GpuSpec,
+    Inventory,
+    WorkerSpec,
+    build_pools,
+    cluster_of,
+    inventory_from_samples,
+    pool_key,
+)
 from fleet.catalog import load_catalog
 from fleet.contract import Role
 from fleet.precision import Precision
@@ -12,21 +21,21 @@ CATALOG = load_catalog()
 
 
 @pytest.mark.parametrize(
-    ("node", "cluster"),
-    [
-        ("node06", "node"),
-        ("gpu-a-017", "gpu-a"),
-        ("east.gpu.3", "east.gpu"),
-        ("lonely", "lonely"),
-        ("42", "42"),
-    ],
+    "node", ["node06", "gpu-a-017", "ip-10-0-37-142.ec2.internal", "gke-prod-a3-pool-1-8f2c3d1e-x7k2", "42"]
 )
-def test_the_cluster_is_the_node_name_without_its_number(node: str, cluster: str) -> None:
-    assert cluster_of(node) == cluster
+def test_a_node_name_never_makes_a_cluster(node: str) -> None:
+    assert cluster_of(node) == DEFAULT_CLUSTER
+    assert cluster_of(node, "eu-west") == "eu-west"
 
 
-def test_an_explicit_mapping_wins() -> None:
-    assert cluster_of("node06", {"node06": "east"}) == "east"
+def test_an_operator_mapping_overrides_the_reported_cluster() -> None:
+    assert cluster_of("node06", "eu-west", {"node06": "east"}) == "east"
+    assert cluster_of("node07", "eu-west", {"node06": "east"}) == "eu-west"
+
+
+def test_pool_keys_name_the_deployment_only_where_known() -> None:
+    assert pool_key("east", None, "org/m") == "east/org/m"
+    assert pool_key("east", "ns/llama", "org/m") == "east/ns/llama/org/m"
 
 
 def test_inventory_keeps_the_latest_report() -> None:
@@ -54,7 +63,7 @@ def test_pools_group_workers_by_sku_and_tp() -> None:
     inventory = inventory_from_samples(gpu, engine)
     rows = {w: i for i, w in enumerate(inventory.worker_ids)}
     (pool,) = build_pools(inventory, rows, CATALOG)
-    assert pool.key == "node/meta-llama/Llama-3.1-70B-Instruct"
+    assert pool.key == "default/meta-llama/Llama-3.1-70B-Instruct"
     assert pool.arch is not None and pool.arch.key == "llama-3.1-70b"
     assert pool.precision is Precision.FP8
     assert [(g.key, len(g.members)) for g in pool.groups] == [
@@ -79,7 +88,7 @@ def test_unknown_models_gpus_and_precisions_are_reported_not_guessed() -> None:
         ),
     )
     (pool,) = build_pools(inventory, {"a1/w": 0, "a2/w": 1}, CATALOG)
-    assert pool.key == "a/acme/Mystery-9B"
+    assert pool.key == "default/acme/Mystery-9B"
     assert pool.arch is None
     assert any("not in the catalog" in note for note in pool.notes)
     assert any("unknown GPU model" in note for note in pool.notes)
@@ -87,11 +96,53 @@ def test_unknown_models_gpus_and_precisions_are_reported_not_guessed() -> None:
     assert {g.sku.key for g in pool.groups} == {"unknown", "H100-SXM"}
 
 
-def test_clusters_keep_pools_of_the_same_model_apart() -> None:
-    fleet = Fleet(workers([("east01", H100, 1, 1), ("west01", H200, 1, 1)]), hours=1)
+def _inventory(*entries: tuple[str, str, str | None, str | None]) -> Inventory:
+    """(worker id, node, cluster, deployment) of 70B decode workers, one H100 each."""
+    model = "meta-llama/Llama-3.1-70B-Instruct"
+    return Inventory(
+        workers=tuple(
+            WorkerSpec(w, node, "vllm", model, Role.DECODE, "engine", "fp8", 1, (f"g-{w}",), cluster, dep)
+            for w, node, cluster, dep in entries
+        ),
+        gpus=tuple(GpuSpec(f"g-{w}", node, H100, "H100-SXM", w, "dcgm", "ok") for w, node, _, _ in entries),
+    )
+
+
+def test_workers_with_unrelated_node_names_share_a_pool_absent_a_cluster() -> None:
+    inventory = _inventory(
+        ("a", "ip-10-0-37-142.ec2.internal", None, None),
+        ("b", "gke-prod-a3-pool-1-8f2c3d1e-x7k2", None, None),
+        ("c", "gpu-r3u17.dc2.example.net", None, None),
+    )
+    (pool,) = build_pools(inventory, {"a": 0, "b": 1, "c": 2}, CATALOG)
+    assert pool.key == "default/meta-llama/Llama-3.1-70B-Instruct" and len(pool.members) == 3
+
+
+def test_clusters_and_deployments_from_the_records_keep_pools_apart() -> None:
+    inventory = _inventory(
+        ("a", "n1", "east", "serving/llama"),
+        ("b", "n2", "east", "serving/llama"),
+        ("c", "n3", "east", "canary/llama"),
+        ("d", "n4", "west", "serving/llama"),
+    )
+    rows = {"a": 0, "b": 1, "c": 2, "d": 3}
+    pools = build_pools(inventory, rows, CATALOG)
+    assert [(p.cluster, p.deployment, len(p.members)) for p in pools] == [
+        ("east", "canary/llama", 1),
+        ("east", "serving/llama", 2),
+        ("west", "serving/llama", 1),
+    ]
+    merged = build_pools(inventory, rows, CATALOG, {"n4": "east"})
+    assert [len(p.members) for p in merged] == [1, 3]
+
+
+def test_the_samples_carry_cluster_and_deployment_into_the_inventory() -> None:
+    fleet = Fleet(workers([("east01", H100, 1, 1)]), hours=1)
     gpu, engine = fleet.columns()
+    engine["cluster"] = ["east"] * len(engine["ts"])
+    engine["deployment"] = ["ns/llama"] * len(engine["ts"])
     inventory = inventory_from_samples(gpu, engine)
+    assert {(w.cluster, w.deployment) for w in inventory.workers} == {("east", "ns/llama")}
     rows = {w: i for i, w in enumerate(inventory.worker_ids)}
-    assert [p.cluster for p in build_pools(inventory, rows, CATALOG)] == ["east", "west"]
-    merged = build_pools(inventory, rows, CATALOG, {"east01": "dc1", "west01": "dc1"})
-    assert [p.key for p in merged] == ["dc1/meta-llama/Llama-3.1-70B-Instruct"]
+    (pool,) = build_pools(inventory, rows, CATALOG)
+    assert pool.key == "east/ns/llama/meta-llama/Llama-3.1-70B-Instruct"

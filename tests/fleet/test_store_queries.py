@@ -96,3 +96,21 @@ def test_an_empty_store_has_no_time_range(store_engine: Engine) -> None:
     with store_engine.connect() as connection:
         assert sample_time_range(connection) is None
         assert set(table_counts(connection).values()) == {0}
+
+
+def test_cluster_and_deployment_are_kept_on_gpus_and_workers_latest_window_wins(store_engine: Engine) -> None:
+    records: list[GpuSample | EngineSample] = [
+        gpu_sample(0, 0, cluster="east"),
+        gpu_sample(1, 0),
+        engine_sample(0, 0, cluster="east", deployment="serving/llama"),
+        engine_sample(0, 1, cluster="east", deployment="canary/llama"),
+        engine_sample(1, 0),
+    ]
+    with writing(store_engine) as connection:
+        write_samples(connection, records)
+    with store_engine.connect() as connection:
+        gpus = {g.gpu_uuid: g for g in list_gpus(connection)}
+        workers = {w.worker_id: w for w in list_workers(connection)}
+    assert gpus["GPU-0000"].cluster == "east" and gpus["GPU-0001"].cluster is None
+    assert (workers["worker-0"].cluster, workers["worker-0"].deployment) == ("east", "canary/llama")
+    assert (workers["worker-1"].cluster, workers["worker-1"].deployment) == (None, None)

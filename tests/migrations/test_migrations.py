@@ -72,7 +72,7 @@ def test_ensure_schema_creates_an_empty_store_and_refuses_other_revisions(
     with engine.begin() as connection:
         connection.execute(text(f"UPDATE alembic_version SET version_num = '{migrate.head_revision()}'"))
     # a phasefit whose head is a later revision sees this store as behind
-    monkeypatch.setattr(migrate, "head_revision", lambda: "0002")
+    monkeypatch.setattr(migrate, "head_revision", lambda: "0099")
     with pytest.raises(migrate.SchemaNotCurrentError, match="run `phasefit db upgrade`"):
         migrate.ensure_schema(engine)
     monkeypatch.undo()
