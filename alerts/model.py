@@ -1,7 +1,7 @@
 """Typed Prometheus rule groups: what the rule sources build and the renderer writes.
 
-The constructors enforce the conventions the rule set promises (kube-prometheus, see
-``../shared/reference/conventions.md`` §A1): recording rules named ``level:metric:operations``, alerts
+The constructors enforce the conventions the rule set promises (kube-prometheus's runbooks and
+https://prometheus.io/docs/practices/rules): recording rules named ``level:metric:operations``, alerts
 named ``Phasefit...`` with ``for:``, a ``severity``, ``summary``, ``description`` and ``runbook_url``.
 A rule that breaks one of them is a programming error and fails at construction, not in production.
 """

@@ -126,7 +126,7 @@ CALIBRATION_PROVENANCE: dict[str, str] = {
         " of rows and of same-release GPU ratios (analyzer.calibration.fit)"
     ),
     "data": (
-        "../shared/benchmarks/published.csv sha256 "
+        "data/benchmarks/published.csv sha256 "
         "320cf38119e99968b73a75c432949035c81e54427f34725e156dd6136e8ec52b"
     ),
     "rows_used": "52",

@@ -1,4 +1,4 @@
-"""Published measurements (../shared/benchmarks/published.csv) as typed rows, and what each row asks of
+"""Published measurements (data/benchmarks/published.csv) as typed rows, and what each row asks of
 the performance model.
 
 Parsing is pure (text in, rows out); ``load_published`` is the thin file adapter. A row names its GPU the

@@ -7,7 +7,7 @@ Measures, in one run:
    collector's share is the difference;
 2. ``agent``: the whole window (NVML source + attribution + records + exporter state + spool commit);
 3. ``dcgm``: parsing an 8-GPU dcgm-exporter exposition, built in the exact format of the real capture in
-   ../shared/fixtures/metrics/, into records, against ``prometheus_client``'s parser alone;
+   tests/fixtures/metrics/, into records, against ``prometheus_client``'s parser alone;
 4. ``engine``: parsing the real vLLM capture into a reading and a window delta.
 
     .venv/bin/python benchmarks/collector_overhead.py [--cycles 2000]
@@ -38,7 +38,7 @@ from collector.procfs import FakeProcs
 from collector.promtext import parse
 from collector.spool import Spool
 
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "metrics"
+CAPTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metrics"
 LOAD = Load(
     sm_util=80, tensor_util=60, dram_bw_util=40, util_gpu_pct=100, power_mw=600_000, mem_used_bytes=2**36
 )
@@ -87,7 +87,7 @@ def cpu_ms_per_call(fn: Callable[[], object], cycles: int, before: Callable[[], 
 
 def eight_gpu_dcgm_exposition() -> str:
     """dcgm-exporter's default counter set for 8 GPUs, label set copied from the real capture's lines."""
-    capture = (SHARED / "dcgm-exporter_h100_standalone_digitalocean_docs_excerpt.prom").read_text()
+    capture = (CAPTURES / "dcgm-exporter_h100_standalone_digitalocean_docs_excerpt.prom").read_text()
     line = next(line for line in capture.splitlines() if line.startswith("DCGM_FI_"))
     template = line[line.index("{") : line.index("}") + 1]
     lines = []
@@ -166,7 +166,7 @@ def main() -> None:
         lambda: [s for f in text_string_to_metric_families(text) for s in f.samples], cycles
     )
 
-    vllm = (SHARED / "vllm_v1_via_dynamo_worker_qwen3-0.6b.prom").read_text()
+    vllm = (CAPTURES / "vllm_v1_via_dynamo_worker_qwen3-0.6b.prom").read_text()
     first = read_engine(parse(vllm), "u", 0.0, clock.now())
     engine_ms = cpu_ms_per_call(
         lambda: window_delta(first, read_engine(parse(vllm), "u", 10.0, clock.now())), cycles

@@ -1,4 +1,4 @@
-"""Accuracy of the performance model against published measurements (../shared/benchmarks/published.csv).
+"""Accuracy of the performance model against published measurements (data/benchmarks/published.csv).
 
 Prints, for the stored calibrated parameters (analyzer/efficiency.py):
   - every row's measured and predicted value and the relative error,
@@ -43,7 +43,7 @@ from analyzer.published import load_published
 from fleet.catalog import load_catalog
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CSV = REPO / ".." / "shared" / "benchmarks" / "published.csv"
+DEFAULT_CSV = REPO / "data" / "benchmarks" / "published.csv"
 EFFICIENCY_FILE = REPO / "analyzer" / "efficiency.py"
 BEGIN = "# --- fitted constants"
 END = "# --- end of fitted constants ---"
@@ -196,7 +196,7 @@ def main() -> None:
         provenance = {
             "method": "scipy.optimize.least_squares, soft_l1 loss (f_scale 0.05) on weighted log errors "
             "of rows and of same-release GPU ratios (analyzer.calibration.fit)",
-            "data": f"../shared/benchmarks/published.csv sha256 {hashlib.sha256(raw).hexdigest()}",
+            "data": f"data/benchmarks/published.csv sha256 {hashlib.sha256(raw).hexdigest()}",
             "rows_used": str(len(rows)),
             "rows_skipped": "; ".join(f"line {s.row.line}: {s.reason}" for s in skipped) or "none",
             "fitted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -10,7 +10,7 @@ Prints:
      baseline the fast writer is measured against;
   3. 1,024 GPUs (the demo fleet scaled 16x) at 60-s windows for a week, about 10 M GPU samples, written
      too (goal: under 3 minutes, peak memory under 2 GB), in a child process so its peak RSS is its own;
-  4. the simulator at the TensorRT-LLM table settings against ../shared/benchmarks/published.csv, per row.
+  4. the simulator at the TensorRT-LLM table settings against data/benchmarks/published.csv, per row.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from fleetsim.scenario import Scenario, load_scenario
 from fleetsim.truth import compute_truth
 from fleet.catalog import load_catalog
 
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
+DATA = Path(__file__).resolve().parents[1] / "data"
 SLICE_RECORDS = 60_000
 
 
@@ -176,7 +176,7 @@ def main() -> None:
             report("1,024 GPUs, week (60-s windows)", big, 180.0)
             print(f"  memory goal < 2,048 MB: {'met' if big['peak_rss_mb'] < 2048 else 'MISSED'}")
     print()
-    published = SHARED / "benchmarks" / "published.csv"
+    published = DATA / "benchmarks" / "published.csv"
     with published.open(newline="") as fh:
         rows = max_throughput_rows(csv.DictReader(fh), load_catalog())
     print(f"simulator vs {published.name} (TensorRT-LLM v0.14 tables, max throughput):")

@@ -2,7 +2,7 @@
 
 Parameter counts follow the configs: Q/K/V/O projections (MLA: low-rank Q and KV projections), gated
 FFNs with three matrices (dense, routed and shared experts), routers, RMSNorm weights and untied
-embeddings. They reproduce the published totals (../shared/benchmarks/models.csv).
+embeddings. They reproduce the published totals (data/benchmarks/models.csv).
 
 FLOPs count multiply-adds as 2 FLOPs. A token costs 2 x (the active weights it multiplies), not
 2 x active_params: the input embedding is a table lookup and norms are element-wise. Attention over the

@@ -1,7 +1,7 @@
 """The simulator at a benchmark's settings: maximum-throughput serving at fixed prompt and output lengths.
 
 This is how the simulator is held against the published TensorRT-LLM perf-overview tables
-(../shared/benchmarks/published.csv): ``trtllm-bench`` at an unlimited request rate, synthetic fixed
+(data/benchmarks/published.csv): ``trtllm-bench`` at an unlimited request rate, synthetic fixed
 ISL/OSL, in-flight batching of context and generation requests in one engine, FP8 weights and KV, a
 ``kv_cache_free_gpu_mem_fraction`` of 0.95 and the GUARANTEED_NO_EVICT scheduler (a request holds KV for
 ISL + OSL tokens from admission). The engine then runs at its largest batch; each step carries one token

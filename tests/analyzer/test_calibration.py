@@ -29,8 +29,7 @@ from analyzer.published import (
 )
 from fleet.catalog import Catalog, load_catalog
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-PUBLISHED = SHARED / "benchmarks" / "published.csv"
+PUBLISHED = Path(__file__).resolve().parents[2] / "data" / "benchmarks" / "published.csv"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Fixtures of the simulator tests: the catalog, the shared data folder, small scenarios."""
+"""Fixtures of the simulator tests: the catalog and the repository's reference data folder."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from fleet.catalog import Catalog, load_catalog
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +17,5 @@ def catalog() -> Catalog:
 
 
 @pytest.fixture(scope="session")
-def shared() -> Path:
-    if not SHARED.is_dir():
-        pytest.skip(f"the shared data folder {SHARED} is not there")
-    return SHARED
+def data_dir() -> Path:
+    return DATA

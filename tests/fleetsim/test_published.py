@@ -11,8 +11,8 @@ from fleetsim.calibration import format_tables, max_throughput_rows, ratio_rows
 from fleet.catalog import Catalog
 
 
-def test_simulator_reproduces_the_published_tables(shared: Path, catalog: Catalog) -> None:
-    with (shared / "benchmarks" / "published.csv").open(newline="") as fh:
+def test_simulator_reproduces_the_published_tables(data_dir: Path, catalog: Catalog) -> None:
+    with (data_dir / "benchmarks" / "published.csv").open(newline="") as fh:
         rows = max_throughput_rows(csv.DictReader(fh), catalog)
     ratios = ratio_rows(rows)
     print()

@@ -20,8 +20,8 @@ from fleetsim.traffic import (
 )
 
 
-def _trace(shared: Path, service: str) -> dict[str, np.ndarray]:
-    path = shared / "data" / "azure-llm-trace-2023" / f"AzureLLMInferenceTrace_{service}.csv"
+def _trace(data_dir: Path, service: str) -> dict[str, np.ndarray]:
+    path = data_dir / "azure-llm-trace-2023" / f"AzureLLMInferenceTrace_{service}.csv"
     with path.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     return {
@@ -32,8 +32,8 @@ def _trace(shared: Path, service: str) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("service", ["code", "conv"])
 @pytest.mark.parametrize("kind", ["prompt", "output"])
-def test_fitted_lengths_match_the_azure_trace(shared: Path, service: str, kind: str) -> None:
-    real = _trace(shared, service)[kind]
+def test_fitted_lengths_match_the_azure_trace(data_dir: Path, service: str, kind: str) -> None:
+    real = _trace(data_dir, service)[kind]
     drawn = sample_lengths(service, kind, 40_000, np.random.default_rng(7))  # type: ignore[arg-type, unused-ignore]
     statistic = stats.ks_2samp(real, drawn).statistic
     print(f"{service} {kind}: KS {statistic:.4f}, medians {np.median(real):.0f} / {np.median(drawn):.0f}")

@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 from fleet.store.alerts import list_alert_events
 from tests.phasefit.service.conftest import ALERTMANAGER, INGEST_A, ClientFactory, auth
 
-# Captured from Alertmanager 0.25.0 by ../shared/reference/conventions.md (firing notification).
+# The shape of an Alertmanager 0.25.0 webhook notification (firing), as its documentation shows it.
 FIRING: dict[str, Any] = {
     "receiver": "phasefit",
     "status": "firing",
