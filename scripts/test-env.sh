@@ -1,5 +1,6 @@
 # Sourced by `make test`: find or start what the tests need and export where it is.
-# Under CI=true, missing pieces are installed (Debian packages, as root); elsewhere tests skip visibly.
+# System packages are installed only under CI=true or PHASEFIT_TEST_INSTALL=1 (Debian, as root); otherwise
+# this says what is missing and how to install it, and the tests that need it skip with that reason.
 
 _pf_note() { echo "test-env: $*" >&2; }
 
@@ -8,12 +9,17 @@ command -v promtool >/dev/null || _pf_need_debs+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null || _pf_need_debs+=(prometheus-alertmanager)
 command -v chromium >/dev/null || _pf_need_debs+=(chromium)
 if [ ${#_pf_need_debs[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  if [ "${CI:-}" != "true" ] && [ "${PHASEFIT_TEST_INSTALL:-}" != "1" ]; then
+    _pf_note "missing ${_pf_need_debs[*]}: the tests that need them will skip."
+    _pf_note "  install: sudo apt-get install --no-install-recommends ${_pf_need_debs[*]}"
+    _pf_note "  or let make do it: PHASEFIT_TEST_INSTALL=1 make test (as root, Debian)"
+    export PHASEFIT_TEST_MISSING="${_pf_need_debs[*]}"
+  elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     _pf_note "installing ${_pf_need_debs[*]}"
     (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${_pf_need_debs[@]}") >/tmp/phasefit-apt.log 2>&1 \
       || _pf_note "apt-get failed (see /tmp/phasefit-apt.log); the tests that need ${_pf_need_debs[*]} will skip, or fail under CI"
   else
-    _pf_note "missing ${_pf_need_debs[*]} and cannot install as non-root: those tests will skip"
+    _pf_note "missing ${_pf_need_debs[*]} and cannot install as non-root: those tests will skip (or fail under CI)"
   fi
 fi
 
