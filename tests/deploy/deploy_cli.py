@@ -1,7 +1,7 @@
 """Check that a command line written in a manifest or a unit parses against the real ``phasefit`` CLI.
 
-Options, choices and value types are checked by the CLI's own parser (nothing runs). A command not wired
-into ``phasefit.cli`` yet is reported as such, so the caller can skip rather than fail.
+Options, choices and value types are checked by the CLI's own parser (nothing runs). A command that is not
+in ``phasefit.cli`` is an error like any other.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ SAMPLE_WEEK = "2026-W48"
 
 
 class NotWiredError(LookupError):
-    pass
+    """The command line names a command ``phasefit.cli`` does not have."""
 
 
 def argv_from_shell(script: str) -> list[str]:
@@ -43,7 +43,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
         name = rest.pop(0)
         sub = command.get_command(context, name)
         if sub is None:
-            raise NotWiredError(f"`phasefit {' '.join([*path, name])}` is not wired into phasefit.cli yet")
+            raise NotWiredError(f"`phasefit {' '.join([*path, name])}` is not a phasefit command")
         command, path = sub, [*path, name]
     params: dict[str, Any] = command.make_context(" ".join(path), rest).params
     return params

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.deploy_cli import NotWiredError, argv_from_shell, parse
+from tests.deploy.deploy_cli import argv_from_shell, parse
 from tests.deploy.deploy_k8s_schema import validate
 from tests.deploy.deploy_kustomize import (
     KustomizeError,
@@ -37,10 +37,6 @@ from tests.deploy.deploy_kustomize import (
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
 PROMETHEUS_RULE = ROOT / "deploy" / "prometheus" / "phasefit-prometheusrule.yaml"
-RULE_ABSENT = (
-    "deploy/prometheus/phasefit-prometheusrule.yaml does not exist yet (rendered by "
-    "`phasefit alerts render`, alerts issue): its checks are skipped until it does"
-)
 OVERLAYS = ["base", "overlays/production", "overlays/demo"]
 COMPONENTS = sorted(p.parent.name for p in (KUBE / "components").glob("*/kustomization.yaml"))
 GPU_NODE_SELECTOR = {"nvidia.com/gpu.present": "true"}
@@ -112,8 +108,6 @@ def test_resolved_overlay_validates_and_has_no_duplicates(folder: str) -> None:
 
 
 def test_prometheus_rule_validates() -> None:
-    if not PROMETHEUS_RULE.is_file():
-        pytest.skip(RULE_ABSENT)
     docs = list(load_objects(PROMETHEUS_RULE))
     assert [d["kind"] for d in docs] == ["PrometheusRule"]
     problems = validate(docs[0])
@@ -174,8 +168,6 @@ def test_prometheus_rule_is_reached_through_a_kustomization() -> None:
     assert PROMETHEUS_RULE.name in data["resources"]
     component = load_kustomization(KUBE / "components" / "prometheus-operator")
     assert "../../../prometheus" in component["resources"]
-    if not PROMETHEUS_RULE.is_file():
-        pytest.skip(RULE_ABSENT)
     assert any(path == PROMETHEUS_RULE for path in resolve("overlays/production").files)
 
 
@@ -206,8 +198,6 @@ def _kubectl_kustomize(folder: Path) -> list[Obj] | None:
 
 @pytest.mark.parametrize("folder", OVERLAYS)
 def test_resolver_agrees_with_kubectl_kustomize(folder: str) -> None:
-    if folder == "overlays/production" and not PROMETHEUS_RULE.is_file():
-        pytest.skip(RULE_ABSENT)
     theirs = _kubectl_kustomize(KUBE / folder)
     if theirs is None:
         pytest.skip("kubectl is not installed here; the resolver's output is validated on its own")
@@ -342,8 +332,6 @@ def test_profiling_admin_component_adds_only_sys_admin(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("component", COMPONENTS)
 def test_every_component_applies_to_the_base_and_validates(tmp_path: Path, component: str) -> None:
-    if component == "prometheus-operator" and not PROMETHEUS_RULE.is_file():
-        pytest.skip(RULE_ABSENT)
     problems = [p for obj in with_component(tmp_path, component) for p in validate(obj)]
     assert not problems, "\n".join(problems)
 
@@ -504,9 +492,7 @@ def _rule_jobs() -> set[str]:
 
 
 def test_monitors_select_the_pods_and_ports_and_give_the_jobs_the_rules_expect(tmp_path: Path) -> None:
-    objs = with_component(tmp_path, "prometheus-operator") if PROMETHEUS_RULE.is_file() else None
-    if objs is None:
-        pytest.skip(RULE_ABSENT)
+    objs = with_component(tmp_path, "prometheus-operator")
     rule_jobs = _rule_jobs()
 
     pod_monitor = find(objs, "PodMonitor", "phasefit-collector")
@@ -562,8 +548,7 @@ def test_every_phasefit_variable_in_the_manifests_is_a_documented_setting() -> N
         for env in setting.env_vars
     }
     unknown = sorted(_phasefit_env_names() - known)
-    if unknown and found.missing:
-        pytest.skip(f"{unknown} may belong to settings not written yet: {[p for p, _ in found.missing]}")
+    assert not found.missing, f"settings classes that could not be imported: {found.missing}"
     assert not unknown, f"manifests set variables no settings class reads: {unknown}"
 
 
@@ -598,7 +583,5 @@ def _phasefit_command_lines() -> list[tuple[str, list[str]]]:
 def test_container_command_lines_parse_against_the_cli(where: str, argv: list[str]) -> None:
     try:
         parse(argv)
-    except NotWiredError as exc:
-        pytest.skip(str(exc))
     except Exception as exc:  # the CLI's usage errors: an unknown option, a bad choice
         pytest.fail(f"{where}: `phasefit {' '.join(argv)}` does not parse: {exc}")
