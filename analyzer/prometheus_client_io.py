@@ -8,7 +8,8 @@ series (Prometheus refuses more; a chunk refused for loading too many samples is
 
 The frames' timestamps are window ends: the first window is [start, start + step], the last ends at or
 before ``end``; gauges are averaged and counters rated over ``range_s`` (default max(step, 120 s), enough
-for two scrapes at Prometheus's default 1-minute interval) ending at each step.
+for two scrapes at Prometheus's default 1-minute interval) ending at each step. Where no series carries the
+cluster label, the server's own ``external_labels`` (``/api/v1/status/config``) may still name it.
 """
 
 from __future__ import annotations
@@ -21,9 +22,16 @@ from typing import Any
 
 import httpx
 import numpy as np
+import yaml
 
 from analyzer.frames import EngineFrame, GpuFrame
-from analyzer.prometheus_metrics import GPU_QUERIES, MetricQuery, plan
+from analyzer.prometheus_metrics import (
+    DEFAULT_CLUSTER_LABEL,
+    DEFAULT_DEPLOYMENT_LABELS,
+    GPU_QUERIES,
+    MetricQuery,
+    plan,
+)
 from analyzer.prometheus_series import PrometheusPayloadError, RangeSeries, TimeGrid, parse_matrix
 from analyzer.prometheus_source import PrometheusFleet, map_fleet
 from fleet.gpus import GpuCatalog
@@ -132,6 +140,18 @@ class PrometheusClient:
         data = body.get("data")
         return frozenset(str(n) for n in data) if isinstance(data, list) else None
 
+    def external_label(self, name: str) -> str | None:
+        """The server's ``global.external_labels[name]``; None where it has none or will not say (Thanos and
+        Mimir queriers serve no config: their series carry the external labels themselves)."""
+        try:
+            body = self._get("/api/v1/status/config", {}, "the configuration")
+            config = yaml.safe_load(str((body.get("data") or {}).get("yaml") or ""))
+        except (PrometheusError, yaml.YAMLError, AttributeError):
+            return None
+        labels = (config.get("global") or {}).get("external_labels") if isinstance(config, dict) else None
+        value = labels.get(name) if isinstance(labels, dict) else None
+        return str(value) if value else None
+
     def query_range(self, promql: str, grid: TimeGrid) -> tuple[list[RangeSeries], list[str]]:
         """The series of ``promql`` on ``grid``, queried chunk by chunk and joined per label set. A chunk
         Prometheus refuses for loading too many samples (--query.max-samples) is halved and retried."""
@@ -197,8 +217,13 @@ def read_fleet(
     range_s: float | None = None,
     gpu_catalog: GpuCatalog | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    cluster_label: str = DEFAULT_CLUSTER_LABEL,
+    deployment_labels: Sequence[str] = DEFAULT_DEPLOYMENT_LABELS,
 ) -> PrometheusFleet:
-    """Frames, inventory and notes for [start, end] in windows of ``step`` (seconds or a timedelta)."""
+    """Frames, inventory and notes for [start, end] in windows of ``step`` (seconds or a timedelta).
+
+    ``cluster_label``: the label naming a series' cluster (else the server's external label of that name);
+    ``deployment_labels``: the labels naming a worker's deployment, strongest first (see ``map_fleet``)."""
     step_s = round(step.total_seconds() if isinstance(step, timedelta) else float(step), 3)
     first, last = _epoch(start, "start"), _epoch(end, "end")
     if not step_s > 0:
@@ -218,10 +243,20 @@ def read_fleet(
         for query in queries:
             results[query], notes = prometheus.query_range(query.promql(window), grid)
             warnings.extend(notes)
+        labelled = any(cluster_label in s.labels for found in results.values() for s in found)
+        default_cluster = None if labelled else prometheus.external_label(cluster_label)
     finally:
         if client is None:
             http.close()
-    fleet = map_fleet(results, grid, role_label=role_label, gpu_catalog=gpu_catalog)
+    fleet = map_fleet(
+        results,
+        grid,
+        role_label=role_label,
+        gpu_catalog=gpu_catalog,
+        cluster_label=cluster_label,
+        deployment_labels=deployment_labels,
+        default_cluster=default_cluster,
+    )
     if not any(gpu.windows for gpu in fleet.gpus):
         raise NoSeriesError(
             f"no series found for dcgm-exporter metrics in Prometheus at {prometheus.url} between {start} "

@@ -36,6 +36,8 @@ def inventory(fleet: PrometheusFleet) -> Inventory:
             precision=None,
             tp=max(1, len(w.gpu_uuids)),
             gpu_uuids=w.gpu_uuids,
+            cluster=w.cluster,
+            deployment=w.deployment,
         )
         for w in fleet.workers
     )
@@ -49,6 +51,7 @@ def inventory(fleet: PrometheusFleet) -> Inventory:
             worker_id=gpu.worker_id,
             source=TelemetrySource.PROMETHEUS.value,
             state=gpu.state.value,
+            cluster=gpu.cluster,
         )
     return Inventory(workers, tuple(latest[u] for u in sorted(latest)))
 
@@ -76,6 +79,7 @@ def sample_columns(fleet: PrometheusFleet) -> tuple[dict[str, Any], dict[str, An
         "mem_used_bytes": fleet.gpu_row_mem_used_bytes,
         "state": [STATES[s].value for s in g.state.tolist()],
         "source": [TelemetrySource.PROMETHEUS.value] * len(g),
+        "cluster": [gpus[r].cluster for r in rows],
     }
     e = fleet.engine
     by_id = {w.worker_id: w for w in fleet.workers}
@@ -98,6 +102,8 @@ def sample_columns(fleet: PrometheusFleet) -> tuple[dict[str, Any], dict[str, An
         "requests_waiting": e.requests_waiting,
         "kv_cache_usage": e.kv_cache_usage,
         "preemptions": e.preemptions,
+        "cluster": [w.cluster for w in specs],
+        "deployment": [w.deployment for w in specs],
     }
     return gpu_columns, engine_columns
 

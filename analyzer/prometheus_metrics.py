@@ -1,7 +1,8 @@
 """What zero-agent mode asks Prometheus for: the metric names per frame column (with the aliases real fleets
-drift between), the PromQL of each, and the role vocabulary of pod labels and SGLang's ``engine_type``.
+drift between), the PromQL of each, the role vocabulary of pod labels and SGLang's ``engine_type``, and the
+labels that name a worker's cluster and serving deployment (its pool).
 
-Names and units follow ../shared/reference/telemetry.md: dcgm-exporter fields (DCGM 4.6 renames and the
+Names and units follow the exporters' own documentation: dcgm-exporter fields (DCGM 4.6 renames and the
 ``-o`` 1.x compatibility names as aliases; GPU_UTIL in percent, FB_USED in MiB), vLLM V1 metrics (with the
 older ``gpu_cache_usage_perc``), SGLang scheduler and tokenizer metrics (``sglang_`` as an alias prefix).
 Gauges are read as their mean over the window that ends at each step (``avg_over_time``), counters as
@@ -10,11 +11,13 @@ Gauges are read as their mean over the window that ends at each step (``avg_over
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from fleet.contract import Role, RoleSource
+from fleet.labels import DEPLOYMENT_LABELS, DYNAMO_NAMESPACE_METRIC_LABEL, POD_TEMPLATE_HASH
 
 
 class Family(StrEnum):
@@ -205,3 +208,66 @@ def resolve_role(
     if Role.MIXED in types:
         return Role.MIXED, RoleSource.ENGINE
     return Role.UNKNOWN, RoleSource.NONE
+
+
+# A worker's pool is (cluster, deployment, model): never from node or pod names. The cluster label is the
+# operator's choice (default "cluster", the usual external label a Thanos / Mimir / federated query returns).
+DEFAULT_CLUSTER_LABEL = "cluster"
+# The deployment's pod labels, strongest first: the table the collector uses too (fleet.labels) plus
+# Dynamo's own ``dynamo_namespace`` metric label. Each is looked up raw, sanitised (dcgm-exporter pod
+# labels, relabelled target labels: nvidia_com_dynamo_namespace) and as kube-state-metrics' kube_pod_labels
+# names it (label_...).
+DEFAULT_DEPLOYMENT_LABELS: tuple[str, ...] = (*DEPLOYMENT_LABELS, DYNAMO_NAMESPACE_METRIC_LABEL)
+# Else "<namespace>/<owner>": kube-state-metrics' kube_pod_owner labels where a rule joins them in; a
+# Deployment's ReplicaSet loses its pod-template-hash suffix when the pod's hash label says so.
+OWNER_KIND_LABEL = "owner_kind"
+OWNER_NAME_LABEL = "owner_name"
+MAX_NAME = 253
+
+
+def sanitise_label(key: str) -> str:
+    """Prometheus's (and dcgm-exporter's) label sanitising: every character outside [a-zA-Z0-9_] -> ``_``."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def label_value(labels: Mapping[str, str], name: str) -> str | None:
+    """A pod label raw, sanitised, or as kube-state-metrics' ``label_<sanitised>``."""
+    safe = sanitise_label(name)
+    return labels.get(name) or labels.get(safe) or labels.get(f"label_{safe}") or None
+
+
+def resolve_cluster(label_sets: Sequence[Mapping[str, str]], cluster_label: str) -> str | None:
+    """The first label set's value of ``cluster_label`` (most recent series first)."""
+    for labels in label_sets:
+        value = labels.get(cluster_label)
+        if value:
+            return value[:MAX_NAME]
+    return None
+
+
+def resolve_deployment(
+    label_sets: Sequence[Mapping[str, str]],
+    deployment_labels: Sequence[str],
+    namespace: str | None,
+) -> str | None:
+    """A worker's deployment from its series' labels: the first of ``deployment_labels`` any set carries
+    (label order first, then recency), else ``<namespace>/<owner>``; None when neither is there."""
+    for name in deployment_labels:
+        for labels in label_sets:
+            value = label_value(labels, name)
+            if value:
+                return value[:MAX_NAME]
+    for labels in label_sets:
+        owner = labels.get(OWNER_NAME_LABEL)
+        where = namespace or labels.get("namespace")
+        if not (owner and where):
+            continue
+        template_hash = label_value(labels, POD_TEMPLATE_HASH)
+        if (
+            labels.get(OWNER_KIND_LABEL) == "ReplicaSet"
+            and template_hash
+            and owner.endswith(f"-{template_hash}")
+        ):
+            owner = owner[: -len(template_hash) - 1]
+        return f"{where}/{owner}"[:MAX_NAME]
+    return None

@@ -6,7 +6,8 @@ GPUs are keyed by UUID (``UUID``/``uuid``/``gpu_uuid``; a MIG instance by ``<par
 renamed a clash with the exporter's own target labels). Engine series belong to the pod of their scrape
 target (``namespace``/``pod`` target labels), or to their ``instance`` outside Kubernetes; so GPU and engine
 series join on (namespace, pod). A GPU without a pod stays unattributed, never guessed; a field no series
-reports is NaN, never 0. Every row's source is ``prometheus``.
+reports is NaN, never 0. Every row's source is ``prometheus``. Cluster and deployment (the pool, with the
+model) come from the series' labels (prometheus_metrics), never from node or pod names.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from typing import Any
 import numpy as np
 
 from analyzer.frames import ROLES, SOURCES, STATES, EngineFrame, FloatArray, GpuFrame, IntArray
-from analyzer.prometheus_metrics import Family, MetricQuery, resolve_role
+from analyzer.prometheus_metrics import (
+    DEFAULT_CLUSTER_LABEL,
+    DEFAULT_DEPLOYMENT_LABELS,
+    Family,
+    MetricQuery,
+    resolve_cluster,
+    resolve_deployment,
+    resolve_role,
+)
 from analyzer.prometheus_series import (
     Placements,
     RangeSeries,
@@ -70,6 +79,7 @@ class PrometheusGpu:
     first_seen: float | None
     last_seen: float | None
     state: GpuState  # in its last window
+    cluster: str | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,8 @@ class PrometheusWorker:
     gpu_uuids: tuple[str, ...]
     first_seen: float | None
     last_seen: float | None
+    cluster: str | None = None
+    deployment: str | None = None
 
 
 @dataclass(frozen=True)
@@ -315,11 +327,18 @@ def _most_common(values: Iterable[str | None]) -> str | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
-def _inventory_gpus(g: _Gpus, grid: TimeGrid, catalog: GpuCatalog | None) -> list[PrometheusGpu]:
+def _recent_first(labels: Iterable[tuple[float, Mapping[str, str]]]) -> list[Mapping[str, str]]:
+    return [item[1] for item in sorted(labels, key=lambda item: -item[0])]
+
+
+def _inventory_gpus(
+    g: _Gpus, grid: TimeGrid, catalog: GpuCatalog | None, cluster_label: str, default_cluster: str | None
+) -> list[PrometheusGpu]:
     out: list[PrometheusGpu] = []
     for row, meta in enumerate(g.metas):
         windows, first, last = _span(grid, g.present[row])
         pod = meta.pod
+        cluster = resolve_cluster(_recent_first(meta.labels), cluster_label) or default_cluster
         out.append(
             PrometheusGpu(
                 gpu_uuid=meta.gpu_uuid,
@@ -339,13 +358,26 @@ def _inventory_gpus(g: _Gpus, grid: TimeGrid, catalog: GpuCatalog | None) -> lis
                 state=STATES[int(g.state[row, np.flatnonzero(g.present[row])[-1]])]
                 if windows
                 else GpuState.OK,
+                cluster=cluster,
             )
         )
     return out
 
 
+@dataclass(frozen=True)
+class _PoolLabels:
+    cluster_label: str
+    deployment_labels: Sequence[str]
+    default_cluster: str | None
+
+
 def _inventory_workers(
-    g: _Gpus, gpus: Sequence[PrometheusGpu], e: _Engines, grid: TimeGrid, role_label: str | None
+    g: _Gpus,
+    gpus: Sequence[PrometheusGpu],
+    e: _Engines,
+    grid: TimeGrid,
+    role_label: str | None,
+    pool: _PoolLabels,
 ) -> list[PrometheusWorker]:
     gpu_rows: dict[str, list[int]] = defaultdict(list)
     for row, gpu in enumerate(gpus):
@@ -372,6 +404,16 @@ def _inventory_workers(
             spans.append(_span(grid, e.present[engine_row])[1:])
         firsts = [a for a, _ in spans if a is not None]
         lasts = [b for _, b in spans if b is not None]
+        namespace = pod[0] if pod else (held[0].namespace if held else None)
+        label_sets = [
+            *_recent_first((ts, labels) for ts, _, labels in engine_labels),
+            *_recent_first(gpu_labels),
+        ]
+        cluster = (
+            resolve_cluster(label_sets, pool.cluster_label)
+            or _most_common(gpu.cluster for gpu in held)
+            or pool.default_cluster
+        )
         out.append(
             PrometheusWorker(
                 worker_id=worker_id,
@@ -380,14 +422,49 @@ def _inventory_workers(
                 model=_most_common(labels.get("model_name") for _, _, labels in engine_labels),
                 role=role,
                 role_source=role_source,
-                namespace=pod[0] if pod else (held[0].namespace if held else None),
+                namespace=namespace,
                 pod=pod[1] if pod else (held[0].pod if held else None),
                 gpu_uuids=tuple(sorted({gpu.gpu_uuid for gpu in held})),
                 first_seen=min(firsts) if firsts else None,
                 last_seen=max(lasts) if lasts else None,
+                cluster=cluster,
+                deployment=resolve_deployment(label_sets, pool.deployment_labels, namespace),
             )
         )
     return out
+
+
+def _shown(workers: Sequence[PrometheusWorker]) -> str:
+    return ", ".join(w.worker_id for w in workers[:5]) + (", ..." if len(workers) > 5 else "")
+
+
+def _pool_notes(workers: Sequence[PrometheusWorker], pool: _PoolLabels) -> list[str]:
+    """What the pools will lack: a cluster or deployment label the series did not carry."""
+    notes: list[str] = []
+    if not workers:
+        return notes
+    label = pool.cluster_label
+    no_cluster = [w for w in workers if w.cluster is None]
+    if len(no_cluster) == len(workers):
+        notes.append(
+            f"no {label!r} label on the engine or GPU series (nor a {label!r} external label on the "
+            "Prometheus server): every worker is in one cluster; name the label that carries it, or map "
+            "nodes to clusters"
+        )
+    elif no_cluster:
+        notes.append(
+            f"{len(no_cluster)} worker(s) without a {label!r} label ({_shown(no_cluster)}): they join the "
+            "default cluster"
+        )
+    no_deployment = [w for w in workers if w.deployment is None]
+    if no_deployment:
+        expected = ", ".join(repr(n) for n in pool.deployment_labels[:3])
+        expected += ", ..." if len(pool.deployment_labels) > 3 else ""
+        notes.append(
+            f"{len(no_deployment)} worker(s) without a deployment label ({expected}) or a namespace and "
+            f"owner_name ({_shown(no_deployment)}): the workers of a model in a cluster form one pool"
+        )
+    return notes
 
 
 def _codes(keys: Sequence[str], table: Sequence[str]) -> IntArray:
@@ -440,18 +517,25 @@ def map_fleet(
     role_label: str | None = None,
     gpu_catalog: GpuCatalog | None = None,
     exporter_pod: re.Pattern[str] | None = EXPORTER_POD,
+    cluster_label: str = DEFAULT_CLUSTER_LABEL,
+    deployment_labels: Sequence[str] = DEFAULT_DEPLOYMENT_LABELS,
+    default_cluster: str | None = None,
 ) -> PrometheusFleet:
     """Frames and inventory from the series of every query, all evaluated on ``grid``.
 
     ``role_label``: the label that carries a worker's phase role (a pod label dcgm-exporter surfaces, or a
     relabelled one), tried before the well-known ones. ``gpu_catalog`` resolves ``modelName`` to SKU keys.
     ``exporter_pod``: pod names that are the exporter's own scrape-target labels, never a GPU's user.
+    ``cluster_label`` names the cluster on a series; ``default_cluster`` (the Prometheus server's own
+    external label) stands in where no series carries it. ``deployment_labels``: the labels naming a
+    worker's deployment, strongest first (else ``<namespace>/<owner>`` where ``owner_name`` is joined in).
     """
     notes: list[str] = []
     g = _map_gpus(results, grid, exporter_pod, notes)
     e = _map_engines(results, grid, notes)
-    gpus = _inventory_gpus(g, grid, gpu_catalog)
-    workers = _inventory_workers(g, gpus, e, grid, role_label)
+    gpus = _inventory_gpus(g, grid, gpu_catalog, cluster_label, default_cluster)
+    pool = _PoolLabels(cluster_label, tuple(deployment_labels), default_cluster)
+    workers = _inventory_workers(g, gpus, e, grid, role_label, pool)
     unattributed = {gpu.gpu_uuid for gpu in gpus if gpu.windows} - {
         gpu.gpu_uuid for gpu in gpus if gpu.worker_id is not None
     }
@@ -466,6 +550,7 @@ def map_fleet(
         notes.append(
             f"{len(unknown)} worker(s) without a role label ({shown}): name the label that carries it"
         )
+    notes.extend(_pool_notes(workers, pool))
     gpu_frame, cells = _gpu_frame(g, gpus, grid)
     return PrometheusFleet(
         grid=grid,

@@ -12,6 +12,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from analyzer.pipeline import AnalyzerParams
+from analyzer.prometheus_metrics import DEFAULT_CLUSTER_LABEL, DEFAULT_DEPLOYMENT_LABELS
 from analyzer.recommend import RecommendParams
 
 
@@ -43,6 +44,18 @@ class AnalyzerSettings(BaseSettings):
         default_factory=dict,
         description='Node -> cluster (JSON, e.g. {"gpu-a-01": "east"}), over the cluster each collector '
         "reports (PHASEFIT_COLLECTOR_CLUSTER); a node with neither is in the one default cluster.",
+    )
+    cluster_label: str = Field(
+        default=DEFAULT_CLUSTER_LABEL,
+        min_length=1,
+        description="Zero-agent mode (--prometheus): the series label naming the cluster (else the "
+        "Prometheus server's external label of that name).",
+    )
+    deployment_labels: list[str] = Field(
+        default=list(DEFAULT_DEPLOYMENT_LABELS),
+        description="Zero-agent mode: the pod labels naming a worker's deployment, strongest first (JSON "
+        "list; each also matched sanitised and as kube-state-metrics' label_<name>); else "
+        "<namespace>/<owner_name> where the series carry them.",
     )
 
     def params(self) -> AnalyzerParams:

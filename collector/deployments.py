@@ -1,9 +1,10 @@
 """A worker's serving deployment (router group), from the serving stack's own labels, never from names.
 
-With the cluster and the served model it names the worker's pool (analyzer.pools). Order: the stack labels
-in :data:`DEPLOYMENT_LABELS` (raw pod labels or dcgm-exporter's sanitised copies), the ``dynamo_namespace``
-the engine itself reports, the operator's mapping file, else ``<namespace>/<owner>`` from the pod's
-ownerReferences (a Deployment's ReplicaSet stripped of its pod-template-hash suffix). Without any: None.
+With the cluster and the served model it names the worker's pool (analyzer.pools). Order: the stack
+labels in :data:`fleet.labels.DEPLOYMENT_LABELS` (raw pod labels or dcgm-exporter's sanitised copies),
+the ``dynamo_namespace`` the engine itself reports, the operator's mapping file, else
+``<namespace>/<owner>`` from the pod's ownerReferences (a Deployment's ReplicaSet stripped of its
+pod-template-hash suffix). Without any: None.
 """
 
 from __future__ import annotations
@@ -12,22 +13,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from collector.roles import sanitise_label
+from fleet.labels import DEPLOYMENT_LABELS, POD_TEMPLATE_HASH
 
-# Pod labels naming the serving deployment or router group, strongest first.
-DEPLOYMENT_LABELS: tuple[str, ...] = (
-    # NVIDIA Dynamo operator (deploy/operator/internal/consts/consts.go; ../shared/reference/telemetry.md
-    # §3.3): the Dynamo namespace is the frontend's discovery scope, the graph deployment its DGD.
-    "nvidia.com/dynamo-namespace",
-    "nvidia.com/dynamo-graph-deployment-name",
-    # llm-d / Gateway API Inference Extension: an InferencePool selects its pods by labels of the operator's
-    # choosing; llm-d deployments label them with the pool's name (both spellings are seen).
-    "llm-d.ai/inferencepool",
-    "llm-d.ai/inferencePool",
-    # KServe: every InferenceService pod carries serving.kserve.io/inferenceservice=<isvc name>
-    # (kserve/kserve pkg/constants: InferenceServicePodLabelKey).
-    "serving.kserve.io/inferenceservice",
-)
-POD_TEMPLATE_HASH = "pod-template-hash"  # set by the Deployment controller on its ReplicaSets' pods
 MAX_NAME = 253  # the contract's Name bound
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+import yaml
 
 from alerts.testing import free_port
 from analyzer.prometheus_client_io import (
@@ -34,17 +35,31 @@ Series = list[tuple[dict[str, str], Callable[[float], float]]]
 
 
 class ScriptedPrometheus:
-    """Answers the two endpoints zero-agent mode uses, refusing more than 11,000 points like Prometheus."""
+    """Answers the endpoints zero-agent mode uses, refusing more than 11,000 points like Prometheus.
+    ``/api/v1/status/config`` (the external labels) is answered apart: ``config_requests``."""
 
     def __init__(
-        self, series: dict[str, Series], *, list_names: bool = True, max_samples: int | None = None
+        self,
+        series: dict[str, Series],
+        *,
+        list_names: bool = True,
+        max_samples: int | None = None,
+        external_labels: dict[str, str] | None = None,
     ) -> None:
         self.series = series
         self.list_names = list_names
         self.max_samples = max_samples  # --query.max-samples, counted here as points per answer
+        self.external_labels = external_labels  # None: a querier without the config endpoint (404)
         self.requests: list[httpx.Request] = []
+        self.config_requests: list[httpx.Request] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/api/v1/status/config":
+            self.config_requests.append(request)
+            if self.external_labels is None:
+                return httpx.Response(404, text="404 page not found")
+            config = yaml.safe_dump({"global": {"external_labels": self.external_labels}})
+            return httpx.Response(200, json={"status": "success", "data": {"yaml": config}})
         self.requests.append(request)
         params = request.url.params
         if request.url.path == "/api/v1/label/__name__/values":

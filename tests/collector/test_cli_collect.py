@@ -54,7 +54,7 @@ def endpoints() -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("INGEST_URL", "OUTPUT_FILE", "DCGM_URL", "ENGINE_URLS", "TOKEN_FILE"):
+    for name in ("INGEST_URL", "OUTPUT_FILE", "DCGM_URL", "ENGINE_URLS", "TOKEN_FILE", "CLUSTER"):
         monkeypatch.delenv(f"PHASEFIT_COLLECTOR_{name}", raising=False)
     monkeypatch.setenv("PHASEFIT_COLLECTOR_SPOOL_PATH", str(tmp_path / "spool.sqlite"))
     monkeypatch.setenv("PHASEFIT_COLLECTOR_NODE", "node-t")
@@ -70,6 +70,26 @@ def test_once_json_prints_one_window_as_json_lines(endpoints: str) -> None:
     engines = [r for r in records if isinstance(r, EngineSample)]
     assert len(gpus) == 2 and all(g.node == "node-t" and g.source.value == "dcgm" for g in gpus)
     assert len(engines) == 1 and engines[0].engine == "vllm" and engines[0].generation_tokens == 0
+
+
+def once_json(endpoints: str, *extra: str) -> list[GpuSample | EngineSample]:
+    args = ["collect", "--source", "dcgm", "--dcgm-url", f"{endpoints}/metrics", "--engine-url"]
+    args += [f"{endpoints}/vllm", "--once", "--output", "json", "--interval", "0.2", *extra]
+    result = CliRunner().invoke(cli(), args)
+    assert result.exit_code == 0, result.output
+    return [parse_record(line) for line in result.stdout.splitlines()]
+
+
+def test_cluster_from_the_environment_and_the_flag_on_every_record(
+    endpoints: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = once_json(endpoints)
+    assert len(records) == 3 and all(r.cluster is None for r in records)
+    monkeypatch.setenv("PHASEFIT_COLLECTOR_CLUSTER", "eu-west")
+    records = once_json(endpoints)
+    assert len(records) == 3 and all(r.cluster == "eu-west" for r in records)
+    records = once_json(endpoints, "--cluster", "us-east", "--node", "gpu-17")  # flags beat the environment
+    assert all(r.cluster == "us-east" and r.node == "gpu-17" for r in records)
 
 
 def test_once_ship_to_a_file(endpoints: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
