@@ -6,12 +6,17 @@ without better hardware gets no misplacement finding, and the placement only ass
 Its kind says which way the SKU is wrong:
 
 - decode -> prefill on a SKU while a higher-bandwidth SKU decodes in the best plan: decode on the
-  lower-bandwidth SKU (or capacity-bound on the smaller memory, when the worker's KV cache was full in at
-  least ``capacity_share`` of the time);
+  lower-bandwidth SKU (or capacity-bound on the smaller memory, when capacity was the worker's dominant
+  measured bottleneck over the segment: more often its limit than anything else);
 - prefill -> decode on a SKU while a lower-bandwidth SKU that decodes now prefills in the best plan:
   prefill on the (costlier) high-bandwidth SKU;
 - any other role change only re-balances the pool: it belongs to the pool's ratio-drift finding.
 
+Every finding that carries a loss states it as lost output tokens/s and requests/s (with a range; total
+tokens/s is a secondary figure), its share of the placement's loss. Severity follows what the loss means:
+a pool that serves its demand loses idle capacity, never critical (a warning at most, info when the share
+is small); critical is kept for a supply-limited pool (requests waiting at its peak) losing at least
+``critical_share`` of its capacity. A range that runs down to 0 names the uncertainty that takes it there.
 Each finding spans the segments it held in (first/last seen) and is open only if it holds in the latest.
 """
 
@@ -46,9 +51,11 @@ MISPLACEMENT_KINDS = (
 )
 
 
+_MOST = 0.5  # "more often than not": a share of the time above this is the worker's usual state
+
+
 @dataclass(frozen=True)
 class FindingParams:
-    capacity_share: float = 0.25
     critical_share: float = 0.10  # lost tokens over the pool's capacity for a critical finding
     warning_share: float = 0.02
     prefill_idle: float = 0.3  # prefill utilisation under this while decode is congested: not paying
@@ -60,21 +67,64 @@ def _ts(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=UTC)
 
 
-def severity(lost: float, capacity: float, params: FindingParams) -> Severity:
+def supply_limited(placement: PlacementResult, waiting_at_peak: float) -> bool:
+    """The pool does not serve its demand: its peak demand exceeds its capacity and requests queue then."""
+    return not placement.demand_limited and math.isfinite(waiting_at_peak) and waiting_at_peak >= 1.0
+
+
+def severity(
+    lost: float, capacity: float, params: FindingParams, *, supply_limited: bool = False
+) -> Severity:
+    """Critical only where the pool is supply-limited and loses at least ``critical_share`` of its capacity;
+    otherwise the loss is capacity (idle where the pool serves its demand): warning at most."""
     share = lost / capacity if capacity > 0 else 0.0
-    if share >= params.critical_share:
+    if supply_limited and share >= params.critical_share:
         return Severity.CRITICAL
     if share >= params.warning_share:
         return Severity.WARNING
     return Severity.INFO
 
 
+def _severity_basis(placement: PlacementResult, waiting_at_peak: float) -> str:
+    queue = (
+        f"{waiting_at_peak:,.1f} requests waiting at peak"
+        if math.isfinite(waiting_at_peak)
+        else "no queue reported"
+    )
+    if placement.demand_limited:
+        return (
+            "demand-limited (the pool served even its peak demand): the loss is idle capacity, "
+            "at most a warning"
+        )
+    if supply_limited(placement, waiting_at_peak):
+        return (
+            f"supply-limited: peak demand exceeds the pool's capacity and {queue}: the loss is traffic "
+            "not served"
+        )
+    return f"peak demand exceeds the modelled capacity but {queue}: the loss is capacity, at most a warning"
+
+
+def _loss_fields(placement: PlacementResult, share: float) -> dict[str, float | None]:
+    """The finding's share of the placement's loss in output tokens/s and requests/s, with their range."""
+
+    def value(x: float) -> float | None:
+        return max(0.0, x * share) if math.isfinite(x) else None
+
+    return {
+        "lost_output_tokens_per_s": value(placement.lost_output_tokens()),
+        "lost_output_tokens_per_s_low": value(placement.lost_output_tokens("low")),
+        "lost_output_tokens_per_s_high": value(placement.lost_output_tokens("high")),
+        "lost_requests_per_s": value(placement.lost_requests()),
+        "lost_requests_per_s_low": value(placement.lost_requests("low")),
+        "lost_requests_per_s_high": value(placement.lost_requests("high")),
+    }
+
+
 def change_kind(
     change: Change,
     placement: PlacementResult,
     current_prefill: Sequence[int],
-    capacity_share: float,
-    capacity_threshold: float,
+    capacity_bound: bool,
 ) -> FindingKind:
     """Which way the SKU is wrong for a worker the best plan moves (POOL_RATIO_DRIFT: neither way)."""
     groups = placement.groups
@@ -91,7 +141,7 @@ def change_kind(
         if not faster:
             return FindingKind.POOL_RATIO_DRIFT
         bigger = any((groups[h].group.sku.hbm_bytes or 0) > (mine.hbm_bytes or 0) for h in faster)
-        if bigger and capacity_share >= capacity_threshold:
+        if bigger and capacity_bound:
             return FindingKind.CAPACITY_ON_SMALL_MEMORY
         return FindingKind.DECODE_ON_LOW_BANDWIDTH
     slower = [
@@ -138,11 +188,12 @@ def classify_changes(
         classified = []
         for change in placement.changes if placement else ():
             assert placement is not None
-            share = bottleneck_share(
-                bottlenecks, grid.workers[change.row], segment.first, segment.last, Bottleneck.CAPACITY
-            )
+            bound = dominant_bottleneck(bottlenecks, grid.workers[change.row], segment.first, segment.last)
             classified.append(
-                (change, change_kind(change, placement, placement.current.prefill, share, p.capacity_share))
+                (
+                    change,
+                    change_kind(change, placement, placement.current.prefill, bound is Bottleneck.CAPACITY),
+                )
             )
         out.append(classified)
     return out
@@ -187,6 +238,8 @@ def _worker_finding(
     evidence["fraction_of_time"] = round(hours / total, 4) if total > 0 else None
     evidence["recommended_role"] = change.to_role
     lost = placement.lost_tokens_per_s * change.share
+    losses = _loss_fields(placement, change.share)
+    _loss_evidence(evidence, losses)
     group = placement.groups[change.group]
     role_now = Role.DECODE if change.to_role == "prefill" else Role.PREFILL
     rate_now = evidence.get("generation_tokens_per_s" if role_now is Role.DECODE else "prompt_tokens_per_s")
@@ -194,7 +247,12 @@ def _worker_finding(
         kind=episode.kind,
         worker_id=worker_id,
         pool=analysis.pool.key,
-        severity=severity(lost, placement.current.tokens_per_s, p),
+        severity=severity(
+            lost,
+            placement.current.tokens_per_s,
+            p,
+            supply_limited=supply_limited(placement, last.waiting_at_peak),
+        ),
         status=FindingStatus.OPEN if episode.segments[-1] == latest else FindingStatus.RESOLVED,
         gpu_sku=group.group.sku.key,
         role=role_now,
@@ -204,6 +262,7 @@ def _worker_finding(
         lost_tokens_per_s=lost,
         lost_tokens_per_s_low=placement.lost_low * change.share,
         lost_tokens_per_s_high=placement.lost_high * change.share,
+        **losses,
         recommendation=recommendation,
         first_seen=_ts(analysis.segments[episode.segments[0]].start),
         last_seen=_ts(last.end),
@@ -223,7 +282,15 @@ def _segment_evidence(segment: SegmentAnalysis, placement: PlacementResult) -> d
         "pool_bound_now": placement.current.bound,
         "utilisation": round(placement.utilisation, 4) if math.isfinite(placement.utilisation) else None,
         "demand_limited": "yes" if placement.demand_limited else "no",
+        "requests_waiting_at_peak": round(segment.waiting_at_peak, 2)
+        if math.isfinite(segment.waiting_at_peak)
+        else None,
+        "severity_basis": _severity_basis(placement, segment.waiting_at_peak),
     }
+    if placement.lost_tokens_per_s > 0 and placement.lost_low <= 0:
+        out["loss_range_to_zero"] = "the low end of the loss reaches 0 through " + (
+            placement.range_cause or "the capacities' uncertainty"
+        )
     if placement.demand_limited:
         cost = placement.misplacement_cost_per_week_usd
         out["loss_meaning"] = "demand-limited: the loss is idle capacity, not undelivered tokens; " + (
@@ -231,6 +298,21 @@ def _segment_evidence(segment: SegmentAnalysis, placement: PlacementResult) -> d
         )
         out["misplacement_cost_per_week_usd"] = round(cost, 2) if cost is not None else None
     return out
+
+
+def _loss_evidence(evidence: dict[str, float | str | None], losses: Mapping[str, float | None]) -> None:
+    """The loss in the units an SRE acts on, as evidence text: output tokens/s and requests/s with ranges."""
+    out, req = losses["lost_output_tokens_per_s"], losses["lost_requests_per_s"]
+    if out is None or req is None:
+        return
+    evidence["lost_output_tokens"] = (
+        f"{out:,.0f} output tokens/s ({losses['lost_output_tokens_per_s_low'] or 0.0:,.0f}-"
+        f"{losses['lost_output_tokens_per_s_high'] or 0.0:,.0f})"
+    )
+    evidence["lost_requests"] = (
+        f"{req:,.2f} requests/s ({losses['lost_requests_per_s_low'] or 0.0:,.2f}-"
+        f"{losses['lost_requests_per_s_high'] or 0.0:,.2f})"
+    )
 
 
 def _latest_run(flags: Sequence[bool]) -> tuple[int, int] | None:
@@ -282,22 +364,37 @@ def _ratio_drift(
         "pool_lost_tokens_per_s": round(placement.lost_tokens_per_s, 1),
     }
     evidence.update(_segment_evidence(segment, placement))
+    losses = _loss_fields(placement, share)
+    _loss_evidence(evidence, losses)
+    output, requests = losses["lost_output_tokens_per_s"], losses["lost_requests_per_s"]
+    gain_text = (
+        f": +{output:,.0f} output tokens/s, +{requests:,.2f} requests/s "
+        f"({gain:,.0f} prompt + output tokens/s)"
+        if output is not None and requests is not None
+        else ""
+    )
     return [
         Finding(
             kind=FindingKind.POOL_RATIO_DRIFT,
             pool=analysis.pool.key,
-            severity=severity(gain, placement.current.tokens_per_s, p),
+            severity=severity(
+                gain,
+                placement.current.tokens_per_s,
+                p,
+                supply_limited=supply_limited(placement, segment.waiting_at_peak),
+            ),
             status=FindingStatus.OPEN if last == len(analysis.segments) - 1 else FindingStatus.RESOLVED,
             evidence=evidence,
             tokens_per_s=placement.current.tokens_per_s,
             lost_tokens_per_s=gain,
             lost_tokens_per_s_low=placement.lost_low * share,
             lost_tokens_per_s_high=placement.lost_high * share,
+            **losses,
             recommendation=Recommendation(
                 action="rebalance-pool",
                 detail=(
                     f"move the pool from {ratio.now} to {ratio.recommended} prefill:decode workers "
-                    f"({evidence['workers_to_flip']})"
+                    f"({evidence['workers_to_flip']}){gain_text}"
                 )[:2000],
                 expected_gain_tokens_per_s=gain,
             ),
@@ -408,7 +505,7 @@ def _not_paying(
         for row in decode_rows
     ]
     starved = float(np.mean(shares)) if shares else 0.0
-    if prompt_use < p.prefill_idle and (output_use >= p.decode_congested or starved >= p.capacity_share):
+    if prompt_use < p.prefill_idle and (output_use >= p.decode_congested or starved > _MOST):
         return (
             f"the prefill pool runs at {prompt_use:.0%} of its capacity while decode is congested "
             f"({output_use:.0%} of capacity, KV-bound {starved:.0%} of the time)"

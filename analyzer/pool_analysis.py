@@ -4,13 +4,16 @@ A pool is analysed segment by segment: the segments are cut where the traffic mi
 set of serving workers (and their roles) changes (:mod:`analyzer.drift`), so each has one mix and one
 fleet. Within a segment a worker counts if it served most of it; its role is the one it held most. Each
 segment gets its capacities at its mix, the router's behaviour (load-aware or round-robin, from how evenly
-work was spread), the throughput of any phase seen saturated, and the best placement.
+work was spread), the throughput of any phase seen saturated, what each worker's telemetry says about it
+(KV pressure, sessions in flight, queue, node: ``WorkerLoad``, which chooses the workers that change role),
+the queue at the segment's peak (whether the pool is supply-limited), and the best placement.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -26,7 +29,7 @@ from analyzer.capacity import (
 )
 from analyzer.drift import ChangePoint, DriftParams, change_points, segments, state_changes
 from analyzer.frames import ROLES
-from analyzer.placement import PlacementResult, Routing, place
+from analyzer.placement import PlacementResult, Routing, WorkerLoad, place
 from analyzer.pools import Pool
 from analyzer.telemetry import WorkerGrid
 from analyzer.workload import PoolTraffic, TrafficMix, pool_traffic
@@ -41,7 +44,9 @@ _PREFILL, _DECODE, _MIXED = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE),
 class PoolParams:
     capacity: CapacityParams = field(default_factory=CapacityParams)
     drift: DriftParams = field(default_factory=DriftParams)
-    tolerance: float = 0.01  # a plan with more role changes must beat one with fewer by this much
+    # An operator's materiality floor: a plan with more role changes must also sustain this share more on
+    # average. 0: the analyzer's own criterion (``analyzer.placement.CONFIDENCE``) decides alone.
+    tolerance: float = 0.0
     peak_quantile: float = 0.95
 
 
@@ -57,6 +62,9 @@ class SegmentAnalysis:
     placement: PlacementResult | None  # None for colocated pools or where the model is unknown
     capacity_tokens_per_s: float  # current saturated tokens/s (placement's, or colocated estimate)
     notes: tuple[str, ...] = ()
+    # Requests waiting in the pool's queues at the segment's peak (its ``peak_quantile`` over buckets of the
+    # pool's total); NaN where no engine reports a queue. >= 1: the pool was supply-limited at its peak.
+    waiting_at_peak: float = float("nan")
 
     @property
     def hours(self) -> float:
@@ -110,7 +118,11 @@ def _serving_kind(roles: Counter[int]) -> str:
     return "unknown"
 
 
-def analyze_pool(pool: Pool, grid: WorkerGrid, params: PoolParams | None = None) -> PoolAnalysis:
+def analyze_pool(
+    pool: Pool, grid: WorkerGrid, params: PoolParams | None = None, nodes: Mapping[int, str] | None = None
+) -> PoolAnalysis:
+    """``nodes`` (grid row -> node name, where known) lets a decode and a prefill worker on one node that
+    trade roles be paired as a swap in place."""
     p = params or PoolParams()
     notes = list(pool.notes)
     traffic = pool_traffic(pool, grid)
@@ -142,7 +154,7 @@ def analyze_pool(pool: Pool, grid: WorkerGrid, params: PoolParams | None = None)
     cuts = [cp.index for cp in points] + state_changes(states, p.drift.min_size)
     result = []
     for first, last in segments(grid.shape[1], cuts, p.drift.min_size):
-        result.append(_segment(pool, grid, traffic, calibration, states, first, last, kind, p))
+        result.append(_segment(pool, grid, traffic, calibration, states, first, last, kind, p, nodes or {}))
     return PoolAnalysis(pool, traffic, calibration, tuple(points), tuple(result), kind, tuple(notes))
 
 
@@ -156,6 +168,7 @@ def _segment(
     last: int,
     kind: str,
     p: PoolParams,
+    nodes: Mapping[int, str],
 ) -> SegmentAnalysis:
     start = float(grid.bucket_start[first])
     end = float(grid.bucket_start[last - 1] + grid.bucket_s)
@@ -167,15 +180,18 @@ def _segment(
         if state != _DOWN and count * 2 >= (last - first):
             roles[row] = str(ROLES[state])
     notes: list[str] = []
+    waiting = waiting_at_peak(grid, pool.members, first, last, p.peak_quantile)
     if not (math.isfinite(mix.isl) and math.isfinite(mix.osl)) or mix.isl <= 0 or mix.osl <= 0:
         notes.append("no traffic with known lengths in this segment")
-        return SegmentAnalysis(first, last, start, end, mix, roles, (), None, 0.0, tuple(notes))
+        return SegmentAnalysis(first, last, start, end, mix, roles, (), None, 0.0, tuple(notes), waiting)
     capacities = tuple(group_capacity(g, calibration, mix.isl, mix.osl, p.capacity) for g in pool.groups)
     if kind != "disaggregated" or any(g.deployment is None for g in pool.groups):
         colocated = colocated_tokens_per_s(pool, capacities, roles, mix)
         if kind == "disaggregated":
             notes.append("a group's GPU or model lacks catalog figures: placement not searched")
-        return SegmentAnalysis(first, last, start, end, mix, roles, capacities, None, colocated, tuple(notes))
+        return SegmentAnalysis(
+            first, last, start, end, mix, roles, capacities, None, colocated, tuple(notes), waiting
+        )
     current_roles = [
         [(row, roles[row]) for row in group.members if roles.get(row) in ("prefill", "decode")]
         for group in pool.groups
@@ -209,6 +225,9 @@ def _segment(
         routing=routing,
         measured=measured,
         seed=first,
+        loads=worker_loads(
+            grid, [row for members in current_roles for row, _ in members], first, last, nodes
+        ),
     )
     return SegmentAnalysis(
         first,
@@ -221,7 +240,39 @@ def _segment(
         placement,
         placement.current.tokens_per_s,
         tuple(notes),
+        waiting,
     )
+
+
+def _median(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(np.median(finite)) if finite.size else math.nan
+
+
+def worker_loads(
+    grid: WorkerGrid, rows: list[int], first: int, last: int, nodes: Mapping[int, str]
+) -> dict[int, WorkerLoad]:
+    """Per worker, medians over buckets [first, last) of its KV cache usage, requests running and waiting."""
+    sl = slice(first, last)
+    return {
+        row: WorkerLoad(
+            kv_usage=_median(grid.kv_usage[row, sl]),
+            in_flight=_median(grid.running[row, sl]),
+            waiting=_median(grid.waiting[row, sl]),
+            node=nodes.get(row),
+        )
+        for row in rows
+    }
+
+
+def waiting_at_peak(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int, quantile: float) -> float:
+    """The pool's requests waiting (summed over its workers) at the ``quantile`` of buckets [first, last):
+    the queue at the same peak the demand is judged at; NaN where no worker reports a queue."""
+    queue = grid.waiting[np.array(rows, dtype=np.int64), first:last]
+    reported = np.isfinite(queue).any(axis=0)
+    if not reported.any():
+        return math.nan
+    return float(np.quantile(np.nansum(queue[:, reported], axis=0), quantile))
 
 
 def infer_routing(

@@ -10,6 +10,10 @@ disruption:
 - move within the same GPU model (checkpoint/restore keeps sessions, if GPU model, driver, engine and model
   versions match): changes nothing about the bottleneck, so it only appears as "not applicable".
 
+The recommendation says why this worker of its group was chosen (the placement's ``Change.reason``: a
+same-node swap, the KV pressure, the sessions in flight), and speaks in what an SRE acts on: output
+tokens/s and requests/s, with prompt + output tokens/s only as a labelled secondary figure.
+
 The recommended ratio per pool and SKU follows NVIDIA Dynamo's planner (replicas = demand tokens/s over
 per-worker tokens/s for each phase) with per-SKU throughput, next to the best plan's counts for the same
 GPUs. The seeds' rules of thumb are computed checks with their values, never verdicts written in advance.
@@ -59,12 +63,14 @@ class Check:
 
 
 def pair_swaps(changes: tuple[Change, ...], groups: tuple[GroupCapacity, ...]) -> dict[int, int]:
-    """Pair each decode->prefill change with a prefill->decode change on a higher-bandwidth SKU
-    (row -> counterpart row, both ways)."""
+    """Pair each decode->prefill change with a prefill->decode change (row -> counterpart row, both ways):
+    the same-node partner the placement chose where there is one, else one on a higher-bandwidth SKU."""
     to_prefill = [c for c in changes if c.to_role == "prefill"]
     to_decode = [c for c in changes if c.to_role == "decode"]
-    pairs: dict[int, int] = {}
+    pairs: dict[int, int] = {c.row: c.partner for c in changes if c.partner is not None}
     for a in to_prefill:
+        if a.row in pairs:
+            continue
         bandwidth = groups[a.group].group.sku.hbm_bandwidth_bytes_per_s or 0.0
         for b in to_decode:
             if b.row in pairs:
@@ -87,21 +93,36 @@ def worker_recommendation(
     p = params or RecommendParams()
     group = placement.groups[change.group]
     gain = placement.lost_tokens_per_s * change.share
+    output = placement.lost_output_tokens() * change.share
+    requests = placement.lost_requests() * change.share
     now_role = "decode" if change.to_role == "prefill" else "prefill"
     rate_now = (group.decode if now_role == "decode" else group.prefill).tokens_per_s
     swap_cost = rate_now * p.restart_s  # tokens not served while it restarts
     options: dict[str, float | str | None] = {
         "option_swap_roles_in_place_gain_tokens_per_s": round(gain, 1),
+        "option_swap_roles_in_place_gain_output_tokens_per_s": _round(output, 1),
+        "option_swap_roles_in_place_gain_requests_per_s": _round(requests, 3),
         "option_swap_roles_in_place_cost_tokens": round(swap_cost, 0),
         "option_swap_roles_in_place_payback_s": round(swap_cost / gain, 0) if gain > 0 else None,
         "sessions_in_flight": round(sessions, 1) if sessions is not None else None,
         "option_move_same_sku": "not applicable: the same GPU model does not change the bottleneck",
     }
+    why = change.reason
+    if change.partner is not None:
+        where = f" ({change.node})" if change.node else ""
+        why = f"swap in place with {worker_ids[change.partner]} on the same node{where}: no data moves"
+    options["chosen_because"] = why or None
+    idle = (
+        "; the pool serves today's demand, so this is idle capacity, not lost traffic"
+        if placement.demand_limited
+        else ""
+    )
     detail = (
         f"restart {worker_ids[change.row]} as {change.to_role} on its {group.group.tp} x "
         f"{group.group.sku.name} (about {p.restart_s / 60:.0f} min"
         + (f"; ~{sessions:.0f} in-flight sessions drain first" if sessions and now_role == "decode" else "")
-        + f"): +{gain:,.0f} tokens/s expected"
+        + f"): +{_text(output, ',.0f')} output tokens/s, +{_text(requests, ',.2f')} requests/s expected "
+        f"({gain:,.0f} prompt + output tokens/s){idle}" + (f". Why this worker: {why}" if why else "")
     )
     target_sku = None
     if counterpart is not None:
@@ -129,6 +150,14 @@ def worker_recommendation(
         ),
         options,
     )
+
+
+def _round(value: float, digits: int) -> float | None:
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def _text(value: float, spec: str) -> str:
+    return format(value, spec) if math.isfinite(value) else "?"
 
 
 @dataclass(frozen=True)

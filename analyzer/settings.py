@@ -32,11 +32,11 @@ class AnalyzerSettings(BaseSettings):
         "unset: the KV-fabric check reports the need without a verdict.",
     )
     tolerance: float = Field(
-        default=0.01,
+        default=0.0,
         ge=0,
         le=0.5,
-        description="A placement with more role changes must sustain this much more (a share) to be "
-        "recommended.",
+        description="A materiality floor: a placement with more role changes must also sustain this much "
+        "more (a share) to be recommended, on top of beating the current one in 75% of the capacity draws.",
     )
     restart_s: float = Field(default=300.0, ge=0, description="Seconds a role swap in place takes.")
     cold_start_s: float = Field(default=900.0, ge=0, description="Seconds a move to other GPUs takes.")

@@ -37,7 +37,10 @@ def test_inverted_placement_flags_both_sides(inverted: AnalysisResult) -> None:
     decode_on_h100 = [w for w, k in kinds.items() if k is FindingKind.DECODE_ON_LOW_BANDWIDTH]
     prefill_on_h200 = [w for w, k in kinds.items() if k is FindingKind.PREFILL_ON_HIGH_BANDWIDTH]
     assert len(decode_on_h100) >= 6 and all(w.startswith(("node00", "node01")) for w in decode_on_h100)
-    assert prefill_on_h200 and all(w.startswith("node03/prefill") for w in prefill_on_h200)
+    # Which H200 prefill workers move is the telemetry's choice (here they are alike), never an id order.
+    assert prefill_on_h200 and all(
+        w.startswith(("node02/prefill", "node03/prefill")) for w in prefill_on_h200
+    )
 
 
 def test_a_misplacement_finding_carries_evidence_range_and_an_action(inverted: AnalysisResult) -> None:
@@ -137,9 +140,9 @@ def test_kinds_say_which_way_the_sku_is_wrong() -> None:
     current = result.current.prefill
     to_prefill = next(c for c in result.changes if c.to_role == "prefill")
     to_decode = next(c for c in result.changes if c.to_role == "decode")
-    assert change_kind(to_prefill, result, current, 0.0, 0.25) is FindingKind.DECODE_ON_LOW_BANDWIDTH
-    assert change_kind(to_prefill, result, current, 0.5, 0.25) is FindingKind.CAPACITY_ON_SMALL_MEMORY
-    assert change_kind(to_decode, result, current, 0.0, 0.25) is FindingKind.PREFILL_ON_HIGH_BANDWIDTH
+    assert change_kind(to_prefill, result, current, False) is FindingKind.DECODE_ON_LOW_BANDWIDTH
+    assert change_kind(to_prefill, result, current, True) is FindingKind.CAPACITY_ON_SMALL_MEMORY
+    assert change_kind(to_decode, result, current, False) is FindingKind.PREFILL_ON_HIGH_BANDWIDTH
     # A change inside one SKU only rebalances the pool.
     same = Change(row=0, group=0, to_role="prefill", share=1.0)
     single = place(
@@ -150,7 +153,7 @@ def test_kinds_say_which_way_the_sku_is_wrong() -> None:
         demand_tokens_per_s=1.0,
         peak_demand_tokens_per_s=1.0,
     )
-    assert change_kind(same, single, single.current.prefill, 0.0, 0.25) is FindingKind.POOL_RATIO_DRIFT
+    assert change_kind(same, single, single.current.prefill, False) is FindingKind.POOL_RATIO_DRIFT
 
 
 def test_an_idle_pool_is_under_utilised_and_priced() -> None:

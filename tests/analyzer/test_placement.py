@@ -7,6 +7,7 @@ import pytest
 
 from analyzer.capacity import GroupCapacity, RoleCapacity
 from analyzer.placement import (
+    CONFIDENCE,
     EXHAUSTIVE_LIMIT,
     Routing,
     best_plan,
@@ -85,9 +86,8 @@ def test_decode_belongs_on_the_higher_bandwidth_sku() -> None:
     assert all(moved.get(row) == "prefill" for row in range(0, 4))  # H100 decoders take prefill
     assert any(role == "decode" for row, role in moved.items() if row >= 4)  # H200 prefill takes decode
     assert sum(c.share for c in result.changes) == pytest.approx(1.0)
-    # H200 prefill workers move to decode highest id first.
-    to_decode = sorted(row for row, role in moved.items() if role == "decode")
-    assert to_decode == list(range(8 - len(to_decode), 8))
+    # Without telemetry no worker can be preferred: the reason says so rather than pretending.
+    assert all("indistinguishable" in c.reason or "all 4" in c.reason for c in result.changes)
     assert result.demand_limited
     assert result.weekly_cost_usd is None and result.idle_cost_per_week_usd is None  # prices unknown
 
@@ -310,30 +310,36 @@ def test_shared_errors_give_no_false_comfort_to_a_split_decode_pool() -> None:
         assert (alone >= split) is better
 
 
-def test_among_plans_that_sustain_as_much_the_one_with_more_buffer_wins() -> None:
+def test_headroom_that_only_pays_in_the_tails_is_not_worth_role_changes() -> None:
     groups, roles = _backwards(shared=True)
     result = place(
         groups, roles, isl=1334.3, osl=174.8, demand_tokens_per_s=1.0, peak_demand_tokens_per_s=1.0
     )
-    # Every H100 prefills and three H200s decode: the same prompt capacity as keeping one H100 decoder, but
-    # the decode pool has 18% to spare instead of 10% (the H200's bandwidth and memory).
-    assert result.best.prefill == (8, 5)
-    assert result.best.bound == "prefill"
-    assert len(result.changes) == 11
-    # At the central capacities alone every split with 13 prefill workers sustains the same rate.
+    # (7, 6): seven H100s prefill, one H100 and two H200s decode; it sustains 13 prefill workers with decode
+    # headroom; (8, 5) has more headroom still and a slightly higher expected rate, but beats (7, 6) in only
+    # about a quarter of the capacity draws: two more role changes are not worth it.
+    assert result.best.prefill == (7, 6)
     sizes, current = np.array([8, 8]), np.array([0, 8])
-    cp = np.array([[13_010.0, 13_010.0]])
-    chosen = best_plan(sizes, cp, np.array([[6_848.0, 8_755.0]]), 1334.3, 174.8, current, 0.01)
-    assert chosen.tolist() == [8, 5]
-    # Where the H200 decodes barely faster, swapping more decoders onto it gains less buffer than the
-    # tolerance: the fewest changes that reach the rate (five H100 decoders prefill) stand.
-    chosen = best_plan(sizes, cp, np.array([[8_700.0, 8_755.0]]), 1334.3, 174.8, current, 0.01)
-    assert chosen.tolist() == [5, 8]
+    cp = np.array([g.prefill.tokens_per_s for g in groups])
+    cd = np.array([g.decode.tokens_per_s for g in groups])
+    draws_p, draws_d = capacity_draws(groups, cp, cd, seed=0)
+    rates = {
+        x: evaluate_draws(np.array(x, dtype=np.float64), sizes, draws_p, draws_d, 1334.3, 174.8, Routing())
+        for x in ((7, 6), (8, 5))
+    }
+    assert rates[(8, 5)].mean() > rates[(7, 6)].mean()
+    assert (rates[(8, 5)] > rates[(7, 6)]).mean() < CONFIDENCE
+    # Asking only for a minority of the draws, the extra headroom wins.
+    lax = best_plan(sizes, draws_p, draws_d, 1334.3, 174.8, current, confidence=0.2)
+    assert lax.tolist() == [8, 5]
+    # At the central capacities alone, the fewest changes that reach the best rate stand.
+    chosen = best_plan(sizes, cp[None, :], cd[None, :], 1334.3, 174.8, current)
+    assert chosen.tolist() == [6, 7]
 
 
 def test_a_pool_is_never_moved_for_buffer_alone() -> None:
     sizes = np.array([8, 8])
     cp, cd = np.array([[13_010.0, 13_010.0]]), np.array([[6_848.0, 8_755.0]])
     for current in ([6, 7], [7, 6]):  # the best rate already; (8, 5) only has more buffer
-        chosen = best_plan(sizes, cp, cd, 1334.3, 174.8, np.array(current), tolerance=0.01)
+        chosen = best_plan(sizes, cp, cd, 1334.3, 174.8, np.array(current))
         assert chosen.tolist() == current
