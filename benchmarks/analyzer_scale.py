@@ -81,13 +81,13 @@ def scenario_yaml(gpus: int) -> tuple[str, dict[str, str]]:
 
 def prepare(gpus: int, folder: Path, window_s: float, *, rollups: bool) -> dict[str, Any]:
     """Simulate a week, ingest it and (optionally) roll it up; returns the store URL and timings."""
-    from fleetsim.scenario import parse_scenario
-    from fleetsim.source import jsonl_batches
     from fleet.catalog import load_catalog
     from fleet.ingest import catalog_sku_resolver, ingest_file
     from fleet.store.engine import make_engine
     from fleet.store.migrate import upgrade
     from fleet.store.retention import apply_retention
+    from fleetsim.scenario import parse_scenario
+    from fleetsim.source import jsonl_batches
 
     text, clusters = scenario_yaml(gpus)
     sc = parse_scenario(text, f"scale-{gpus}")

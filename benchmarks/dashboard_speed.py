@@ -46,12 +46,12 @@ def build_store(folder: Path) -> str:
 
     from analyzer.pipeline import analyze
     from analyzer.store_io import read_input, write_result
-    from fleetsim.source import jsonl_batches
     from fleet.catalog import load_catalog
     from fleet.ingest import catalog_sku_resolver, ingest_file
     from fleet.store import migrate
     from fleet.store.engine import make_engine, writing
     from fleet.store.retention import refresh_rollups
+    from fleetsim.source import jsonl_batches
     from tests.dashboard.seed import seed_alerts
 
     catalog = load_catalog()

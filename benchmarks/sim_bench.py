@@ -27,12 +27,12 @@ from pathlib import Path
 
 import orjson
 
+from fleet.catalog import load_catalog
 from fleetsim.calibration import format_tables, max_throughput_rows, ratio_rows
 from fleetsim.fleet_sim import FleetSimulation
 from fleetsim.records import RecordBuilder
 from fleetsim.scenario import Scenario, load_scenario
 from fleetsim.truth import compute_truth
-from fleet.catalog import load_catalog
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SLICE_RECORDS = 60_000

@@ -92,6 +92,7 @@ class ApiSource:
                 precision=w["precision"],
                 tp=int(w["tp"]),
                 sku=None,
+                deployment=w.get("deployment"),
             )
             for w in self._pages("/v1/workers", {})
         )
@@ -183,4 +184,12 @@ def _finding(item: dict[str, Any]) -> FindingView:
         first_seen=first,
         last_seen=last,
         resolved_at=_ts(item.get("resolved_at")),
+        lost_output_tokens_per_s=_opt(item.get("lost_output_tokens_per_s")),
+        lost_output_tokens_per_s_low=_opt(item.get("lost_output_tokens_per_s_low")),
+        lost_output_tokens_per_s_high=_opt(item.get("lost_output_tokens_per_s_high")),
+        lost_requests_per_s=_opt(item.get("lost_requests_per_s")),
     )
+
+
+def _opt(value: Any) -> float | None:
+    return None if value is None else float(value)

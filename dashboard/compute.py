@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,7 +43,11 @@ def scoped_groups(inventory: Inventory, scope: Scope) -> list[GpuGroup]:
 
 @dataclass(frozen=True)
 class Headline:
-    lost_now: float | None
+    lost_output_now: float | None  # output (generated) tokens/s: what an SRE acts on
+    lost_output_low: float | None
+    lost_output_high: float | None
+    lost_requests_now: float | None
+    lost_now: float | None  # total (prompt + output) tokens/s: secondary
     lost_low: float | None
     lost_high: float | None
     lost_tokens_in_range: float | None  # tokens (not per second) over the range
@@ -53,6 +57,10 @@ class Headline:
     open_findings: int
     open_by_severity: dict[str, int]
     source: str  # where "now" comes from
+    judged_workers: int | None = None
+    unjudged_workers: int | None = None
+    unjudged_reasons: dict[str, int] = field(default_factory=dict)
+    capacity_unknown: bool = False  # the analyzer could not estimate a pool's capacity (never shown as 0)
 
 
 def headline(
@@ -68,6 +76,10 @@ def headline(
     if fleet:
         capacity, best = fleet.get("capacity_tokens_per_s"), fleet.get("best_tokens_per_s")
         return Headline(
+            lost_output_now=fleet.get("lost_output_tokens_per_s"),
+            lost_output_low=fleet.get("lost_output_tokens_per_s_low"),
+            lost_output_high=fleet.get("lost_output_tokens_per_s_high"),
+            lost_requests_now=fleet.get("lost_requests_per_s"),
             lost_now=fleet.get("lost_tokens_per_s"),
             lost_low=fleet.get("lost_tokens_per_s_low"),
             lost_high=fleet.get("lost_tokens_per_s_high"),
@@ -78,9 +90,17 @@ def headline(
             open_findings=len(open_findings),
             open_by_severity=dict(severity),
             source=f"analyzer run of {analysis.until:%Y-%m-%d %H:%M} UTC" if analysis else "",
+            judged_workers=fleet.get("judged_workers"),
+            unjudged_workers=fleet.get("unjudged_workers"),
+            unjudged_reasons=dict(fleet.get("unjudged_reasons") or {}),
+            capacity_unknown=capacity is None and bool(fleet.get("capacity_unknown_pools")),
         )
     last = present[-1] if present else None
     return Headline(
+        lost_output_now=None,
+        lost_output_low=None,
+        lost_output_high=None,
+        lost_requests_now=None,
         lost_now=last.lost if last else None,
         lost_low=last.low if last else None,
         lost_high=last.high if last else None,
@@ -94,10 +114,21 @@ def headline(
     )
 
 
+def _round(value: float | None, digits: int = 0) -> float | None:
+    if value is None:
+        return None
+    return round(value, digits) if digits else float(round(value))
+
+
 def finding_rows(findings: Sequence[FindingView]) -> list[dict[str, Any]]:
-    """One table row per finding, largest loss first."""
+    """One table row per finding, largest loss first: lost output tokens/s and requests/s first, total
+    (prompt + output) tokens/s as the secondary column; None (an empty cell) where a finding is not a
+    throughput loss."""
     rows = []
-    for f in sorted(findings, key=lambda f: (-f.lost_tokens_per_s, f.kind, f.subject)):
+    for f in sorted(
+        findings,
+        key=lambda f: (-(f.lost_output_tokens_per_s or 0.0), -f.lost_tokens_per_s, f.kind, f.subject),
+    ):
         rows.append(
             {
                 "worker": f.worker_id or "",
@@ -107,9 +138,11 @@ def finding_rows(findings: Sequence[FindingView]) -> list[dict[str, Any]]:
                 "SKU": f.gpu_sku or "",
                 "role": f.role,
                 "bottleneck": f.bottleneck,
-                "lost tok/s": round(f.lost_tokens_per_s),
-                "low": round(f.lost_tokens_per_s_low),
-                "high": round(f.lost_tokens_per_s_high),
+                "lost output tok/s": _round(f.lost_output_tokens_per_s),
+                "low": _round(f.lost_output_tokens_per_s_low),
+                "high": _round(f.lost_output_tokens_per_s_high),
+                "lost req/s": _round(f.lost_requests_per_s, 2),
+                "total tok/s (secondary)": round(f.lost_tokens_per_s),
                 "action": f.action or "",
                 "expected gain tok/s": round(f.expected_gain_tokens_per_s)
                 if f.expected_gain_tokens_per_s

@@ -81,6 +81,7 @@ class StoreSource:
                     precision=w.precision,
                     tp=w.tp,
                     sku=skus.most_common(1)[0][0] if skus else None,
+                    deployment=w.deployment,
                 )
             )
         roles = {w.worker_id: w.role for w in workers}
@@ -199,4 +200,8 @@ def finding_view(stored: StoredFinding) -> FindingView:
         first_seen=f.first_seen,
         last_seen=f.last_seen,
         resolved_at=stored.resolved_at,
+        lost_output_tokens_per_s=f.lost_output_tokens_per_s,
+        lost_output_tokens_per_s_low=f.lost_output_tokens_per_s_low,
+        lost_output_tokens_per_s_high=f.lost_output_tokens_per_s_high,
+        lost_requests_per_s=f.lost_requests_per_s,
     )

@@ -28,14 +28,16 @@ class Scope:
     model: str | None = None
 
     def pool_matches(self, pool: str | None) -> bool:
-        """Whether a pool key (``cluster/model``) is inside this scope."""
+        """Whether a pool key (``<cluster>/<model>`` or ``<cluster>/<deployment>/<model>``) is inside this
+        scope. The cluster is the key's first part; model ids hold "/" themselves, so the model is matched
+        as the key's whole rest or its tail after a deployment."""
         if self.cluster is None and self.model is None:
             return True
         if pool is None or "/" not in pool:
             return False
-        cluster, model = pool.split("/", 1)
+        cluster, rest = pool.split("/", 1)
         return (self.cluster is None or cluster == self.cluster) and (
-            self.model is None or model == self.model
+            self.model is None or rest == self.model or rest.endswith("/" + self.model)
         )
 
 
@@ -51,10 +53,16 @@ class WorkerInfo:
     precision: str | None
     tp: int
     sku: str | None  # the SKU most of its GPUs resolve to; None where unknown (API without GPU details)
+    deployment: str | None = None  # the serving deployment its labels name, where known
 
     @property
     def pool(self) -> str:
-        return f"{self.cluster}/{self.model}"
+        """The analyzer's pool key: ``<cluster>/<model>`` or ``<cluster>/<deployment>/<model>``."""
+        return (
+            f"{self.cluster}/{self.deployment}/{self.model}"
+            if self.deployment
+            else f"{self.cluster}/{self.model}"
+        )
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,11 @@ class FindingView:
     first_seen: datetime
     last_seen: datetime
     resolved_at: datetime | None
+    # What an SRE acts on (None: not a throughput loss, or a source that does not carry them yet).
+    lost_output_tokens_per_s: float | None = None
+    lost_output_tokens_per_s_low: float | None = None
+    lost_output_tokens_per_s_high: float | None = None
+    lost_requests_per_s: float | None = None
 
     @property
     def subject(self) -> str:

@@ -112,12 +112,21 @@ def _segment_tokens(summary: dict[str, Any], key: str, end: float) -> float:
     return total
 
 
+def _segment_total(summary: dict[str, Any], key: str, end: float) -> float | None:
+    """Like :func:`_segment_tokens`, but None when no segment estimated the figure (unknown, not 0)."""
+    known = any(s.get(key) is not None for pool in summary["pools"] for s in pool["segments"])
+    return _segment_tokens(summary, key, end) if known else None
+
+
 def week_figures(w: WeekAnalysis) -> WeekFigures:
     summary = w.result.summary
     fleet = summary["fleet"]
     end = w.data.end
     hours = (end - w.data.start) / 3600.0
     lost = _segment_tokens(summary, "lost_tokens_per_s", end)
+    lost_output = _segment_total(summary, "lost_output_tokens_per_s", end)
+    lost_requests = _segment_total(summary, "lost_requests_per_s", end)
+    seconds = hours * 3600.0
     quality = data_quality(w.data)
     worst = max(
         (
@@ -127,7 +136,10 @@ def week_figures(w: WeekAnalysis) -> WeekFigures:
             and p.get("prefill_decode_recommended")
             and p["prefill_decode_now"] != p["prefill_decode_recommended"]
         ),
-        key=lambda p: float(p.get("lost_tokens_per_s") or 0.0),
+        key=lambda p: (
+            float(p.get("lost_output_tokens_per_s") or 0.0),
+            float(p.get("lost_tokens_per_s") or 0.0),
+        ),
         default=None,
     )
     return WeekFigures(
@@ -153,6 +165,20 @@ def week_figures(w: WeekAnalysis) -> WeekFigures:
         if worst
         else None,
         telemetry_coverage=quality.coverage,
+        lost_output_tokens=lost_output,
+        lost_output_tokens_low=_segment_total(summary, "lost_output_tokens_per_s_low", end),
+        lost_output_tokens_high=_segment_total(summary, "lost_output_tokens_per_s_high", end),
+        lost_requests=lost_requests,
+        mean_lost_output_tokens_per_s=lost_output / seconds
+        if lost_output is not None and seconds > 0
+        else None,
+        mean_lost_requests_per_s=lost_requests / seconds
+        if lost_requests is not None and seconds > 0
+        else None,
+        judged_workers=fleet.get("judged_workers"),
+        unjudged_workers=int(fleet.get("unjudged_workers") or 0),
+        unjudged_reasons=dict(fleet.get("unjudged_reasons") or {}),
+        capacity_unknown_pools=list(fleet.get("capacity_unknown_pools") or []),
     )
 
 
@@ -297,7 +323,7 @@ def build_audit(
         week=week,
         since=this.since,
         until=this.until,
-        clusters=sorted({p["pool"].split("/", 1)[0] for p in summary["pools"]}),
+        clusters=sorted({p.get("cluster") or p["pool"].split("/", 1)[0] for p in summary["pools"]}),
         this_week=figures,
         last_week=week_figures(last) if last else None,
         verdict=verdict(figures, actions),

@@ -141,7 +141,9 @@ def roofline_points(
         key = worker_skus.get(w.worker_id)
         point = worker_point(
             worker_id=w.worker_id,
-            pool=pools.get(w.worker_id, pool_key(cluster_of(w.node, w.cluster, clusters), w.deployment, w.model)),
+            pool=pools.get(
+                w.worker_id, pool_key(cluster_of(w.node, w.cluster, clusters), w.deployment, w.model)
+            ),
             sku=catalog.gpus.skus.get(key) if key else None,
             role=w.role.value,
             precision=precision_of(w.precision),

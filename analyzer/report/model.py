@@ -40,6 +40,18 @@ class WeekFigures:
     idle_cost_usd: float | None
     worst_ratio: str | None  # the pool furthest from its recommended prefill:decode split, "pool now -> best"
     telemetry_coverage: float | None  # share of GPU-hours with telemetry
+    # What an SRE acts on: output (generated) tokens and requests lost over the week (None: not estimated);
+    # lost_tokens above is the secondary total (prompt + output).
+    lost_output_tokens: float | None = None
+    lost_output_tokens_low: float | None = None
+    lost_output_tokens_high: float | None = None
+    lost_requests: float | None = None
+    mean_lost_output_tokens_per_s: float | None = None
+    mean_lost_requests_per_s: float | None = None
+    judged_workers: int | None = None
+    unjudged_workers: int = 0
+    unjudged_reasons: dict[str, int] = field(default_factory=dict)
+    capacity_unknown_pools: list[str] = field(default_factory=list)
 
     @property
     def placement_efficiency(self) -> float | None:
@@ -209,6 +221,12 @@ class AuditReport:
             "from": self.since.isoformat(),
             "to": self.until.isoformat(),
             "clusters": self.clusters,
+            "lost_output_tokens_week": _round(w.lost_output_tokens),
+            "lost_output_tokens_week_low": _round(w.lost_output_tokens_low),
+            "lost_output_tokens_week_high": _round(w.lost_output_tokens_high),
+            "lost_requests_week": _round(w.lost_requests),
+            "mean_lost_output_tokens_per_s": _round(w.mean_lost_output_tokens_per_s, 1),
+            "mean_lost_requests_per_s": _round(w.mean_lost_requests_per_s, 4),
             "lost_tokens_week": round(w.lost_tokens),
             "lost_tokens_week_low": round(w.lost_tokens_low),
             "lost_tokens_week_high": round(w.lost_tokens_high),
@@ -218,6 +236,9 @@ class AuditReport:
             if w.placement_efficiency is None
             else round(w.placement_efficiency, 4),
             "misplaced_workers": w.misplaced_workers,
+            "judged_workers": w.judged_workers,
+            "unjudged_workers": w.unjudged_workers,
+            "unjudged_reasons": dict(w.unjudged_reasons),
             "open_findings": w.open_findings,
             "weekly_cost_usd": w.weekly_cost_usd,
             "misplacement_cost_per_week_usd": w.misplacement_cost_usd,
@@ -229,6 +250,8 @@ class AuditReport:
             if previous is None
             else {
                 "week": previous.week,
+                "lost_output_tokens_week": _round(previous.lost_output_tokens),
+                "lost_requests_week": _round(previous.lost_requests),
                 "lost_tokens_week": round(previous.lost_tokens),
                 "misplaced_workers": previous.misplaced_workers,
                 "placement_efficiency": None
@@ -237,3 +260,9 @@ class AuditReport:
             },
             "fingerprint": self.fingerprint,
         }
+
+
+def _round(value: float | None, digits: int = 0) -> float | int | None:
+    if value is None:
+        return None
+    return round(value, digits) if digits else round(value)

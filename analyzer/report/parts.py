@@ -17,6 +17,10 @@ def _tokens(value: float) -> str:
     return f"{si(value)} tokens"
 
 
+def _opt_tokens(value: float | None) -> str:
+    return "unknown" if value is None else f"{si(value)} output tokens"
+
+
 def _delta(now: float | None, before: float | None, fmt: str = "number") -> str:
     if now is None or before is None:
         return "-"
@@ -32,7 +36,26 @@ def tiles(w: WeekFigures) -> Tiles:
         f"{tokens_range(w.lost_tokens_low, w.lost_tokens_high).replace(' tok/s', '')} tokens; mean "
         f"{tokens_rate(w.mean_lost_tokens_per_s)} over {w.analysed_hours:,.0f} h analysed"
     )
-    if w.demand_limited:
+    if w.lost_output_tokens is not None:
+        requests = f"{si(w.lost_requests)} requests; " if w.lost_requests is not None else ""
+        output_range = tokens_range(w.lost_output_tokens_low, w.lost_output_tokens_high).replace(" tok/s", "")
+        detail = (
+            f"{output_range} output tokens; {requests}mean {tokens_rate(w.mean_lost_output_tokens_per_s)} "
+            f"output over {w.analysed_hours:,.0f} h analysed. Secondary, total prompt + output: "
+            f"{_tokens(w.lost_tokens)}"
+        )
+        if w.demand_limited:
+            first = Tile(
+                "Output capacity lost to placement",
+                f"{si(w.lost_output_tokens)} output tokens",
+                f"{detail}. 0 undelivered tokens: the fleet was demand-limited, so the loss is idle "
+                "capacity.",
+            )
+        else:
+            first = Tile(
+                "Output tokens lost to placement", f"{si(w.lost_output_tokens)} output tokens", detail
+            )
+    elif w.demand_limited:
         first = Tile(
             "Capacity lost to placement",
             _tokens(w.lost_tokens),
@@ -53,11 +76,18 @@ def tiles(w: WeekFigures) -> Tiles:
             PRICE_NOT_SET,
             "set hourly_price_usd per GPU model in the operator's catalog file to price the loss",
         )
+    capacity = tokens_rate(w.capacity_tokens_per_s) if w.capacity_tokens_per_s is not None else "unknown"
     efficiency = Tile(
         "Placement efficiency",
-        percent(w.placement_efficiency, 1),
-        f"current {tokens_rate(w.capacity_tokens_per_s)} ÷ best placement "
-        f"{tokens_rate(w.best_tokens_per_s)} of the same GPUs",
+        percent(w.placement_efficiency, 1) if w.capacity_tokens_per_s is not None else "unknown",
+        f"current {capacity} ÷ best placement "
+        + (tokens_rate(w.best_tokens_per_s) if w.best_tokens_per_s is not None else "unknown")
+        + " of the same GPUs"
+        + (
+            f" (capacity unknown for {', '.join(w.capacity_unknown_pools)})"
+            if w.capacity_unknown_pools
+            else ""
+        ),
     )
     return Tiles([first, money, efficiency])
 
@@ -69,7 +99,19 @@ def week_table(this: WeekFigures, last: WeekFigures | None) -> Table:
     b = last
     rows = [
         row(
-            "capacity lost to placement",
+            "output tokens lost to placement",
+            _opt_tokens(this.lost_output_tokens),
+            _opt_tokens(b.lost_output_tokens) if b else "-",
+            _delta(this.lost_output_tokens, b.lost_output_tokens if b else None),
+        ),
+        row(
+            "requests lost to placement",
+            si(this.lost_requests),
+            si(b.lost_requests) if b else "-",
+            _delta(this.lost_requests, b.lost_requests if b else None),
+        ),
+        row(
+            "total tokens lost (secondary, prompt + output)",
             _tokens(this.lost_tokens),
             _tokens(b.lost_tokens) if b else "-",
             _delta(this.lost_tokens, b.lost_tokens if b else None),

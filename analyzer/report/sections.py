@@ -143,6 +143,13 @@ def ratio_points(summary: dict[str, Any]) -> list[RatioPoint]:
 def verdict(figures: WeekFigures, actions: Sequence[Action]) -> str:
     """One sentence from the week's top action and the demand- or supply-limited state."""
     if not actions:
+        if figures.unjudged_workers:
+            reasons = "; ".join(f"{reason} ({n})" for reason, n in figures.unjudged_reasons.items())
+            judged = figures.judged_workers if figures.judged_workers is not None else "the"
+            return (
+                f"No misplaced worker among {judged} judged worker(s); {figures.unjudged_workers} could not "
+                f"be judged: {reasons}."
+            )
         return "No worker was misplaced this week: every pool ran the split its traffic needed."
     top = actions[0]
     gain = top.expected_gain_tokens_per_s or top.lost_tokens_per_s
@@ -150,7 +157,7 @@ def verdict(figures: WeekFigures, actions: Sequence[Action]) -> str:
         f"{figures.misplaced_workers} misplaced worker(s) and {len(actions)} recommended action(s); "
         "the largest: "
         f"{top.action} for {top.subject} ({top.kind}), ≈ {si(gain)} tok/s "
-        f"({tokens_range(top.lost_low, top.lost_high)})."
+        f"({tokens_range(top.lost_low, top.lost_high)}) in total prompt + output tokens."
     )
     if figures.demand_limited:
         return first + (

@@ -23,12 +23,22 @@ head = compute.headline(analysis, findings, lost)
 
 tiles = st.columns(4)
 demand_limited = analysis is not None and bool(analysis.fleet.get("demand_limited"))
-tiles[0].metric(
-    "Capacity lost now (tok/s)" if demand_limited else "Lost tokens/s now",
-    si(head.lost_now),
-    help=f"Against the best placement of the same GPUs; range {tokens_range(head.lost_low, head.lost_high)}. "
-    f"Source: {head.source}.",
-)
+if head.lost_output_now is not None:
+    tiles[0].metric(
+        "Output capacity lost now (tok/s)" if demand_limited else "Lost output tokens/s now",
+        si(head.lost_output_now),
+        help="Generated tokens/s against the best placement of the same GPUs; range "
+        f"{tokens_range(head.lost_output_low, head.lost_output_high)}; "
+        + (f"{head.lost_requests_now:,.2f} requests/s; " if head.lost_requests_now is not None else "")
+        + f"secondary: {si(head.lost_now)} total (prompt + output) tokens/s. Source: {head.source}.",
+    )
+else:
+    tiles[0].metric(
+        "Capacity lost now (total tok/s)" if demand_limited else "Lost total tokens/s now",
+        si(head.lost_now) if head.lost_now is not None else "unknown",
+        help="Total (prompt + output) tokens/s against the best placement of the same GPUs; range "
+        f"{tokens_range(head.lost_low, head.lost_high)}. Source: {head.source}.",
+    )
 tiles[1].metric(
     "Lost over the range",
     f"{si(head.lost_tokens_in_range)} tokens",
@@ -36,7 +46,7 @@ tiles[1].metric(
 )
 tiles[2].metric(
     "Placement efficiency",
-    percent(head.efficiency),
+    "unknown" if head.capacity_unknown else percent(head.efficiency),
     help="Current sustainable tokens/s over what the best placement of the same GPUs would sustain.",
 )
 tiles[3].metric(
@@ -45,13 +55,18 @@ tiles[3].metric(
     help=f"{head.open_findings} open findings: "
     + ", ".join(f"{n} {s}" for s, n in sorted(head.open_by_severity.items())),
 )
+if head.unjudged_workers:
+    st.warning(
+        f"{head.unjudged_workers} worker(s) could not be judged (misplaced or not is unknown for them): "
+        + "; ".join(f"{reason} ({n})" for reason, n in head.unjudged_reasons.items())
+    )
 if demand_limited:
     st.info(
         "The fleet was demand-limited: the loss is idle capacity and money, not undelivered tokens "
         "(the best placement would serve the same traffic with fewer GPUs busy)."
     )
 
-st.subheader("Lost tokens/s")
+st.subheader("Lost tokens/s (total prompt + output)")
 if any(p.lost is not None for p in lost):
     widgets.chart(charts.lost_tokens(lost))
 else:

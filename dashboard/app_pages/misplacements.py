@@ -35,7 +35,10 @@ shown = [
 rows = compute.finding_rows(shown)
 
 if not rows:
-    st.success("No findings match: every worker in range sits on hardware that suits its bottleneck.")
+    st.info(
+        "No findings match these filters. Only workers whose bottleneck was measured are judged: the Fleet "
+        "page says how many could not be, and why."
+    )
     st.stop()
 
 workers = [f for f in shown if f.worker_id and f.kind in compute.MISPLACEMENT_KINDS]
@@ -50,7 +53,11 @@ top = [
         "worker / pool": r["worker"] or r["pool"],
         "kind": r["kind"],
         "SKU · role": f"{r['SKU']} · {r['role']}" if r["SKU"] else "pool-level",
-        "lost tok/s": f"{si(r['lost tok/s'])} ({tokens_range(r['low'], r['high'])})",
+        "lost output tok/s": f"{si(r['lost output tok/s'])} ({tokens_range(r['low'], r['high'])})"
+        if r["lost output tok/s"] is not None
+        else "-",
+        "lost req/s": "-" if r["lost req/s"] is None else f"{r['lost req/s']:,.2f}",
+        "total tok/s (secondary)": si(r["total tok/s (secondary)"]),
         "action": r["action"],
         "what to do": r["detail"],
         "evidence": r["evidence"],
@@ -72,9 +79,11 @@ st.dataframe(
         "SKU",
         "role",
         "bottleneck",
-        "lost tok/s",
+        "lost output tok/s",
         "low",
         "high",
+        "lost req/s",
+        "total tok/s (secondary)",
         "action",
         "expected gain tok/s",
         "counterpart",
@@ -85,7 +94,8 @@ st.dataframe(
         "status",
     ],
     column_config={
-        "lost tok/s": st.column_config.NumberColumn(format="%d"),
+        "lost output tok/s": st.column_config.NumberColumn(format="%d"),
+        "total tok/s (secondary)": st.column_config.NumberColumn(format="%d"),
         "expected gain tok/s": st.column_config.NumberColumn(format="%d"),
     },
 )
@@ -108,7 +118,20 @@ if finding is not None:
             f"{finding.severity}, {finding.status}.  \n"
             f"Seen {widgets.fmt_time(finding.first_seen)} → {widgets.fmt_time(finding.last_seen)} UTC; "
             "losing "
-            f"{tokens_range(finding.lost_tokens_per_s_low, finding.lost_tokens_per_s_high)}."
+            + (
+                f"{tokens_range(finding.lost_output_tokens_per_s_low, finding.lost_output_tokens_per_s_high)}"
+                " of output"
+                + (
+                    f", {finding.lost_requests_per_s:,.2f} requests/s"
+                    if finding.lost_requests_per_s is not None
+                    else ""
+                )
+                + f" ({tokens_range(finding.lost_tokens_per_s_low, finding.lost_tokens_per_s_high)} in total "
+                "prompt + output tokens)."
+                if finding.lost_output_tokens_per_s is not None
+                else f"{tokens_range(finding.lost_tokens_per_s_low, finding.lost_tokens_per_s_high)} "
+                "(total prompt + output tokens)."
+            )
         )
         if finding.action:
             st.markdown(f"**Recommended action: {finding.action}.** {finding.action_detail}")

@@ -37,6 +37,8 @@ class AnalysisSummary(BaseModel):
     fleet_lost_tokens_per_s: float | None = None
     fleet_lost_tokens_per_s_low: float | None = None
     fleet_lost_tokens_per_s_high: float | None = None
+    fleet_lost_output_tokens_per_s: float | None = None
+    fleet_lost_requests_per_s: float | None = None
 
 
 _RUNS = table_of(AnalysisRunRow)
@@ -79,6 +81,8 @@ def _typed(row: Any) -> AnalysisRun:
             "fleet_lost_tokens_per_s": fleet.get("lost_tokens_per_s"),
             "fleet_lost_tokens_per_s_low": fleet.get("lost_tokens_per_s_low"),
             "fleet_lost_tokens_per_s_high": fleet.get("lost_tokens_per_s_high"),
+            "fleet_lost_output_tokens_per_s": fleet.get("lost_output_tokens_per_s"),
+            "fleet_lost_requests_per_s": fleet.get("lost_requests_per_s"),
         }
     )
     return AnalysisRun(row.id, row.created_at, row.from_ts, row.to_ts, view)

@@ -19,7 +19,6 @@ from sqlalchemy import Connection, insert, select, update
 from fleet.contract import Finding, FindingKind, FindingStatus, Recommendation
 from fleet.store.schema import FindingRow
 
-
 LOSS_FIELDS = tuple(
     f"lost_{unit}_per_s{bound}" for unit in ("output_tokens", "requests") for bound in ("", "_low", "_high")
 )

@@ -144,8 +144,8 @@ class RowBatch:
                 raise RowValueError("gpu_index", f"{values['gpu_index']} does not fit a 32-bit integer", tag)
             gpu = GpuDim(
                 values["node"], values["gpu_index"], values["gpu_name"], values["parent_gpu_uuid"],
-                values["mig_profile"], values["cluster"], values["worker_id"], values["state"]._value_, values["source"]._value_,
-                first, last,
+                values["mig_profile"], values["cluster"], values["worker_id"], values["state"]._value_,
+                values["source"]._value_, first, last,
             )  # fmt: skip
             self.gpus[uuid] = _newer(self.gpus.get(uuid), gpu)
             self._fold_node(gpu.node, first, last)

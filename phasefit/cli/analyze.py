@@ -1,7 +1,13 @@
 """``phasefit analyze``: read the store, find misplaced workers and lost tokens, store the findings.
 
 A plain command function; the lead registers it with ``app.command()(analyze)``. Human output (rich tables)
-goes to stderr, ``--json`` prints ``{"summary": {...}, "findings": [...]}`` on stdout.
+goes to stderr, ``--json`` prints ``{"summary": {...}, "findings": [...], "warnings": [...]}`` on stdout
+(``warnings``: every warning printed on stderr, the pools' notes included).
+
+Unknown is never shown as zero: a capacity the analyzer could not estimate reads "unknown", a cost without
+a catalog price "price not set", and "No findings" is said only when every worker could be judged.
+Lost capacity reads in output tokens/s and requests/s first; total (prompt + output) tokens/s is labelled
+as the secondary figure.
 """
 
 from __future__ import annotations
@@ -42,7 +48,11 @@ def finding_payload(finding: Finding) -> dict[str, Any]:
 
 
 def analysis_payload(result: AnalysisResult) -> dict[str, Any]:
-    return {"summary": result.summary, "findings": [finding_payload(f) for f in result.findings]}
+    return {
+        "summary": result.summary,
+        "findings": [finding_payload(f) for f in result.findings],
+        "warnings": list(result.summary.get("warnings", [])),
+    }
 
 
 def analyze(
@@ -118,9 +128,19 @@ def run_prometheus_analysis(
     since = since or until - DEFAULT_SPAN
     if since >= until:
         die(f"--from {since.isoformat()} is not before --to {until.isoformat()}")
+    analyzer_settings = AnalyzerSettings()
     try:
         catalog = load_catalog(Settings().catalog_path)
-        fleet = read_fleet(url, since, until, step_s, role_label=role_label, gpu_catalog=catalog.gpus)
+        fleet = read_fleet(
+            url,
+            since,
+            until,
+            step_s,
+            role_label=role_label,
+            gpu_catalog=catalog.gpus,
+            cluster_label=analyzer_settings.cluster_label,
+            deployment_labels=analyzer_settings.deployment_labels,
+        )
     except (PrometheusError, CatalogError) as exc:
         die(str(exc))
     console = human()
@@ -131,7 +151,7 @@ def run_prometheus_analysis(
         die(
             f"Prometheus at {url} shows no serving worker between {since.isoformat()} and {until.isoformat()}"
         )
-    return run_pipeline(data, catalog, AnalyzerSettings().params())
+    return run_pipeline(data, catalog, analyzer_settings.params(), extra_warnings=list(fleet.notes))
 
 
 def run_store_analysis(
@@ -181,38 +201,99 @@ def run_store_analysis(
 
 
 def _tokens(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
+    return "unknown" if value is None else f"{value:,.0f}"
 
 
-def _range(value: float | None, low: float | None, high: float | None) -> str:
+def _per_s(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:,.0f} tokens/s"
+
+
+def _rate(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _range(value: float | None, low: float | None, high: float | None, digits: int = 0) -> str:
     if value is None:
         return "-"
-    return f"{value:,.0f} ({low or 0:,.0f}-{high or 0:,.0f})"
+    return f"{value:,.{digits}f} ({_rate(low, digits)}-{_rate(high, digits)})"
+
+
+def _lost(row: Any, name: str, digits: int = 0, suffix: str = "") -> str:
+    """A lost-capacity figure and its range from a summary row or a finding (``suffix``: e.g. ``_mean``)."""
+
+    def get(key: str) -> float | None:
+        value = row.get(key) if isinstance(row, dict) else getattr(row, key, None)
+        return None if value is None else float(value)
+
+    return _range(get(f"{name}{suffix}"), get(f"{name}{suffix}_low"), get(f"{name}{suffix}_high"), digits)
+
+
+def _money(value: float | None, price: str) -> str:
+    if value is not None:
+        return f"${value:,.0f} per week"
+    return "price not set" if price in ("price not set", "catalog") else f"cost unknown ({price})"
+
+
+def _reasons(fleet: dict[str, Any]) -> str:
+    return "; ".join(f"{reason} ({n})" for reason, n in (fleet.get("unjudged_reasons") or {}).items())
+
+
+def judged_sentence(fleet: dict[str, Any]) -> str:
+    """What to say when there are no findings: "No findings" only when every worker was judged."""
+    unjudged = int(fleet.get("unjudged_workers") or 0)
+    if not unjudged:
+        return "No findings: every worker sits on hardware its bottleneck needs."
+    judged = int(fleet.get("judged_workers") or 0)
+    return f"No findings among {judged} judged workers; {unjudged} could not be judged: {_reasons(fleet)}"
+
+
+def unjudged_sentence(fleet: dict[str, Any]) -> str:
+    """Under the findings: how many workers nobody could judge, and why."""
+    return (
+        f"{fleet.get('unjudged_workers')} of {fleet.get('workers')} workers could not be judged: "
+        f"{_reasons(fleet)}"
+    )
 
 
 def print_result(result: AnalysisResult, console: Console) -> None:
-    """The fleet summary, the pools and the findings as rich tables."""
+    """The fleet summary, the pools (with their notes) and the findings as rich tables."""
     from rich.table import Table
 
     summary = result.summary
     fleet = summary["fleet"]
+    physical = fleet.get("physical_gpus")
     console.print(
         f"[bold]phasefit analyze[/] {summary['from']} -> {summary['to']}: {fleet['pools']} pool(s), "
-        f"{fleet['workers']} workers, {fleet['gpus']} GPUs ({fleet['unattributed_gpus']} unattributed)"
+        f"{fleet['workers']} workers ({fleet.get('judged_workers', fleet['workers'])} judged), "
+        f"{fleet['gpus']} GPUs"
+        + (f" ({physical} physical)" if physical is not None and physical != fleet["gpus"] else "")
+        + f" ({fleet['unattributed_gpus']} unattributed)"
     )
-    loss = "idle capacity (the fleet served its demand)" if fleet["demand_limited"] else "undelivered tokens"
-    now = _range(fleet["lost_tokens_per_s"], fleet["lost_tokens_per_s_low"], fleet["lost_tokens_per_s_high"])
-    mean = _range(
-        fleet["lost_tokens_per_s_mean"],
-        fleet["lost_tokens_per_s_mean_low"],
-        fleet["lost_tokens_per_s_mean_high"],
-    )
-    console.print(f"Lost tokens/s now: [bold]{now}[/]; mean over the range {mean} - {loss}")
-    cost = fleet.get("misplacement_cost_per_week_usd")
+    loss = "idle capacity (the fleet served its demand)" if fleet["demand_limited"] else "undelivered"
+    if fleet.get("lost_output_tokens_per_s") is None and fleet.get("lost_tokens_per_s") is None:
+        console.print("Lost capacity: unknown (no pool's placement could be analysed)")
+    else:
+        console.print(
+            f"Lost output tokens/s now: [bold]{_lost(fleet, 'lost_output_tokens_per_s')}[/], "
+            f"requests/s {_lost(fleet, 'lost_requests_per_s', 2)}; mean over the range "
+            f"{_lost(fleet, 'lost_output_tokens_per_s', 0, '_mean')} output tokens/s - {loss}"
+        )
+        console.print(
+            f"(secondary) lost total tokens/s, prompt + output: {_lost(fleet, 'lost_tokens_per_s')}; "
+            f"mean {_lost(fleet, 'lost_tokens_per_s', 0, '_mean')}",
+            markup=False,
+        )
+    unknown_lost = fleet.get("lost_unknown_pools") or []
+    if unknown_lost and (fleet.get("lost_tokens_per_s") is not None):
+        console.print(f"Lost capacity unknown for {len(unknown_lost)} pool(s): {', '.join(unknown_lost)}")
+    capacity_note = ""
+    if fleet["capacity_tokens_per_s"] is None and fleet.get("capacity_unknown_pools"):
+        capacity_note = f" (unknown for {', '.join(fleet['capacity_unknown_pools'])})"
     console.print(
-        f"Capacity now {_tokens(fleet['capacity_tokens_per_s'])} tokens/s, best plan "
-        f"{_tokens(fleet['best_tokens_per_s'])}, demand {_tokens(fleet['demand_tokens_per_s'])}; "
-        + (f"misplacement ${cost:,.0f} per week" if cost is not None else "misplacement cost: price unknown")
+        f"Capacity now {_per_s(fleet['capacity_tokens_per_s'])}{capacity_note}, best plan "
+        f"{_per_s(fleet['best_tokens_per_s'])}, demand {_per_s(fleet['demand_tokens_per_s'])}; "
+        f"misplacement {_money(fleet.get('misplacement_cost_per_week_usd'), fleet.get('price', ''))}",
+        markup=False,
     )
     pools = Table(title="Pools", title_justify="left")
     for column in (
@@ -220,43 +301,58 @@ def print_result(result: AnalysisResult, console: Console) -> None:
         "serving",
         "GPUs by SKU x role",
         "prompt/output",
+        "capacity tok/s",
         "utilisation",
         "bound",
         "P:D now -> best",
-        "lost tokens/s (range)",
+        "lost output tok/s (range)",
+        "lost req/s",
+        "total tok/s (secondary)",
         "drift",
     ):
-        pools.add_column(column)
+        pools.add_column(column, overflow="fold")
+    notes: list[str] = []
     for row in summary["pools"]:
         traffic = row["traffic"]
         mix = (
             f"{traffic['mean_prompt_tokens']:,.0f}/{traffic['mean_output_tokens']:,.0f}"
             if traffic["mean_prompt_tokens"] is not None and traffic["mean_output_tokens"] is not None
-            else "-"
+            else "unknown"
         )
         by_sku = "; ".join(
             f"{sku} " + ",".join(f"{n} {role}" for role, n in roles.items())
             for sku, roles in row["workers_by_sku_role"].items()
         )
-        utilisation = f"{row['utilisation']:.0%}" if row["utilisation"] is not None else "-"
+        utilisation = f"{row['utilisation']:.0%}" if row["utilisation"] is not None else "unknown"
         pools.add_row(
             row["pool"],
             row["serving"],
             by_sku,
             mix,
+            _tokens(row.get("capacity_tokens_per_s")),
             utilisation,
             row["bound"] or "-",
             f"{row['prefill_decode_now'] or '-'} -> {row['prefill_decode_recommended'] or '-'}",
-            _range(row["lost_tokens_per_s"], row["lost_tokens_per_s_low"], row["lost_tokens_per_s_high"]),
+            _lost(row, "lost_output_tokens_per_s"),
+            _rate(row.get("lost_requests_per_s"), 2),
+            _rate(row.get("lost_tokens_per_s")),
             "yes" if row["ratio_drift"] else "",
         )
+        notes += [f"{row['pool']}: {note}" for note in row.get("notes", [])]
+        if row.get("capacity_reason"):
+            notes.append(f"{row['pool']}: capacity unknown: {row['capacity_reason']}")
     console.print(pools)
+    if notes:
+        console.print("Pool notes", style="bold")
+        for line in notes:
+            console.print(f"- {line}", markup=False)
     # Recommendations are sentences: listed under the table by number, so the table's columns stay
     # readable in an ordinary terminal instead of folding every cell.
     findings = Table(title="Findings", title_justify="left")
     # fmt: off
     widths = (("#", 2), ("severity", 8), ("kind", 25), ("worker / pool", None), ("SKU", 8), ("role", 7),
-              ("bottleneck", 16), ("lost tokens/s (range)", 24), ("since (UTC)", 11), ("status", 8))
+              ("bottleneck", 16), ("lost output tok/s (range)", 25), ("lost req/s", 10),
+              ("total tok/s", 11), ("since (UTC)", 11), ("status", 8))
     # fmt: on
     for column, width in widths:  # fixed widths; the worker / pool name folds instead
         if width is None:
@@ -274,7 +370,9 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             f.gpu_sku or "-",
             f.role.value,
             f.bottleneck.value,
-            _range(f.lost_tokens_per_s, f.lost_tokens_per_s_low, f.lost_tokens_per_s_high),
+            _lost(f, "lost_output_tokens_per_s"),
+            _rate(f.lost_requests_per_s, 2),
+            _rate(f.lost_tokens_per_s),
             f.first_seen.strftime("%m-%d %H:%M"),
             f.status.value,
         )
@@ -286,5 +384,7 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             console.print("Recommendations", style="bold")
             for line in advice:
                 console.print(line, markup=False)
+        if fleet.get("unjudged_workers"):
+            console.print(unjudged_sentence(fleet), markup=False)
     else:
-        console.print("No findings: every worker sits on hardware its bottleneck needs.")
+        console.print(judged_sentence(fleet), markup=False)

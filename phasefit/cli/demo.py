@@ -54,9 +54,6 @@ def demo(
     """Simulate a week of a 64-GPU H100/H200 fleet, store it, analyse it and print what is misplaced."""
     import orjson
 
-    from fleetsim.scenario import load_scenario
-    from fleetsim.source import jsonl_batches
-    from fleetsim.truth import compute_truth
     from fleet.catalog import load_catalog
     from fleet.ingest import catalog_sku_resolver, ingest_file
     from fleet.settings import Settings
@@ -64,6 +61,9 @@ def demo(
     from fleet.store.engine import make_engine, writing
     from fleet.store.queries import sample_time_range
     from fleet.store.retention import floor_hour, refresh_rollups
+    from fleetsim.scenario import load_scenario
+    from fleetsim.source import jsonl_batches
+    from fleetsim.truth import compute_truth
     from phasefit.cli.analyze import analysis_payload, print_result, run_store_analysis
     from phasefit.cli.dashboard import dashboard
     from phasefit.cli.report import make_report
@@ -153,8 +153,15 @@ def _accuracy(analysis: AnalysisResult, truth: dict[str, Any]) -> dict[str, Any]
         "misplaced_truth": sorted(expected),
         "precision": len(hits) / len(found) if found else (1.0 if not expected else 0.0),
         "recall": len(hits) / len(expected) if expected else 1.0,
+        # What an SRE acts on first: output tokens and requests; total tokens/s is the secondary figure.
+        "lost_output_tokens_per_s": fleet.get("lost_output_tokens_per_s_mean"),
+        "lost_output_tokens_per_s_truth": truth.get("lost_output_tokens_per_s"),
+        "lost_requests_per_s": fleet.get("lost_requests_per_s_mean"),
+        "lost_requests_per_s_truth": truth.get("lost_requests_per_s"),
         "lost_tokens_per_s": fleet.get("lost_tokens_per_s_mean"),
         "lost_tokens_per_s_truth": truth["lost_tokens_per_s"],
+        "judged_workers": fleet.get("judged_workers"),
+        "unjudged_workers": fleet.get("unjudged_workers"),
     }
 
 
@@ -172,6 +179,8 @@ def _summary(
         "fleet": [group.__dict__ for group in groups],
         "truth": {
             "misplaced_workers": [w["worker_id"] for w in truth["misplaced_workers"]],
+            "lost_output_tokens_per_s": truth.get("lost_output_tokens_per_s"),
+            "lost_requests_per_s": truth.get("lost_requests_per_s"),
             "lost_tokens_per_s": truth["lost_tokens_per_s"],
             "drift_events": truth["drift_events"],
         },
@@ -204,16 +213,20 @@ def _print_summary(summary: dict[str, Any]) -> None:
 def _print_accuracy(accuracy: dict[str, Any], report: dict[str, Any]) -> None:
     console = human()
     lost, truth = accuracy["lost_tokens_per_s"], accuracy["lost_tokens_per_s_truth"]
+    output, output_truth = accuracy["lost_output_tokens_per_s"], accuracy["lost_output_tokens_per_s_truth"]
+    requests, requests_truth = accuracy["lost_requests_per_s"], accuracy["lost_requests_per_s_truth"]
     console.print(
         "[bold]against the simulator's ground truth[/] (re-simulated best placement): "
         f"misplaced workers found {len(accuracy['misplaced_found'])}, "
         f"true {len(accuracy['misplaced_truth'])}, "
-        f"precision {accuracy['precision']:.2f}, recall {accuracy['recall']:.2f}; lost tokens/s over the run "
-        f"{_num(lost)} estimated against {_num(truth)} re-simulated"
+        f"precision {accuracy['precision']:.2f}, recall {accuracy['recall']:.2f}; over the run, lost output "
+        f"tokens/s {_num(output)} estimated against {_num(output_truth)} re-simulated, lost requests/s "
+        f"{_num(requests, 2)} against {_num(requests_truth, 2)}; secondary, total tokens/s {_num(lost)} "
+        f"against {_num(truth)}"
     )
     for path in report["files"]:
         console.print(f"weekly placement audit {report['week']}: {path}")
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
+def _num(value: float | None, digits: int = 0) -> str:
+    return "unknown" if value is None else f"{value:,.{digits}f}"

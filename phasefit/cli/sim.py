@@ -98,12 +98,12 @@ def run(
 
     import orjson
 
+    from fleet.catalog import CatalogError, load_catalog
+    from fleet.settings import Settings
     from fleetsim.fleet_sim import FleetSimulation
     from fleetsim.scenario import ScenarioError, load_scenario
     from fleetsim.source import jsonl_batches
     from fleetsim.truth import compute_truth
-    from fleet.catalog import CatalogError, load_catalog
-    from fleet.settings import Settings
 
     began = time.perf_counter()
     try:

@@ -8,10 +8,19 @@ instead of a failed scrape.
 
 - ``phasefit_worker_misplaced{pool,worker,sku,role,model,kind}``: 1 per open misplacement finding (the
   series disappears when the finding resolves);
-- ``phasefit_worker_lost_tokens_per_second{pool,worker,sku,role,model}``: the largest loss among the
-  worker's open findings (findings of one worker overlap; they are not added up);
-- ``phasefit_pool_*{pool}``, ``phasefit_fleet_lost_tokens_per_second``,
-  ``phasefit_analyzer_last_run_timestamp_seconds`` (0 when the analyzer has never run, so staleness alerts).
+- ``phasefit_worker_lost_output_tokens_per_second`` and ``phasefit_worker_lost_requests_per_second``
+  ``{pool,worker,sku,role,model}``: the largest loss among the worker's open findings (findings of one
+  worker overlap; they are not added up), in the units an SRE acts on (generated tokens, requests); only
+  where a finding carries them;
+- ``phasefit_worker_lost_tokens_per_second``: the same in total (prompt + output) tokens, secondary;
+- ``phasefit_pool_lost_output_tokens_per_second``, ``phasefit_pool_lost_requests_per_second``, then
+  ``phasefit_pool_lost_tokens_per_second`` (secondary) and the other ``phasefit_pool_*{pool}`` gauges;
+  a figure the analyzer could not estimate (a capacity, a loss) has no series rather than a 0;
+- ``phasefit_fleet_lost_output_tokens_per_second``, ``phasefit_fleet_lost_requests_per_second``,
+  ``phasefit_fleet_lost_tokens_per_second`` (secondary);
+- ``phasefit_fleet_judged_workers`` and ``phasefit_fleet_unjudged_workers{reason}``: workers whose
+  bottleneck was (not) measured, so a quiet fleet nobody could judge does not pass for a healthy one;
+- ``phasefit_analyzer_last_run_timestamp_seconds`` (0 when the analyzer has never run, so staleness alerts).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy import Engine
@@ -44,13 +54,21 @@ WorkerKey = tuple[str, str, str, str, str]  # pool, worker, sku, role, model
 @dataclass
 class Conclusions:
     misplaced: set[tuple[str, str, str, str, str, str]] = field(default_factory=set)
-    worker_lost: dict[WorkerKey, float] = field(default_factory=dict)
+    worker_lost: dict[WorkerKey, float] = field(default_factory=dict)  # total tokens/s (secondary)
+    worker_lost_output: dict[WorkerKey, float] = field(default_factory=dict)
+    worker_lost_requests: dict[WorkerKey, float] = field(default_factory=dict)
     pool_lost: dict[str, float] = field(default_factory=dict)
+    pool_lost_output: dict[str, float] = field(default_factory=dict)
+    pool_lost_requests: dict[str, float] = field(default_factory=dict)
     pool_capacity: dict[str, float] = field(default_factory=dict)
     pool_ratio: dict[str, float] = field(default_factory=dict)
     pool_recommended_ratio: dict[str, float] = field(default_factory=dict)
     pool_drift: dict[str, float] = field(default_factory=dict)
     fleet_lost: float = 0.0
+    fleet_lost_output: float | None = None
+    fleet_lost_requests: float | None = None
+    judged_workers: float | None = None
+    unjudged_workers: dict[str, float] = field(default_factory=dict)  # reason -> workers
     last_run: float = 0.0
 
 
@@ -60,49 +78,96 @@ def conclude(
     """Pure: the gauges' values from open findings, worker -> model, and the latest run's summary."""
     out = Conclusions()
     open_findings = [s.finding for s in findings if s.finding.status is FindingStatus.OPEN]
-    fallback_pool_lost: dict[str, float] = {}
     drifting: set[str] = set()
+    pool_models = {
+        p.pool: str((p.model_extra or {}).get("model") or "")
+        for p in (summary.pools if summary is not None else [])
+    }
     for finding in open_findings:
         pool = finding.pool or ""
         if finding.kind is FindingKind.POOL_RATIO_DRIFT and finding.pool is not None:
             drifting.add(finding.pool)
         if finding.worker_id is None:
             continue
-        key = _worker_key(finding, pool, models)
+        key = _worker_key(finding, pool, models, pool_models)
         if finding.kind in MISPLACEMENT_KINDS:
             out.misplaced.add((*key, finding.kind.value))
-        out.worker_lost[key] = max(out.worker_lost.get(key, 0.0), finding.lost_tokens_per_s)
-    for key, lost in out.worker_lost.items():
-        fallback_pool_lost[key[0]] = fallback_pool_lost.get(key[0], 0.0) + lost
+        _largest(out.worker_lost, key, finding.lost_tokens_per_s)
+        _largest(out.worker_lost_output, key, finding.lost_output_tokens_per_s)
+        _largest(out.worker_lost_requests, key, finding.lost_requests_per_s)
+    fallback = [
+        (out.pool_lost, _by_pool(out.worker_lost)),
+        (out.pool_lost_output, _by_pool(out.worker_lost_output)),
+        (out.pool_lost_requests, _by_pool(out.worker_lost_requests)),
+    ]
     covered: set[str] = set()
     if summary is not None:
         out.last_run = summary.run_at.timestamp()
         for summary_pool in summary.pools:
             name = summary_pool.pool
             covered.add(name)
+            extra = summary_pool.model_extra or {}
             _put(out.pool_lost, name, summary_pool.lost_tokens_per_s)
+            _put(out.pool_lost_output, name, _float(extra.get("lost_output_tokens_per_s")))
+            _put(out.pool_lost_requests, name, _float(extra.get("lost_requests_per_s")))
             _put(out.pool_capacity, name, summary_pool.capacity_tokens_per_s)
             _put(out.pool_ratio, name, summary_pool.prefill_decode_ratio)
             _put(out.pool_recommended_ratio, name, summary_pool.recommended_prefill_decode_ratio)
             out.pool_drift[name] = 1.0 if summary_pool.ratio_drift else 0.0
     elif findings:
         out.last_run = max(s.updated_at.timestamp() for s in findings)
-    for pool, lost in fallback_pool_lost.items():
-        if pool and pool not in covered:
-            out.pool_lost[pool] = lost
+    for target, by_pool in fallback:
+        for pool, lost in by_pool.items():
+            if pool and pool not in covered:
+                target[pool] = lost
     for pool in drifting - covered:
         out.pool_drift[pool] = 1.0
+    fleet: dict[str, Any] = {}
+    if summary is not None and isinstance((summary.model_extra or {}).get("fleet"), dict):
+        fleet = (summary.model_extra or {})["fleet"]
     if summary is not None and summary.fleet_lost_tokens_per_s is not None:
         out.fleet_lost = summary.fleet_lost_tokens_per_s
     else:
         unpooled = sum(lost for key, lost in out.worker_lost.items() if not key[0])
         out.fleet_lost = sum(out.pool_lost.values()) + unpooled
+    out.fleet_lost_output = _float(fleet.get("lost_output_tokens_per_s"))
+    if out.fleet_lost_output is None and out.pool_lost_output:
+        out.fleet_lost_output = sum(out.pool_lost_output.values())
+    out.fleet_lost_requests = _float(fleet.get("lost_requests_per_s"))
+    if out.fleet_lost_requests is None and out.pool_lost_requests:
+        out.fleet_lost_requests = sum(out.pool_lost_requests.values())
+    out.judged_workers = _float(fleet.get("judged_workers"))
+    reasons = fleet.get("unjudged_reasons")
+    if isinstance(reasons, dict):
+        out.unjudged_workers = {str(k): float(v) for k, v in reasons.items() if _float(v) is not None}
     return out
 
 
-def _worker_key(finding: Finding, pool: str, models: Mapping[str, str]) -> WorkerKey:
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _largest(target: dict[WorkerKey, float], key: WorkerKey, value: float | None) -> None:
+    if value is not None:
+        target[key] = max(target.get(key, 0.0), value)
+
+
+def _by_pool(per_worker: Mapping[WorkerKey, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in per_worker.items():
+        out[key[0]] = out.get(key[0], 0.0) + value
+    return out
+
+
+def _worker_key(
+    finding: Finding, pool: str, models: Mapping[str, str], pool_models: Mapping[str, str] | None = None
+) -> WorkerKey:
+    """A pool key is "<cluster>/<model>" or "<cluster>/<deployment>/<model>" (models hold "/" too), so the
+    model comes from the worker, else the summary's pool row, never from splitting the key."""
     worker = finding.worker_id or ""
-    model = models.get(worker) or (pool.split("/", 1)[1] if "/" in pool else "")
+    model = models.get(worker) or (pool_models or {}).get(pool, "")
     return (pool, worker, finding.gpu_sku or "", finding.role.value, model)
 
 
@@ -147,18 +212,53 @@ def families(c: Conclusions) -> Iterator[Metric]:
     for labels in sorted(c.misplaced):
         misplaced.add_metric(list(labels), 1.0)
     yield misplaced
-    lost = GaugeMetricFamily(
-        "phasefit_worker_lost_tokens_per_second",
-        "Tokens per second the best placement of the same GPUs would add at this worker "
-        "(largest open finding).",
-        labels=worker_labels,
+    worker_gauges = (
+        (
+            "lost_output_tokens_per_second",
+            "Output (generated) tokens per second the best placement of the same GPUs would add at this "
+            "worker (largest open finding).",
+            c.worker_lost_output,
+        ),
+        (
+            "lost_requests_per_second",
+            "Requests per second the best placement of the same GPUs would add at this worker "
+            "(largest open finding).",
+            c.worker_lost_requests,
+        ),
+        (
+            "lost_tokens_per_second",
+            "Secondary: total (prompt + output) tokens per second the best placement of the same GPUs "
+            "would add at this worker (largest open finding); see lost_output_tokens_per_second.",
+            c.worker_lost,
+        ),
     )
-    for key, value in sorted(c.worker_lost.items()):
-        lost.add_metric(list(key), value)
-    yield lost
+    for suffix, help_text, worker_values in worker_gauges:
+        family = GaugeMetricFamily(f"phasefit_worker_{suffix}", help_text, labels=worker_labels)
+        for key, value in sorted(worker_values.items()):
+            family.add_metric(list(key), value)
+        yield family
     pool_gauges = (
-        ("lost_tokens_per_second", "Tokens per second the pool loses to placement.", c.pool_lost),
-        ("capacity_tokens_per_second", "The pool's token capacity as placed.", c.pool_capacity),
+        (
+            "lost_output_tokens_per_second",
+            "Output (generated) tokens per second the pool loses to placement.",
+            c.pool_lost_output,
+        ),
+        (
+            "lost_requests_per_second",
+            "Requests per second the pool loses to placement.",
+            c.pool_lost_requests,
+        ),
+        (
+            "lost_tokens_per_second",
+            "Secondary: total (prompt + output) tokens per second the pool loses to placement; see "
+            "lost_output_tokens_per_second.",
+            c.pool_lost,
+        ),
+        (
+            "capacity_tokens_per_second",
+            "The pool's token capacity (prompt + output) as placed; no series where it is unknown.",
+            c.pool_capacity,
+        ),
         ("prefill_decode_ratio", "The pool's prefill:decode capacity ratio.", c.pool_ratio),
         (
             "recommended_prefill_decode_ratio",
@@ -173,11 +273,45 @@ def families(c: Conclusions) -> Iterator[Metric]:
         for pool, value in sorted(values.items()):
             family.add_metric([pool], value)
         yield family
+    fleet_gauges = (
+        (
+            "phasefit_fleet_lost_output_tokens_per_second",
+            "Output (generated) tokens per second the fleet loses to placement.",
+            c.fleet_lost_output,
+        ),
+        (
+            "phasefit_fleet_lost_requests_per_second",
+            "Requests per second the fleet loses to placement.",
+            c.fleet_lost_requests,
+        ),
+    )
+    for name, help_text, known in fleet_gauges:
+        family = GaugeMetricFamily(name, help_text)
+        if known is not None:  # unknown: no sample rather than 0
+            family.add_metric([], known)
+        yield family
     yield GaugeMetricFamily(
         "phasefit_fleet_lost_tokens_per_second",
-        "Tokens per second the fleet loses to placement.",
+        "Secondary: total (prompt + output) tokens per second the fleet loses to placement; see "
+        "phasefit_fleet_lost_output_tokens_per_second.",
         value=c.fleet_lost,
     )
+    judged = GaugeMetricFamily(
+        "phasefit_fleet_judged_workers",
+        "Workers whose bottleneck the latest analyzer run measured and whose role is known.",
+    )
+    if c.judged_workers is not None:
+        judged.add_metric([], c.judged_workers)
+    yield judged
+    unjudged = GaugeMetricFamily(
+        "phasefit_fleet_unjudged_workers",
+        "Workers the latest analyzer run could not judge (no profiling fields, unknown role, no GPUs "
+        "attributed, not serving), by reason.",
+        labels=["reason"],
+    )
+    for reason, count in sorted(c.unjudged_workers.items()):
+        unjudged.add_metric([reason], count)
+    yield unjudged
     yield GaugeMetricFamily(
         "phasefit_analyzer_last_run_timestamp_seconds",
         "When the analyzer last finished a run (POSIX seconds; 0 if never).",

@@ -138,6 +138,16 @@ class FindingOut(BaseModel):
     lost_tokens_per_s: float
     lost_tokens_per_s_low: float
     lost_tokens_per_s_high: float
+    lost_output_tokens_per_s: float | None = Field(
+        default=None, description="Lost output tokens/s (null: not a throughput loss)."
+    )
+    lost_output_tokens_per_s_low: float | None = None
+    lost_output_tokens_per_s_high: float | None = None
+    lost_requests_per_s: float | None = Field(
+        default=None, description="Lost requests/s (null: not a throughput loss)."
+    )
+    lost_requests_per_s_low: float | None = None
+    lost_requests_per_s_high: float | None = None
     recommendation: Recommendation | None
     first_seen: datetime
     last_seen: datetime
@@ -206,10 +216,20 @@ class WorkerSamples(BaseModel):
 class LostTokensPoint(BaseModel):
     model_config = _OUT
     ts: datetime = Field(description="Bucket start.")
-    lost_tokens_per_s: float | None = Field(description="Fleet-wide; null when nothing covers the bucket.")
+    lost_tokens_per_s: float | None = Field(
+        description="Secondary: fleet-wide prompt + output tokens/s; null when nothing covers the bucket."
+    )
     lost_tokens_per_s_low: float | None
     lost_tokens_per_s_high: float | None
-    pools: dict[str, float] = Field(description="Lost tokens per second by pool.")
+    lost_output_tokens_per_s: float | None = Field(
+        default=None,
+        description="Fleet-wide lost output tokens/s; null when unknown or nothing covers the bucket.",
+    )
+    lost_requests_per_s: float | None = Field(
+        default=None,
+        description="Fleet-wide lost requests/s; null when unknown or nothing covers the bucket.",
+    )
+    pools: dict[str, float] = Field(description="Lost tokens per second (prompt + output) by pool.")
 
 
 class LostTokensSeries(BaseModel):

@@ -197,6 +197,18 @@ class Episode:
     lost: float
     low: float
     high: float
+    output: float | None = None  # lost output tokens/s (None: the finding did not say)
+    requests: float | None = None  # lost requests/s
+
+
+def _known_sum(values: Iterable[float | None]) -> float | None:
+    """The sum, or None when any term is unknown (an unknown is never counted as 0)."""
+    total = 0.0
+    for value in values:
+        if value is None:
+            return None
+        total += value
+    return total
 
 
 def lost_from_episodes(
@@ -226,6 +238,8 @@ def lost_from_episodes(
             "lost_tokens_per_s": sum(e.lost for e in picked) if picked else None,
             "lost_tokens_per_s_low": sum(e.low for e in picked) if picked else None,
             "lost_tokens_per_s_high": sum(e.high for e in picked) if picked else None,
+            "lost_output_tokens_per_s": _known_sum(e.output for e in picked) if picked else None,
+            "lost_requests_per_s": _known_sum(e.requests for e in picked) if picked else None,
             "pools": dict(sorted(pools.items())),
         })  # fmt: skip
     return points
@@ -240,6 +254,8 @@ class RunTotals:
     low: float | None
     high: float | None
     pools: dict[str, float]
+    output: float | None = None
+    requests: float | None = None
 
 
 def lost_from_runs(runs: Iterable[RunTotals], start: float, end: float, step: float) -> list[dict[str, Any]]:
@@ -259,6 +275,8 @@ def lost_from_runs(runs: Iterable[RunTotals], start: float, end: float, step: fl
             "lost_tokens_per_s": _mean(run.lost for run in group),
             "lost_tokens_per_s_low": _mean(run.low for run in group),
             "lost_tokens_per_s_high": _mean(run.high for run in group),
+            "lost_output_tokens_per_s": _mean(run.output for run in group),
+            "lost_requests_per_s": _mean(run.requests for run in group),
             "pools": {pool: mean.value() or 0.0 for pool, mean in sorted(pools.items())},
         })  # fmt: skip
     return points

@@ -170,4 +170,83 @@ def test_an_empty_range_raises_nothing_and_finds_nothing() -> None:
     )
     result = analyze(data, CATALOG)
     assert [f for f in result.findings if f.kind in (FindingKind.DECODE_ON_LOW_BANDWIDTH,)] == []
-    assert result.summary["fleet"]["lost_tokens_per_s"] == 0.0
+    fleet = result.summary["fleet"]
+    # Nothing was seen, so nothing is known: no loss, no capacity, no cost (null, never 0 or $0).
+    for key in (
+        "lost_tokens_per_s",
+        "lost_output_tokens_per_s",
+        "lost_requests_per_s",
+        "capacity_tokens_per_s",
+    ):
+        assert fleet[key] is None, key
+    assert fleet["weekly_cost_usd"] is None and fleet["misplacement_cost_per_week_usd"] is None
+    assert fleet["judged_workers"] == 0
+    assert fleet["unjudged_workers"] == fleet["workers"] == 2
+    assert all(w["misplaced"] is None and w["unjudged_reason"] for w in result.summary["workers"])
+
+
+def test_lost_capacity_comes_in_output_tokens_and_requests_first(balanced: AnalysisResult) -> None:
+    result = _run(
+        Fleet(
+            workers([("node00", H100, 0, 2), ("node01", H200, 2, 0)]),
+            hours=8,
+            window_s=900.0,
+            rate_rps=lambda h: 12.0,
+            osl=lambda h: 900.0,
+        )
+    )
+    fleet = result.summary["fleet"]
+    for key in ("lost_output_tokens_per_s", "lost_requests_per_s", "lost_tokens_per_s"):
+        for suffix in ("", "_low", "_high", "_mean", "_mean_low", "_mean_high"):
+            assert fleet[f"{key}{suffix}"] is not None, f"{key}{suffix}"
+    assert 0 < fleet["lost_output_tokens_per_s"] < fleet["lost_tokens_per_s"]
+    pool = result.summary["pools"][0]
+    # tokens = requests x (prompt + output); output tokens = requests x output
+    mix = pool["traffic"]["mean_prompt_tokens"] + pool["traffic"]["mean_output_tokens"]
+    assert pool["lost_tokens_per_s"] == pytest.approx(pool["lost_requests_per_s"] * mix, rel=0.05)
+    assert pool["cluster"] == "default" and "deployment" in pool
+    assert {"lost_output_tokens_per_s", "lost_requests_per_s"} <= set(pool["segments"][-1])
+    misplaced = [w for w in result.summary["workers"] if w["misplaced"]]
+    assert misplaced and all(w["lost_output_tokens_per_s"] > 0 for w in misplaced)
+
+
+def test_a_price_that_is_not_set_is_never_zero_dollars(balanced: AnalysisResult) -> None:
+    fleet = balanced.summary["fleet"]
+    assert fleet["price"] == "price not set"  # the default catalog carries no prices
+    for key in ("weekly_cost_usd", "idle_cost_per_week_usd", "misplacement_cost_per_week_usd"):
+        assert fleet[key] is None, key
+        assert balanced.summary["pools"][0][key] is None, key
+
+
+def test_every_worker_is_judged_where_the_counters_are_measured(balanced: AnalysisResult) -> None:
+    fleet = balanced.summary["fleet"]
+    assert fleet["judged_workers"] == fleet["workers"] and fleet["unjudged_workers"] == 0
+    assert fleet["unjudged_reasons"] == {}
+    assert fleet["physical_gpus"] == fleet["gpus"] == 16
+    assert all(w["misplaced"] is False and w["unjudged_reason"] is None for w in balanced.summary["workers"])
+
+
+def test_workers_without_profiling_fields_are_not_judged() -> None:
+    result = _run(
+        Fleet(workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)]), hours=6, source="nvml-basic")
+    )
+    fleet = result.summary["fleet"]
+    assert fleet["judged_workers"] == 0 and fleet["unjudged_workers"] == 4
+    (reason,) = fleet["unjudged_reasons"]
+    assert "profiling" in reason
+    for worker in result.summary["workers"]:
+        assert worker["bottleneck"] == "unknown"
+        assert worker["misplaced"] is None and worker["unjudged_reason"] == reason
+
+
+def test_pool_notes_and_a_callers_warnings_reach_the_summary() -> None:
+    fleet = Fleet(workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)]), hours=4)
+    gpu, engine = fleet.columns()
+    engine["precision"] = [None] * len(engine["ts"])
+    result = analyze(
+        input_from_samples(gpu, engine), CATALOG, extra_warnings=["prometheus: 3 series dropped"]
+    )
+    warnings = result.summary["warnings"]
+    pool = result.summary["pools"][0]["pool"]
+    assert f"{pool}: no worker reports its precision: assumed bf16" in warnings
+    assert warnings[-1] == "prometheus: 3 series dropped"

@@ -92,6 +92,21 @@ def test_figures_agree_with_the_store(audit: AuditReport, seeded: Seeded) -> Non
     assert audit.last_week is None and audit.follow_up == []  # no telemetry the week before
 
 
+def test_the_report_leads_with_output_tokens_and_requests(audit: AuditReport, rendered: Rendered) -> None:
+    w = audit.this_week
+    assert w.lost_output_tokens is not None and w.lost_requests is not None
+    # output tokens are part of the total (prompt + output), never more than it
+    assert 0 < w.lost_output_tokens <= w.lost_tokens
+    assert w.lost_output_tokens_low is not None and w.lost_output_tokens_high is not None
+    assert w.lost_output_tokens_low <= w.lost_output_tokens <= w.lost_output_tokens_high
+    summary = audit.summary()
+    for key in ("lost_output_tokens_week", "lost_requests_week", "mean_lost_output_tokens_per_s"):
+        assert summary[key] is not None and summary[key] > 0, key
+    assert summary["lost_tokens_week"] >= summary["lost_output_tokens_week"]
+    assert audit.clusters and all("/" not in c for c in audit.clusters)
+    assert "output tokens" in rendered.html and "secondary" in rendered.html.lower()
+
+
 def test_data_quality_and_coverage(audit: AuditReport) -> None:
     q = audit.quality
     assert (q.gpus, q.workers, q.unattributed_gpus, q.workers_role_unknown) == (64, 32, 0, 0)

@@ -69,15 +69,15 @@ def seed_store(
 ) -> Seeded:
     from analyzer.pipeline import analyze as run_analysis
     from analyzer.store_io import read_input, write_result
-    from fleetsim.scenario import load_scenario
-    from fleetsim.source import jsonl_batches
-    from fleetsim.truth import compute_truth
     from fleet.catalog import load_catalog
     from fleet.contract import FindingKind
     from fleet.ingest import catalog_sku_resolver, ingest_file
     from fleet.store import migrate
     from fleet.store.engine import make_engine, writing
     from fleet.store.retention import refresh_rollups
+    from fleetsim.scenario import load_scenario
+    from fleetsim.source import jsonl_batches
+    from fleetsim.truth import compute_truth
 
     catalog = load_catalog()
     scenario = load_scenario("demo")

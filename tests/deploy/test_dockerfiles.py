@@ -195,7 +195,9 @@ def test_collector_extra_provides_every_module_the_collector_imports() -> None:
     project = _pyproject()["project"]
     allowed = {_requirement_name(d) for d in project["dependencies"]}  # type: ignore[index]
     allowed |= {_requirement_name(d) for d in project["optional-dependencies"]["collector"]}  # type: ignore[index]
-    first_party = {"fleet", "fleetsim", "collector", "phasefit", "analyzer", "alerts", "dashboard", "migrations"}
+    first_party = {
+        "fleet", "fleetsim", "collector", "phasefit", "analyzer", "alerts", "dashboard", "migrations"
+    }  # fmt: skip
     owners = packages_distributions()
     # `phasefit collect --source sim` runs the simulated fleet in the collector image too.
     sources = sorted((ROOT / "collector").rglob("*.py")) + sorted((ROOT / "fleetsim").rglob("*.py"))

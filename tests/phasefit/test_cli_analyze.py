@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -7,16 +9,20 @@ from typing import Any
 
 import pytest
 import typer
+from rich.console import Console
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
+from analyzer.pipeline import AnalysisResult, input_from_samples
+from analyzer.pipeline import analyze as run_pipeline
+from fleet.catalog import load_catalog
 from fleet.contract import EngineSample, GpuSample
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import make_engine, writing
 from fleet.store.migrate import upgrade
 from fleet.store.schema import AnalysisRunRow, FindingRow
 from fleet.store.writer import write_samples
-from phasefit.cli.analyze import analyze, parse_time
+from phasefit.cli.analyze import analyze, parse_time, print_result
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
 app = typer.Typer()
@@ -62,7 +68,8 @@ def test_json_output_has_the_summary_and_the_findings(store: str) -> None:
     result = _runner().invoke(app, ["--database-url", store, "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
-    assert set(payload) == {"summary", "findings"}
+    assert set(payload) == {"summary", "findings", "warnings"}
+    assert payload["warnings"] == payload["summary"]["warnings"]
     assert payload["summary"]["fleet"]["lost_tokens_per_s"] > 0
     assert payload["summary"]["from"] == "2024-06-03T00:00:00Z"
     finding = payload["findings"][0]
@@ -93,7 +100,9 @@ def test_human_output_prints_the_summary_and_tables_and_reruns_do_not_duplicate(
     )
     assert first.exit_code == 0, first.output
     text = first.output
-    assert "Lost tokens/s now" in text and "Pools" in text and "Findings" in text
+    assert (
+        "Lost output tokens/s now" in text and "requests/s" in text and "Pools" in text and "Findings" in text
+    )
     assert "decode-on-low-bandwidth" in text
     # recommendations are listed under the table by finding number, not folded into a column
     assert "Recommendations" in text and "#1 " in text
@@ -142,3 +151,69 @@ def test_parse_time_reads_dates_zones_and_now() -> None:
     assert parse_time("2024-06-03", option="--from") == datetime(2024, 6, 3, tzinfo=UTC)
     assert parse_time("2024-06-03T12:00:00+02:00", option="--from").astimezone(UTC).hour == 10
     assert (datetime.now(UTC) - parse_time("now", option="--to")).total_seconds() < 5
+
+
+def _printed(result: AnalysisResult) -> str:
+    out = io.StringIO()
+    print_result(result, Console(file=out, width=250, highlight=False))
+    return out.getvalue()
+
+
+def _analysis(fleet: Fleet, **window: float) -> AnalysisResult:
+    gpu, eng = fleet.columns()
+    return run_pipeline(input_from_samples(gpu, eng, **window), load_catalog())
+
+
+def test_unknown_capacity_and_price_are_never_shown_as_zero() -> None:
+    fleet = Fleet(workers([("node00", H100, 1, 1)]), hours=2)
+    gpu, _ = fleet.columns()
+    end = float(max(gpu["ts"]))
+    result = _analysis(fleet, start=end + 7200.0, end=end + 4 * 3600.0)  # a range nothing was seen in
+    assert result.summary["fleet"]["capacity_tokens_per_s"] is None
+    assert result.summary["pools"][0]["capacity_tokens_per_s"] is None
+    text = _printed(dataclasses.replace(result, findings=[]))
+    assert "Capacity now unknown" in text and "Capacity now 0 " not in text
+    assert "misplacement cost unknown (no placement analysis)" in text and "$0" not in text
+    assert "unknown" in text.split("Pools", 1)[1]  # the pools table says unknown, not 0
+    assert "capacity unknown: " in text  # with the reason, under the pools table
+    assert "Lost capacity: unknown" in text
+
+
+def test_no_findings_is_said_only_of_judged_workers() -> None:
+    result = _analysis(
+        Fleet(workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)]), hours=6, source="nvml-basic")
+    )
+    text = _printed(dataclasses.replace(result, findings=[]))
+    assert "No findings: every worker" not in text
+    assert "No findings among 0 judged workers; 4 could not be judged: no profiling fields" in text
+    assert result.summary["workers"][0]["misplaced"] is None
+    judged = _analysis(
+        Fleet(workers([("node00", H100, 4, 0), ("node01", H200, 2, 2)]), hours=24, rate_rps=lambda h: 40.0)
+    )
+    assert "No findings: every worker sits on hardware its bottleneck needs." in _printed(judged)
+
+
+def test_pool_notes_show_under_the_pools_table_and_in_the_json(store: str) -> None:
+    fleet = Fleet(workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)]), hours=4)
+    gpu, eng = fleet.columns()
+    eng["precision"] = [None] * len(eng["ts"])
+    result = run_pipeline(input_from_samples(gpu, eng), load_catalog(), extra_warnings=["a reader's note"])
+    text = _printed(result)
+    notes = text.split("Pool notes", 1)[1]
+    assert "no worker reports its precision: assumed bf16" in notes
+    assert "a reader's note" in result.summary["warnings"]
+    payload = json.loads(_runner().invoke(app, ["--database-url", store, "--json"]).stdout)
+    assert isinstance(payload["warnings"], list)
+    assert payload["summary"]["fleet"]["lost_output_tokens_per_s"] > 0
+    assert payload["summary"]["fleet"]["lost_requests_per_s"] > 0
+    assert payload["summary"]["fleet"]["judged_workers"] == 4
+
+
+def test_the_tables_lead_with_output_tokens_and_requests(store: str) -> None:
+    result = _runner().invoke(app, ["--database-url", store], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert "lost output tok/s (range)" in text and "lost req/s" in text
+    assert "total tok/s" in text and "(secondary)" in text
+    assert "misplacement price not set" in text and "$0" not in text  # the default catalog has no prices
+    assert text.index("Lost output tokens/s now") < text.index("(secondary) lost total tokens/s")

@@ -32,9 +32,18 @@ router = APIRouter(tags=["findings"])
 MAX_EPISODES = 100_000
 
 
+# Lost capacity in the units an SRE acts on (None: not a throughput loss); passed on where the response
+# model declares them (phasefit.service.models.FindingOut).
+_LOST_UNITS = tuple(
+    f"lost_{unit}_per_s{bound}" for unit in ("output_tokens", "requests") for bound in ("", "_low", "_high")
+)
+
+
 def finding_out(stored: StoredFinding) -> FindingOut:
     f = stored.finding
+    units = {name: getattr(f, name) for name in _LOST_UNITS if name in FindingOut.model_fields}
     return FindingOut(
+        **units,
         id=stored.id, kind=f.kind.value, status=f.status.value, severity=f.severity.value,
         worker_id=f.worker_id, pool=f.pool, gpu_sku=f.gpu_sku, role=f.role.value,
         bottleneck=f.bottleneck.value, evidence=dict(f.evidence), tokens_per_s=f.tokens_per_s,
@@ -119,6 +128,8 @@ async def lost_tokens(
                     lost=run.summary.fleet_lost_tokens_per_s,
                     low=run.summary.fleet_lost_tokens_per_s_low,
                     high=run.summary.fleet_lost_tokens_per_s_high,
+                    output=run.summary.fleet_lost_output_tokens_per_s,
+                    requests=run.summary.fleet_lost_requests_per_s,
                     pools={
                         pool.pool: pool.lost_tokens_per_s
                         for pool in run.summary.pools
@@ -149,4 +160,5 @@ def _episode(stored: StoredFinding) -> Episode:
     return Episode(
         subject=subject, pool=f.pool, start=f.first_seen.timestamp(), end=end.timestamp(),
         lost=f.lost_tokens_per_s, low=f.lost_tokens_per_s_low, high=f.lost_tokens_per_s_high,
+        output=f.lost_output_tokens_per_s, requests=f.lost_requests_per_s,
     )  # fmt: skip

@@ -155,3 +155,77 @@ def test_requests_are_counted_by_route_template(client: Any) -> None:
         )
         == 1
     )
+
+
+def test_lost_output_tokens_and_requests_are_gauges_and_unknown_has_no_series(
+    client: Any, sqlite_engine: Engine
+) -> None:
+    deployed = "c1/router-a/meta-llama/Llama-3.1-70B-Instruct"  # "<cluster>/<deployment>/<model>"
+    store(
+        sqlite_engine,
+        finding(
+            "worker-7",
+            FindingKind.DECODE_ON_LOW_BANDWIDTH,
+            300.0,
+            pool=deployed,
+            lost_output_tokens_per_s=120.0,
+            lost_requests_per_s=0.5,
+        ),
+    )
+    with writing(sqlite_engine) as connection:
+        put_analysis(
+            connection,
+            created_at=NOW,
+            from_ts=NOW - timedelta(hours=1),
+            to_ts=NOW,
+            summary={
+                "pools": [
+                    {
+                        "pool": deployed,
+                        "cluster": "c1",
+                        "deployment": "router-a",
+                        "model": "meta-llama/Llama-3.1-70B-Instruct",
+                        "lost_output_tokens_per_s": 120.0,
+                        "lost_requests_per_s": 0.5,
+                        "lost_tokens_per_s": 300.0,
+                        "capacity_tokens_per_s": None,  # unknown: no series, never 0
+                    }
+                ],
+                "fleet": {
+                    "lost_output_tokens_per_s": 120.0,
+                    "lost_requests_per_s": 0.5,
+                    "lost_tokens_per_s": 300.0,
+                    "judged_workers": 3,
+                    "unjudged_workers": 2,
+                    "unjudged_reasons": {"unknown role": 2},
+                },
+            },
+        )
+    metrics = scrape(client)
+    pool = (("pool", deployed),)
+    assert metrics[("phasefit_pool_lost_output_tokens_per_second", pool)] == 120.0
+    assert metrics[("phasefit_pool_lost_requests_per_second", pool)] == 0.5
+    assert metrics[("phasefit_pool_lost_tokens_per_second", pool)] == 300.0
+    assert not [k for k in metrics if k[0] == "phasefit_pool_capacity_tokens_per_second"]
+    assert metrics[("phasefit_fleet_lost_output_tokens_per_second", ())] == 120.0
+    assert metrics[("phasefit_fleet_lost_requests_per_second", ())] == 0.5
+    assert metrics[("phasefit_fleet_judged_workers", ())] == 3
+    assert metrics[("phasefit_fleet_unjudged_workers", (("reason", "unknown role"),))] == 2
+    labels = (
+        ("model", "meta-llama/Llama-3.1-70B-Instruct"),  # from the pool row, not from splitting its key
+        ("pool", deployed),
+        ("role", "decode"),
+        ("sku", "H100-SXM"),
+        ("worker", "worker-7"),
+    )
+    assert metrics[("phasefit_worker_lost_output_tokens_per_second", labels)] == 120.0
+    assert metrics[("phasefit_worker_lost_requests_per_second", labels)] == 0.5
+    assert metrics[("phasefit_worker_lost_tokens_per_second", labels)] == 300.0
+    text = client.get("/metrics").text
+    assert "# HELP phasefit_fleet_lost_tokens_per_second Secondary: total (prompt + output)" in text
+
+
+def test_without_a_run_the_output_gauges_have_no_sample(client: Any) -> None:
+    metrics = scrape(client)
+    assert ("phasefit_fleet_lost_output_tokens_per_second", ()) not in metrics
+    assert ("phasefit_fleet_lost_requests_per_second", ()) not in metrics

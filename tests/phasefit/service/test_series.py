@@ -121,3 +121,16 @@ def test_lost_tokens_from_runs_average_the_runs_in_each_bucket() -> None:
     assert [p["lost_tokens_per_s"] for p in points] == [200, None, 50]
     assert points[0]["pools"] == {"p": 200} and points[2]["lost_tokens_per_s_low"] == 40
     assert bucket_start(-1, 60) == -60
+
+
+def test_lost_output_tokens_and_requests_are_summed_only_when_every_term_is_known() -> None:
+    episodes = [
+        Episode("worker:a", "p", 0, 250, 10, 5, 20, output=6.0, requests=0.01),
+        Episode("worker:b", "p", 120, 130, 4, 2, 8, output=None, requests=None),
+    ]
+    points = lost_from_episodes(episodes, 0, 300, 100)
+    assert [p["lost_output_tokens_per_s"] for p in points] == [6.0, None, 6.0]
+    assert points[0]["lost_requests_per_s"] == 0.01 and points[1]["lost_requests_per_s"] is None
+    runs = [RunTotals(10, 100, None, None, {}, output=40.0, requests=0.2), RunTotals(20, 80, None, None, {})]
+    (point,) = lost_from_runs(runs, 0, 100, 100)
+    assert point["lost_output_tokens_per_s"] == 40.0 and point["lost_requests_per_s"] == 0.2
