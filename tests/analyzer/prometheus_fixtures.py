@@ -1,4 +1,4 @@
-"""Zero-agent test data built from the real captures in ../shared/fixtures/metrics/.
+"""Zero-agent test data built from the real captures in tests/fixtures/metrics/.
 
 - dcgm-exporter expositions: the DigitalOcean H100 capture's label set (``gpu``, ``UUID``, ``pci_bus_id``,
   ``device``, ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``), re-rendered per GPU with the
@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "metrics"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 DCGM_FIXTURE = FIXTURES / "dcgm-exporter_h100_standalone_digitalocean_docs_excerpt.prom"
 VLLM_FIXTURE = FIXTURES / "vllm_v1_via_dynamo_worker_qwen3-0.6b.prom"
 SGLANG_FIXTURE = FIXTURES / "sglang_via_dynamo_worker_qwen3-0.6b.prom"

@@ -10,8 +10,7 @@ import pytest
 from collector.clock import FakeClock
 from collector.fake_nvml import FakeNvml
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-METRICS = SHARED / "fixtures" / "metrics"
+METRICS = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 DCGM_FIXTURE = METRICS / "dcgm-exporter_h100_standalone_digitalocean_docs_excerpt.prom"
 VLLM_FIXTURE = METRICS / "vllm_v1_via_dynamo_worker_qwen3-0.6b.prom"
 SGLANG_FIXTURE = METRICS / "sglang_via_dynamo_worker_qwen3-0.6b.prom"
@@ -19,7 +18,7 @@ SGLANG_FIXTURE = METRICS / "sglang_via_dynamo_worker_qwen3-0.6b.prom"
 
 def fixture_text(path: Path) -> str:
     if not path.exists():
-        pytest.fail(f"shared fixture missing: {path} (the tests read ../shared/fixtures/metrics)")
+        pytest.fail(f"fixture missing: {path} (the tests read tests/fixtures/metrics)")
     return path.read_text(encoding="utf-8")
 
 
