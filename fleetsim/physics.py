@@ -50,7 +50,7 @@ class Efficiency:
     """Achievable fractions of the SKU's peaks and the fixed costs of a step.
 
     Fitted (a grid search over these fields, scored by how many rows land within 25% and ratios within
-    10%) to the TensorRT-LLM v0.14 perf-overview rows of ../shared/benchmarks/published.csv; per-row
+    10%) to the TensorRT-LLM v0.14 perf-overview rows of data/benchmarks/published.csv; per-row
     errors in tests/fleetsim/test_published.py and benchmarks/sim_bench.py. They also give the
     batch-1 anchors: 70B FP8 TP2 H100 ITL 20.1 ms (NIM: 18.6-18.9 ms), TTFT of 5,000 tokens 398 ms
     (NIM: 407 ms). Priors: Hopper's measured max-achievable FP8 matmul is 71% of dense peak

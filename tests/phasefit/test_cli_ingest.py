@@ -87,10 +87,10 @@ def test_a_store_at_an_older_revision_is_refused(
     engine = make_engine(store_url)
     migrate.upgrade(engine)
     engine.dispose()
-    monkeypatch.setattr(migrate, "head_revision", lambda: "0002")  # as a newer phasefit would see it
+    monkeypatch.setattr(migrate, "head_revision", lambda: "0099")  # as a newer phasefit would see it
     result = runner.invoke(cli(), ["ingest", str(_file(tmp_path / "a.jsonl")), "--database-url", store_url])
     assert result.exit_code == 1
-    assert "this phasefit needs 0002: run `phasefit db upgrade`" in " ".join(result.stderr.split())
+    assert "this phasefit needs 0099: run `phasefit db upgrade`" in " ".join(result.stderr.split())
 
 
 def test_help_states_all_or_nothing_and_bad_arguments_fail(tmp_path: Path) -> None:
