@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 import numpy as np
 import numpy.typing as npt
 
+from fleet.catalog import Catalog
+from fleet.contract import Role
 from fleetsim.counters import DRAM_ACTIVE_CEILING, measured, power_w, worker_activity
 from fleetsim.layout import FleetLayout, build_layout
 from fleetsim.life import LifeEvents
@@ -32,8 +34,6 @@ from fleetsim.pool import (
 )
 from fleetsim.rng import STREAM_ENGINE_NOISE, STREAM_GPU_NOISE, rng_for
 from fleetsim.scenario import Scenario
-from fleet.catalog import Catalog
-from fleet.contract import Role
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -50,6 +50,7 @@ class GpuColumns:
 
     present: BoolArray
     lost: BoolArray
+    degraded: BoolArray  # reported "degraded", some fields null
     sm_active: FloatArray
     tensor_active: FloatArray
     dram_active: FloatArray
@@ -84,7 +85,7 @@ class EngineColumns:
 
 @dataclass(frozen=True)
 class PoolChunk:
-    """One pool's inputs for a chunk: traffic, per-role capacities and which workers are up."""
+    """One pool's inputs for a chunk: traffic, per-role capacities and which workers are up and routed to."""
 
     traffic: PoolTraffic
     capacities: Capacities
@@ -144,6 +145,8 @@ class FleetSimulation:
         self._gpu_node = np.array([g.node for g in self.layout.gpus], dtype=np.int64)
         self._worker_node = np.array([w.node for w in self.layout.workers], dtype=np.int64)
         self._tdp = np.array([g.sku.tdp_w or 700.0 for g in self.layout.gpus])
+        self._basic = np.array([g.basic for g in self.layout.gpus], dtype=bool)
+        self._mig = np.array([g.parent_uuid is not None for g in self.layout.gpus], dtype=bool)
         serving, loading = [], []
         for g in self.layout.gpus:
             if g.worker < 0:
@@ -178,7 +181,8 @@ class FleetSimulation:
         )
         if up is None:
             up = self.life.worker_up(starts)
-        return PoolChunk(traffic, model.capacities(traffic), up[:, list(model.pool.workers)])
+        routed = up & ~self.life.drained(starts)
+        return PoolChunk(traffic, model.capacities(traffic), routed[:, list(model.pool.workers)])
 
     def chunks(self, n_windows: int | None = None) -> Iterator[Chunk]:
         """Chunks from the next one on, until ``n_windows`` windows (None: forever)."""
@@ -238,7 +242,7 @@ class FleetSimulation:
             index=index,
             first_window=first,
             window_end_epoch=self.epoch0 + starts + self.window_s,
-            gpu=self._gpu_columns(index, cols, restarting, gap, lost),
+            gpu=self._gpu_columns(index, cols, restarting, gap, lost, starts),
             engine=self._engine_columns(index, cols, up, gap),
             flows=tuple(flows),
         )
@@ -250,6 +254,7 @@ class FleetSimulation:
         restarting: BoolArray,
         gap: BoolArray,
         lost: BoolArray,
+        starts: FloatArray,
     ) -> GpuColumns:
         rng = rng_for(self.seed, STREAM_GPU_NOISE, index)
         assigned = self._gpu_worker >= 0
@@ -268,15 +273,25 @@ class FleetSimulation:
         mem = np.where(down, self._loading_mem, self._serving_mem) * np.ones((count, 1))
         window = self.window_s
         nvlink = per_gpu("nvlink") * window
+        degraded = self.life.degraded(starts) & ~lost
+
+        def reported(name: str, value: FloatArray, basic: bool = False) -> FloatArray:
+            """NaN where the GPU is lost, the field missing from a degraded report, or not collected."""
+            missing = lost | self.life.degraded(starts, name)
+            if basic:
+                missing = missing | self._basic
+            return np.where(missing, np.nan, value)
+
         return GpuColumns(
             present=~gap[:, self._gpu_node],
             lost=lost,
-            sm_active=np.where(lost, np.nan, sm),
-            tensor_active=np.where(lost, np.nan, tensor),
-            dram_active=np.where(lost, np.nan, dram),
-            gpu_util=np.where(lost, np.nan, util),
+            degraded=degraded,
+            sm_active=reported("sm_active", sm, basic=True),
+            tensor_active=reported("tensor_active", tensor, basic=True),
+            dram_active=reported("dram_active", dram, basic=True),
+            gpu_util=reported("gpu_util", util),
             mem_used_bytes=np.rint(mem).astype(np.int64),
-            power_w=np.where(lost, np.nan, power),
+            power_w=np.where(self._mig, np.nan, reported("power_w", power)),  # NVML: the parent's only
             nvlink_tx_bytes=np.rint(nvlink).astype(np.int64),
             nvlink_rx_bytes=np.rint(nvlink * (1.0 + 0.001 * rng.standard_normal(nvlink.shape))).astype(
                 np.int64

@@ -64,6 +64,10 @@ def drift_events(scenario: Scenario) -> list[DriftEvent]:
     return sorted(events, key=lambda e: (e.start_s, e.pool))
 
 
+def _end(at_hour: float, hours: float | None) -> float:
+    return float(np.inf) if hours is None else (at_hour + hours) * 3600.0
+
+
 @dataclass(frozen=True)
 class Span:
     item: int  # a worker, node or GPU index
@@ -80,10 +84,9 @@ class LifeEvents:
         self._seed = seed
         self._window_s = window_s
         self._days: dict[tuple[int, int], list[Span]] = {}
-        node_index = {name: i for i, name in enumerate(layout.nodes)}
         self._lost: list[Span] = []
         for spec in scenario.life.gpu_lost:
-            node = node_index.get(spec.node)
+            node = layout.node_index(spec.node)
             gpus = [g for g in layout.gpus if g.node == node and g.local_index == spec.gpu]
             if node is None or not gpus:
                 raise ScenarioError(f"life.gpu_lost: no GPU {spec.gpu} on node {spec.node!r}")
@@ -92,7 +95,22 @@ class LifeEvents:
                 if spec.recover_after_hours is None
                 else (spec.at_hour + spec.recover_after_hours) * 3600
             )
-            self._lost.append(Span(gpus[0].index, spec.at_hour * 3600.0, float(end)))
+            self._lost += [Span(g.index, spec.at_hour * 3600.0, float(end)) for g in gpus]
+        by_key = layout.worker_by_key()
+        self._drained = [
+            Span(by_key[d.worker].index, d.at_hour * 3600.0, _end(d.at_hour, d.hours))
+            for d in scenario.life.drained
+            if d.worker in by_key
+        ]
+        self._degraded: dict[str, list[Span]] = {}
+        for deg in scenario.life.degraded:
+            node = layout.node_index(deg.node)
+            for g in layout.gpus:
+                if g.node == node and (deg.gpus is None or g.local_index in deg.gpus):
+                    span = Span(g.index, deg.at_hour * 3600.0, _end(deg.at_hour, deg.hours))
+                    for name in deg.missing:
+                        self._degraded.setdefault(name, []).append(span)
+                    self._degraded.setdefault("", []).append(span)
 
     @property
     def lost_spans(self) -> list[Span]:
@@ -164,6 +182,14 @@ class LifeEvents:
     def gpu_lost(self, window_start: FloatArray) -> BoolArray:
         """(windows, GPUs): the GPU has fallen off the bus (Xid 79, NVML GPU_IS_LOST)."""
         return self._mask(self._lost, window_start, len(self._layout.gpus))
+
+    def drained(self, window_start: FloatArray) -> BoolArray:
+        """(windows, workers): the router sends the worker nothing (its engine may still be up)."""
+        return self._mask(self._drained, window_start, len(self._layout.workers))
+
+    def degraded(self, window_start: FloatArray, field: str = "") -> BoolArray:
+        """(windows, GPUs): the collector reports the GPU degraded (``field``: with that field missing)."""
+        return self._mask(self._degraded.get(field, []), window_start, len(self._layout.gpus))
 
     def worker_up(self, window_start: FloatArray) -> BoolArray:
         """(windows, workers): the engine serves (not restarting, none of its GPUs lost)."""

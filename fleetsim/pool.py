@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from fleet.contract import Role
 from fleetsim.layout import FleetLayout, SimPool
 from fleetsim.life import code_share, idle_factor
 from fleetsim.physics import Efficiency, StepModel
 from fleetsim.rng import STREAM_ARRIVALS, STREAM_BURSTS, rng_for
 from fleetsim.traffic import (
+    Kind,
     MixStats,
     TrafficShape,
     WindowArrivals,
@@ -32,7 +34,6 @@ from fleetsim.traffic import (
     draw_arrivals,
     mix_stats,
 )
-from fleet.contract import Role
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -57,15 +58,21 @@ def pool_traffic(
     """Arrivals for windows starting at ``window_start`` (seconds from the scenario start at ``epoch0``)."""
     spec = pool.spec
     t_mid = window_start + window_s / 2.0
-    shape = TrafficShape(**spec.traffic.model_dump(exclude={"code_share"}))
+    shape = TrafficShape(**spec.traffic.model_dump(exclude={"code_share", "prompt_scale", "output_scale"}))
     rate = diurnal_rate(shape, epoch0 + t_mid)
     rate = rate * burst_multiplier(
         shape, window_start, window_s, lambda day: rng_for(seed, STREAM_BURSTS, pool.index, day)
     )
     rate = rate * idle_factor(spec, t_mid)
     share = code_share(spec, t_mid)
-    arrivals = draw_arrivals(rate, share, window_s, rng_for(seed, STREAM_ARRIVALS, pool.index, chunk))
-    return PoolTraffic(share=share, arrivals=arrivals, mix=mix_stats(share))
+    scale: dict[Kind, float] = {"prompt": spec.traffic.prompt_scale, "output": spec.traffic.output_scale}
+    rng = rng_for(seed, STREAM_ARRIVALS, pool.index, chunk)
+    arrivals = draw_arrivals(rate, share, window_s, rng, scale)
+    return PoolTraffic(
+        share=share,
+        arrivals=arrivals,
+        mix=mix_stats(share, spec.traffic.prompt_scale, spec.traffic.output_scale),
+    )
 
 
 @dataclass(frozen=True)

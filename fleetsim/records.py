@@ -19,8 +19,8 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from fleetsim.fleet_sim import Chunk, FleetSimulation, rfc3339
 from fleet.contract import EngineSample, GpuSample, RoleSource, TelemetrySource
+from fleetsim.fleet_sim import Chunk, FleetSimulation, rfc3339
 
 IntArray = npt.NDArray[np.int64]
 _RATIO_DECIMALS = 4
@@ -33,7 +33,12 @@ _GPU_FIELDS = (
 _GPU_DECIMALS: dict[str, int | None] = {
     "sm_active": 4, "tensor_active": 4, "dram_active": 4, "gpu_util": 4, "power_w": 1,
 }  # fmt: skip
-_GPU_STATIC = ("node", "gpu_uuid", "gpu_index", "gpu_name", "worker_id")
+_GPU_STATIC = (
+    "node", "gpu_uuid", "gpu_index", "gpu_name", "worker_id", "source", "parent_gpu_uuid", "mig_profile",
+    "cluster",
+)  # fmt: skip
+_STATES = ("ok", "lost", "degraded")
+_STATE_JSON = tuple(orjson.dumps(x) for x in _STATES)
 _ENGINE_FIELDS = (
     "prompt_tokens", "generation_tokens", "requests_running", "requests_waiting", "kv_cache_usage",
     "preemptions", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
@@ -42,28 +47,21 @@ _ENGINE_DECIMALS: dict[str, int | None] = {
     "kv_cache_usage": 4, "ttft_p50_s": 4, "ttft_p99_s": 4, "tpot_p50_s": 5, "tpot_p99_s": 5,
 }  # fmt: skip
 _ENGINE_STATIC = (
-    "worker_id",
-    "node",
-    "engine",
-    "role",
-    "role_source",
-    "model",
-    "precision",
-    "tp",
-    "gpu_uuids",
-)
+    "worker_id", "node", "engine", "model", "precision", "tp", "gpu_uuids", "cluster", "deployment",
+)  # fmt: skip
 
 _GPU_TEMPLATE = (
     b'{"kind":"gpu_sample","ts":%s,"window_s":%s,"node":%s,"gpu_uuid":%s,"gpu_index":%s,"gpu_name":%s,'
-    b'"worker_id":%s,"sm_active":%s,"tensor_active":%s,"dram_active":%s,"gpu_util":%s,'
-    b'"mem_used_bytes":%s,"power_w":%s,"nvlink_tx_bytes":%s,"nvlink_rx_bytes":%s,"pcie_tx_bytes":%s,'
-    b'"pcie_rx_bytes":%s,"state":%s,"source":%s}\n'
+    b'"worker_id":%s,"source":%s,"parent_gpu_uuid":%s,"mig_profile":%s,"cluster":%s,"sm_active":%s,'
+    b'"tensor_active":%s,"dram_active":%s,"gpu_util":%s,"mem_used_bytes":%s,"power_w":%s,'
+    b'"nvlink_tx_bytes":%s,"nvlink_rx_bytes":%s,"pcie_tx_bytes":%s,"pcie_rx_bytes":%s,"state":%s}\n'
 )
 _ENGINE_TEMPLATE = (
-    b'{"kind":"engine_sample","ts":%s,"window_s":%s,"worker_id":%s,"node":%s,"engine":%s,"role":%s,'
-    b'"role_source":%s,"model":%s,"precision":%s,"tp":%s,"gpu_uuids":%s,"prompt_tokens":%s,'
-    b'"generation_tokens":%s,"requests_running":%s,"requests_waiting":%s,"kv_cache_usage":%s,'
-    b'"preemptions":%s,"ttft_p50_s":%s,"ttft_p99_s":%s,"tpot_p50_s":%s,"tpot_p99_s":%s}\n'
+    b'{"kind":"engine_sample","ts":%s,"window_s":%s,"worker_id":%s,"node":%s,"engine":%s,"model":%s,'
+    b'"precision":%s,"tp":%s,"gpu_uuids":%s,"cluster":%s,"deployment":%s,"role":%s,"role_source":%s,'
+    b'"prompt_tokens":%s,"generation_tokens":%s,"requests_running":%s,"requests_waiting":%s,'
+    b'"kv_cache_usage":%s,"preemptions":%s,"ttft_p50_s":%s,"ttft_p99_s":%s,"tpot_p50_s":%s,'
+    b'"tpot_p99_s":%s}\n'
 )
 
 
@@ -87,7 +85,7 @@ class _Picked:
     window: IntArray  # position of each record's window among the picked windows
     item: IntArray  # GPU or worker index
     values: dict[str, npt.NDArray[Any]]
-    lost: npt.NDArray[np.bool_] | None
+    state: IntArray | None  # index into _STATES
     counts: IntArray  # records per window
 
 
@@ -96,7 +94,7 @@ def _pick(
     rows: IntArray,
     columns: dict[str, npt.NDArray[Any]],
     decimals: dict[str, int | None],
-    lost: npt.NDArray[np.bool_] | None,
+    state: IntArray | None,
 ) -> _Picked:
     mask = present[rows]
     flat = np.flatnonzero(mask)
@@ -108,8 +106,8 @@ def _pick(
         picked = column[row, item]
         places = decimals.get(name)
         values[name] = np.round(picked, places) if places is not None else picked
-    lost_picked = lost[row, item] if lost is not None else None
-    return _Picked(local, item, values, lost_picked, np.bincount(local, minlength=len(rows)))
+    state_picked = state[row, item] if state is not None else None
+    return _Picked(local, item, values, state_picked, np.bincount(local, minlength=len(rows)))
 
 
 class RecordBuilder:
@@ -126,6 +124,10 @@ class RecordBuilder:
             "gpu_index": [g.local_index for g in gpus],
             "gpu_name": [g.nvml_name for g in gpus],
             "worker_id": [workers[g.worker].worker_id if g.worker >= 0 else None for g in gpus],
+            "source": [(TelemetrySource.DCGM if g.basic else TelemetrySource.SIM).value for g in gpus],
+            "parent_gpu_uuid": [g.parent_uuid for g in gpus],
+            "mig_profile": [g.mig_profile for g in gpus],
+            "cluster": [g.cluster for g in gpus],
         }
         self._engine_static: dict[str, list[Any]] = {
             "worker_id": [w.worker_id for w in workers],
@@ -137,7 +139,10 @@ class RecordBuilder:
             "precision": [p.precision.value for p in pools],
             "tp": [p.spec.tp for p in pools],
             "gpu_uuids": [[gpus[i].uuid for i in w.gpus] for w in workers],
+            "cluster": [p.spec.cluster for p in pools],
+            "deployment": [p.spec.deployment_name for p in pools],
         }
+        self._labels = _labels(sim)
         self._gpu_objects = {k: _objects(v) for k, v in self._gpu_static.items()}
         self._engine_objects = {k: _objects(v) for k, v in self._engine_static.items()}
         self._gpu_json = {k: _objects([orjson.dumps(x) for x in v]) for k, v in self._gpu_static.items()}
@@ -150,9 +155,22 @@ class RecordBuilder:
 
     def _picks(self, chunk: Chunk, rows: IntArray) -> tuple[_Picked, _Picked]:
         g, e = chunk.gpu, chunk.engine
-        gpu = _pick(g.present, rows, {f: getattr(g, f) for f in _GPU_FIELDS}, _GPU_DECIMALS, g.lost)
+        state = np.where(g.lost, 1, np.where(g.degraded, 2, 0)).astype(np.int64)
+        gpu = _pick(g.present, rows, {f: getattr(g, f) for f in _GPU_FIELDS}, _GPU_DECIMALS, state)
         engine = _pick(e.present, rows, {f: getattr(e, f) for f in _ENGINE_FIELDS}, _ENGINE_DECIMALS, None)
         return gpu, engine
+
+    def _roles(self, chunk: Chunk, rows: IntArray, engine: _Picked) -> tuple[list[str], list[str]]:
+        """Each engine record's role label and its source: the worker's role unless a label says otherwise."""
+        role = self._engine_objects["role"][engine.item]
+        source = self._engine_objects["role_source"][engine.item]
+        if self._labels:
+            end = chunk.window_end_epoch[rows][engine.window]
+            for worker, since, label, label_source in self._labels:
+                hit = (engine.item == worker) & (end > since)
+                role = np.where(hit, label, role)
+                source = np.where(hit, label_source, source)
+        return [str(x) for x in role], [str(x) for x in source]
 
     def chunk_dicts(self, chunk: Chunk, window_slice: slice | None = None) -> list[dict[str, Any]]:
         """Record dicts of a chunk (or of ``window_slice`` of its windows), in output order."""
@@ -163,19 +181,22 @@ class RecordBuilder:
         gpu, engine = self._picks(chunk, rows)
         gpu_dicts = []
         gpu_values = {k: v.tolist() for k, v in gpu.values.items()}
-        lost = gpu.lost.tolist() if gpu.lost is not None else []
+        state = gpu.state.tolist() if gpu.state is not None else [0] * len(gpu.item)
         for i, (w, item) in enumerate(zip(gpu.window.tolist(), gpu.item.tolist(), strict=True)):
             record: dict[str, Any] = {"kind": "gpu_sample", "ts": ts[w], "window_s": self.window_s}
             record.update({k: v[item] for k, v in self._gpu_static.items()})
-            record.update({k: (None if lost[i] else v[i]) for k, v in gpu_values.items()})
-            record.update(state="lost" if lost[i] else "ok", source=TelemetrySource.SIM.value)
+            lost = state[i] == 1
+            record.update({k: (None if lost or v[i] != v[i] else v[i]) for k, v in gpu_values.items()})
+            record["state"] = _STATES[state[i]]
             gpu_dicts.append(record)
         engine_dicts = []
         engine_values = {k: v.tolist() for k, v in engine.values.items()}
+        roles, sources = self._roles(chunk, rows, engine)
         for i, (w, item) in enumerate(zip(engine.window.tolist(), engine.item.tolist(), strict=True)):
             record = {"kind": "engine_sample", "ts": ts[w], "window_s": self.window_s}
             record.update({k: v[item] for k, v in self._engine_static.items()})
             record.update({k: (None if v[i] != v[i] else v[i]) for k, v in engine_values.items()})
+            record.update(role=roles[i], role_source=sources[i])
             engine_dicts.append(record)
         return _interleave(gpu_dicts, gpu.counts, engine_dicts, engine.counts)
 
@@ -188,15 +209,13 @@ class RecordBuilder:
         window = orjson.dumps(self.window_s)
         gpu, engine = self._picks(chunk, rows)
         gpu_tokens = [_tokens(gpu.values[f]) for f in _GPU_FIELDS]
-        state = [b'"ok"'] * len(gpu.item)
-        if gpu.lost is not None:
-            for i in np.flatnonzero(gpu.lost).tolist():  # a lost GPU reports nothing but its state
-                for column in gpu_tokens:
-                    column[i] = b"null"
-                state[i] = b'"lost"'
-        sim = orjson.dumps(TelemetrySource.SIM.value)
+        codes = gpu.state.tolist() if gpu.state is not None else [0] * len(gpu.item)
+        state = [_STATE_JSON[c] for c in codes]
+        for i in [i for i, c in enumerate(codes) if c == 1]:  # a lost GPU reports nothing but its state
+            for column in gpu_tokens:
+                column[i] = b"null"
         gpu_lines = [
-            _GPU_TEMPLATE % (t, window, *fields, sim)
+            _GPU_TEMPLATE % (t, window, *fields)
             for t, *fields in zip(
                 ts[gpu.window].tolist(),
                 *(self._gpu_json[k][gpu.item].tolist() for k in _GPU_STATIC),
@@ -205,16 +224,51 @@ class RecordBuilder:
                 strict=True,
             )
         ]
+        if self._labels:
+            roles, sources = self._roles(chunk, rows, engine)
+            role_json, source_json = [_json(r) for r in roles], [_json(r) for r in sources]
+        else:
+            role_json = self._engine_json["role"][engine.item].tolist()
+            source_json = self._engine_json["role_source"][engine.item].tolist()
         engine_lines = [
             _ENGINE_TEMPLATE % (t, window, *fields)
             for t, *fields in zip(
                 ts[engine.window].tolist(),
                 *(self._engine_json[k][engine.item].tolist() for k in _ENGINE_STATIC),
+                role_json,
+                source_json,
                 *(_tokens(engine.values[f]) for f in _ENGINE_FIELDS),
                 strict=True,
             )
         ]
         return b"".join(_interleave(gpu_lines, gpu.counts, engine_lines, engine.counts))
+
+
+_JSON_CACHE: dict[str, bytes] = {}
+
+
+def _json(text: str) -> bytes:
+    token = _JSON_CACHE.get(text)
+    if token is None:
+        token = _JSON_CACHE.setdefault(text, orjson.dumps(text))
+    return token
+
+
+def _labels(sim: FleetSimulation) -> list[tuple[int, float, str, str]]:
+    """(worker, from epoch, role label, role source) of the scenario's labels, in order."""
+    layout = sim.layout
+    by_key = layout.worker_by_key()
+    out: list[tuple[int, float, str, str]] = []
+    for spec in sim.scenario.labels:
+        if spec.worker is not None:
+            targets = [by_key[spec.worker]]
+        else:
+            node = layout.node_index(spec.node or "")
+            targets = [w for w in layout.workers if w.node == node]
+        source = RoleSource.NONE if spec.role == "unknown" else RoleSource.SIM
+        since = sim.epoch0 + spec.from_hour * 3600.0
+        out += [(w.index, since, spec.role, source.value) for w in targets]
+    return out
 
 
 def _interleave(

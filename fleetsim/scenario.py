@@ -26,6 +26,13 @@ Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 IdPart = Annotated[str, Field(pattern=_ID_PART, max_length=63)]
 WorkerRole = Literal["prefill", "decode", "mixed"]
+LabelRole = Literal["prefill", "decode", "mixed", "unknown"]
+# A worker as the scenario names it, whatever the naming style: "<node key>/<role>-<k>" (node03/decode-1).
+WorkerKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/(prefill|decode|mixed)-[0-9]+$")]
+Naming = Literal["nodeNN", "eks", "gke", "fqdn"]
+Telemetry = Literal["full", "basic"]  # basic: dcgm-exporter without profiling fields
+GpuField = Literal["sm_active", "tensor_active", "dram_active", "gpu_util", "power_w"]
+_PROFILING_AND_POWER: tuple[GpuField, ...] = ("sm_active", "tensor_active", "dram_active", "power_w")
 
 
 class ScenarioError(ValueError):
@@ -47,6 +54,8 @@ class TrafficSpec(_Spec):
     bursts_per_day: NonNegative = 2.0
     burst_factor: Annotated[float, Field(ge=1.0, le=10.0)] = 1.6
     burst_minutes: Positive = 12.0
+    prompt_scale: Annotated[float, Field(gt=0.0, le=20.0)] = 1.0  # multiplies every prompt length
+    output_scale: Annotated[float, Field(gt=0.0, le=20.0)] = 1.0  # multiplies every output length
 
 
 class DriftSpec(_Spec):
@@ -71,7 +80,9 @@ class PoolSpec(_Spec):
     """One model pool: a served model, its serving mode and engine knobs, and its traffic."""
 
     name: IdPart
-    cluster: IdPart = "sim"
+    cluster: IdPart | None = None  # records' cluster; None: the records carry none
+    # Engine records' deployment ("<namespace>/<owner>" allowed); default: the pool's name.
+    deployment: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$", max_length=127)] | None = None
     model: str = Field(min_length=1, max_length=253)  # served model id, e.g. an HF id
     precision: str = "fp8"
     kv_precision: str | None = None  # default: the weights' precision (bf16 for int4)
@@ -92,7 +103,11 @@ class PoolSpec(_Spec):
     @property
     def pool_id(self) -> str:
         """The pool as findings name it: ``cluster/pool``."""
-        return f"{self.cluster}/{self.name}"
+        return f"{self.cluster}/{self.name}" if self.cluster else self.name
+
+    @property
+    def deployment_name(self) -> str:
+        return self.deployment or self.name
 
 
 class NodeGroupSpec(_Spec):
@@ -102,7 +117,56 @@ class NodeGroupSpec(_Spec):
     sku: str = Field(min_length=1)  # GPU catalog key, e.g. H100-SXM
     gpus: Annotated[int, Field(ge=1, le=16)] = 8
     pool: IdPart
-    workers: dict[WorkerRole, Annotated[int, Field(ge=0, le=16)]]
+    workers: dict[WorkerRole, Annotated[int, Field(ge=0, le=112)]]
+    telemetry: Telemetry | None = None  # default: the scenario's
+    node_pool: IdPart | None = None  # the GKE node pool (gke naming); default from the SKU
+    mig: Annotated[str, Field(pattern=r"^[1-7]g\.[0-9]+gb$")] | None = None  # each GPU split in slices
+
+    @property
+    def devices(self) -> int:
+        """GPUs, or MIG slices, the node's workers can hold."""
+        return self.gpus * self.mig_slices
+
+    @property
+    def mig_slices(self) -> int:
+        return 7 // int(self.mig.split("g.")[0]) if self.mig else 1
+
+
+class LabelSpec(_Spec):
+    """A role label that differs from what a worker runs, from ``from_hour`` on (role "unknown": no label).
+
+    Names one worker (``worker``) or every worker of a node (``node``), by their ``nodeNN`` keys.
+    """
+
+    worker: WorkerKey | None = None
+    node: IdPart | None = None
+    role: LabelRole
+    from_hour: NonNegative = 0.0
+
+    @model_validator(mode="after")
+    def _one(self) -> LabelSpec:
+        if (self.worker is None) == (self.node is None):
+            raise ValueError("a label names exactly one of worker or node")
+        return self
+
+
+class DrainSpec(_Spec):
+    """A worker the router stops sending traffic to at ``at_hour`` (for ``hours``; None: for good) while
+    its engine stays up, holds its GPUs and reports."""
+
+    worker: WorkerKey
+    at_hour: NonNegative = 0.0
+    hours: Positive | None = None
+
+
+class DegradedSpec(_Spec):
+    """A node's collector reports GPUs ``degraded`` with ``missing`` fields null from ``at_hour``."""
+
+    node: IdPart
+    gpus: list[Annotated[int, Field(ge=0, le=15)]] | None = None  # None: every GPU of the node
+    at_hour: NonNegative = 0.0
+    hours: Positive | None = None
+    missing: list[GpuField] = Field(default_factory=lambda: list(_PROFILING_AND_POWER))
 
 
 class GpuLostSpec(_Spec):
@@ -122,6 +186,8 @@ class LifeSpec(_Spec):
     collector_gaps_per_node_week: NonNegative = 1.0
     collector_gap_minutes: tuple[Positive, Positive] = (1.0, 15.0)
     gpu_lost: list[GpuLostSpec] = Field(default_factory=list)
+    drained: list[DrainSpec] = Field(default_factory=list)
+    degraded: list[DegradedSpec] = Field(default_factory=list)
     efficiency_spread: Annotated[float, Field(ge=0.0, le=0.1)] = 0.02  # per-GPU speed, std. deviation
 
     @model_validator(mode="after")
@@ -141,9 +207,22 @@ class Scenario(_Spec):
     window_s: Annotated[int, Field(ge=1, le=3600)] = 30
     days: Positive = 7.0
     node_prefix: IdPart = "node"
+    naming: Naming = "nodeNN"  # node and worker names; events always name nodes by their nodeNN key
+    telemetry: Telemetry = "full"
+    kv_link_gb_s: Positive | None = None  # the default of every pool's kv_link_gb_s (the operator's figure)
     pools: list[PoolSpec] = Field(min_length=1)
     nodes: list[NodeGroupSpec] = Field(min_length=1)
+    labels: list[LabelSpec] = Field(default_factory=list)
     life: LifeSpec = Field(default_factory=LifeSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _link_default(cls, data: object) -> object:
+        link = data.get("kv_link_gb_s") if isinstance(data, dict) else None
+        if link is None or not isinstance(data, dict) or not isinstance(data.get("pools"), list):
+            return data
+        pools = [{"kv_link_gb_s": link, **p} if isinstance(p, dict) else p for p in data["pools"]]
+        return {**data, "pools": pools}
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -157,10 +236,14 @@ class Scenario(_Spec):
             if pool is None:
                 raise ValueError(f"nodes[{i}].pool {group.pool!r} is not a pool; pools: {sorted(pools)}")
             used = sum(group.workers.values()) * pool.tp
-            if used > group.gpus:
+            if used > group.devices:
                 raise ValueError(
                     f"nodes[{i}]: {sum(group.workers.values())} workers x TP {pool.tp} need {used} GPUs, "
-                    f"the node has {group.gpus}"
+                    f"the node has {group.devices}"
+                )
+            if group.mig and pool.tp != 1:
+                raise ValueError(
+                    f"nodes[{i}]: MIG slices serve TP 1 only, pool {pool.name!r} has TP {pool.tp}"
                 )
             roles[group.pool].update(role for role, n in group.workers.items() if n)
         for name, pool in pools.items():

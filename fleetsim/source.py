@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from fleet.catalog import Catalog
+from fleet.contract import EngineSample, GpuSample
 from fleetsim.fleet_sim import Chunk, FleetSimulation
 from fleetsim.records import RecordBuilder, to_records
 from fleetsim.scenario import Scenario, load_scenario
-from fleet.catalog import Catalog
-from fleet.contract import EngineSample, GpuSample
 
 if TYPE_CHECKING:
     from collector.clock import Clock

@@ -135,17 +135,19 @@ class MixStats:
     output_p99: FloatArray
 
 
-def mix_stats(code_share: FloatArray) -> MixStats:
-    """Statistics of a code/conv mix whose request share of code is ``code_share`` (per window)."""
+def mix_stats(code_share: FloatArray, prompt_scale: float = 1.0, output_scale: float = 1.0) -> MixStats:
+    """Statistics of a code/conv mix whose request share of code is ``code_share`` (per window), every
+    prompt length multiplied by ``prompt_scale`` and every output length by ``output_scale``."""
     s = np.clip(np.asarray(code_share, dtype=np.float64), 0.0, 1.0)
+    sp, so = prompt_scale, output_scale
     pc, oc = moments("code", "prompt"), moments("code", "output")
     pv, ov = moments("conv", "prompt"), moments("conv", "output")
-    mean_p = s * pc.mean + (1 - s) * pv.mean
-    mean_p2 = s * pc.mean_sq + (1 - s) * pv.mean_sq
-    mean_o = s * oc.mean + (1 - s) * ov.mean
+    mean_p = (s * pc.mean + (1 - s) * pv.mean) * sp
+    mean_p2 = (s * pc.mean_sq + (1 - s) * pv.mean_sq) * sp * sp
+    mean_o = (s * oc.mean + (1 - s) * ov.mean) * so
     # E[o p] = E[o] E[p] within a service; the mixture weighs each service by its share.
-    mean_op = s * oc.mean * pc.mean + (1 - s) * ov.mean * pv.mean
-    mean_o2 = s * oc.mean_sq + (1 - s) * ov.mean_sq
+    mean_op = (s * oc.mean * pc.mean + (1 - s) * ov.mean * pv.mean) * sp * so
+    mean_o2 = (s * oc.mean_sq + (1 - s) * ov.mean_sq) * so * so
     decode_context = (mean_op + mean_o2 / 2.0) / mean_o
     prefill_keys = (mean_p2 / mean_p + 1.0) / 2.0
     return MixStats(
@@ -153,10 +155,10 @@ def mix_stats(code_share: FloatArray) -> MixStats:
         mean_output=mean_o,
         decode_context=decode_context,
         prefill_keys=prefill_keys,
-        prompt_p50=np.interp(s, _SHARE_GRID, _mixture_quantiles("prompt", 0.5)),
-        prompt_p99=np.interp(s, _SHARE_GRID, _mixture_quantiles("prompt", 0.99)),
-        output_p50=np.interp(s, _SHARE_GRID, _mixture_quantiles("output", 0.5)),
-        output_p99=np.interp(s, _SHARE_GRID, _mixture_quantiles("output", 0.99)),
+        prompt_p50=np.interp(s, _SHARE_GRID, _mixture_quantiles("prompt", 0.5)) * sp,
+        prompt_p99=np.interp(s, _SHARE_GRID, _mixture_quantiles("prompt", 0.99)) * sp,
+        output_p50=np.interp(s, _SHARE_GRID, _mixture_quantiles("output", 0.5)) * so,
+        output_p99=np.interp(s, _SHARE_GRID, _mixture_quantiles("output", 0.99)) * so,
     )
 
 
@@ -211,9 +213,14 @@ class WindowArrivals:
 
 
 def draw_arrivals(
-    rate_rps: FloatArray, code_share: FloatArray, window_s: float, rng: np.random.Generator
+    rate_rps: FloatArray,
+    code_share: FloatArray,
+    window_s: float,
+    rng: np.random.Generator,
+    scale: Mapping[Kind, float] | None = None,
 ) -> WindowArrivals:
-    """Poisson arrivals per service and window, with length sums drawn from the services' moments."""
+    """Poisson arrivals per service and window, with length sums drawn from the services' moments
+    (each kind's lengths multiplied by ``scale[kind]``, default 1)."""
     total_requests = np.zeros_like(rate_rps)
     sums: dict[Kind, FloatArray] = {"prompt": np.zeros_like(rate_rps), "output": np.zeros_like(rate_rps)}
     shares: Mapping[Service, FloatArray] = {"code": code_share, "conv": 1.0 - code_share}
@@ -223,7 +230,8 @@ def draw_arrivals(
         for kind in ("prompt", "output"):
             m = moments(service, kind)
             draw = n * m.mean + np.sqrt(n * m.variance) * rng.standard_normal(n.shape)
-            sums[kind] = sums[kind] + np.maximum(draw, n * m.minimum)
+            factor = (scale or {}).get(kind, 1.0)
+            sums[kind] = sums[kind] + np.maximum(draw, n * m.minimum) * factor
         total_requests += n
     return WindowArrivals(requests=total_requests, prompt_tokens=sums["prompt"], output_tokens=sums["output"])
 

@@ -6,11 +6,11 @@ import numpy as np
 import orjson
 import pytest
 
+from fleet.catalog import Catalog
+from fleet.contract import EngineSample, GpuSample, GpuState, parse_record
 from fleetsim.fleet_sim import FleetSimulation
 from fleetsim.records import RecordBuilder, to_records
 from fleetsim.scenario import Scenario, load_scenario
-from fleet.catalog import Catalog
-from fleet.contract import EngineSample, GpuSample, GpuState, parse_record
 
 
 def _jsonl(sim: FleetSimulation, days: float) -> bytes:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleetsim.physics import Efficiency, EngineConfig, StepModel, WorkerHardware
-from fleetsim.pool import lindley
 from fleet.catalog import Catalog
 from fleet.precision import Precision
+from fleetsim.physics import Efficiency, EngineConfig, StepModel, WorkerHardware
+from fleetsim.pool import lindley
 
 BANDWIDTH_RATIO = 4.8 / 3.35
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from fleet.catalog import Catalog
+from fleet.contract import FindingKind
 from fleetsim.layout import build_layout
 from fleetsim.scenario import ScenarioError, builtin_scenarios, load_scenario, parse_scenario
 from fleetsim.truth import compute_truth
-from fleet.catalog import Catalog
-from fleet.contract import FindingKind
 
 SCENARIOS = ("demo", "balanced", "inverted", "all-h100", "capacity", "underused", "mixed")
 
@@ -187,3 +187,21 @@ def test_bad_catalog_references_name_the_problem(catalog: Catalog) -> None:
         build_layout(parse_scenario(tp1), catalog)
     with pytest.raises(ScenarioError, match="no scenario 'nope'"):
         load_scenario("nope")
+
+
+def test_corpus_truth_sees_the_misplacements_whatever_the_names(catalog: Catalog) -> None:
+    eks = load_scenario("eks-inverted")
+    layout = build_layout(eks, catalog)
+    h100_decode = {
+        w.worker_id for w in layout.workers if w.sku.key == "H100-SXM" and w.role.value == "decode"
+    }
+    truth = _truth("eks-inverted", catalog, days=1.0, window_s=300)
+    flagged = {m["worker_id"] for m in truth["misplaced_workers"] if m["kind"] == "decode-on-low-bandwidth"}
+    assert flagged <= h100_decode and len(flagged) >= 3
+    swapped = {m["worker_id"] for m in truth["misplaced_workers"] if m["kind"] == "prefill-on-high-bandwidth"}
+    assert swapped and all(layout.worker_by_id()[w].sku.key == "H200-SXM" for w in swapped)
+    gke = _truth("gke-two-pools", catalog, days=1.0, window_s=300)
+    assert {m["pool"] for m in gke["misplaced_workers"]} == {"ml-prod/llama-70b"}
+    assert all(s["misplaced_workers"] == [] for s in gke["segments"] if s["pool"] == "ml-prod/llama-8b")
+    for name in ("fqdn-balanced", "tp-mix", "moe", "no-profiling", "unknown-roles", "role-drift", "mig"):
+        assert _truth(name, catalog, days=1.0, window_s=300)["misplaced_workers"] == [], name

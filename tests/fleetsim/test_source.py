@@ -8,12 +8,12 @@ import pytest
 
 from collector.clock import FakeClock
 from collector.settings import CollectorSettings
+from fleet.catalog import Catalog
+from fleet.contract import EngineSample, GpuSample
 from fleetsim.fleet_sim import FleetSimulation
 from fleetsim.records import RecordBuilder, to_records
 from fleetsim.scenario import load_scenario
 from fleetsim.source import SimSource
-from fleet.catalog import Catalog
-from fleet.contract import EngineSample, GpuSample
 
 START = datetime(2024, 6, 3, tzinfo=UTC)
 
@@ -62,8 +62,8 @@ def test_collector_source(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_whole_run_batches_agree(catalog: Catalog) -> None:
-    from fleetsim.source import dict_batches, jsonl_batches
     from fleet.contract import parse_record
+    from fleetsim.source import dict_batches, jsonl_batches
 
     scenario = load_scenario("mixed")
     lines = b"".join(jsonl_batches(scenario, catalog, seed=2, days=0.1, window_s=60)).splitlines()
