@@ -7,7 +7,9 @@ Modules: ``traffic`` (arrivals and Azure-fitted lengths), ``physics`` (step time
 (routing, queues, operating points), ``counters`` (DCGM-definition counters), ``life`` (drift, restarts,
 collector gaps, Xid 79, idle periods), ``scenario`` (YAML), ``layout`` (nodes, GPUs, workers),
 ``fleet_sim`` (the vectorised engine), ``records`` (columns to JSON lines / records), ``truth`` and
-``placement`` (ground truth), ``source`` (the streaming API), ``calibration`` (the published tables).
+``placement`` (ground truth), ``planted`` (findings a scenario plants by construction), ``examine``
+(scoring the analyzer against the truth by counts), ``naming`` (node and worker naming styles),
+``source`` (the streaming API), ``calibration`` (the published tables).
 
 What the records say (per window):
 
@@ -29,4 +31,8 @@ What the records say (per window):
   evicted when the KV cache runs out.
 - Restarting engines send no engine sample (their GPUs report idle); a collector gap silences a whole
   node (no GPU or engine samples).
+- Both carry the pool's ``cluster`` (when the scenario names one) and engine samples its ``deployment``.
+  A node group with ``telemetry: basic`` reports ``source`` "dcgm" with null profiling ratios (dcgm-exporter's
+  default fields), a degraded GPU ``state`` "degraded", and MIG slices ``parent_gpu_uuid``/``mig_profile``.
+  Node names and worker ids follow the scenario's ``naming`` (``nodeNN`` by default; eks, gke, fqdn).
 """
