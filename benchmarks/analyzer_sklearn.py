@@ -34,7 +34,7 @@ from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
 from analyzer.roofline import step_time
 from fleet.catalog import load_catalog
 from fleet.contract import FindingKind, Role
-from tests.analyzer.sim_harness import simulate
+from fleetsim.examine import simulate
 
 PREFILL, DECODE = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE)
 

@@ -1,48 +1,45 @@
-"""Ground truth by re-simulation: the best placement of the same GPUs for the same traffic, and its gain.
+"""Ground truth by re-simulation: the best placements of the same GPUs for the same traffic, and the gain.
 
 Method. For each pool and each time segment (segments split at the scenario's mix drifts), the same
-traffic (same seed, same arrivals, same restarts and lost GPUs) is run through this simulator with the
-pool's prefill/decode roles re-assigned. A candidate placement keeps every worker on its GPUs (same TP
-groups, same SKU counts) and chooses, per SKU, how many of that SKU's workers run prefill. Candidates
-are screened on the simulator's own per-window worker capacities (every combination, or a local search
-on very large fleets), then the leaders are re-simulated in saturated mode ("unlimited request rate":
-the pool always has work, as the published benchmarks run) and the best is taken. If the current
-placement sustains within ``TOLERANCE`` (1%) of the best, it is the best: nothing is misplaced unless
-moving it matters. Placements within ``TIE`` (0.25%) of each other sustain the same throughput; among
-them the one with the most spare stage capacity wins (decode on the higher-bandwidth GPUs even where
-prefill is the binding stage), then the one with the fewest role changes. Colocated pools keep their
-"mixed" roles.
+traffic (same seed, same restarts and lost GPUs) is run through this simulator with the pool's
+prefill/decode roles re-assigned. A candidate keeps every worker on its GPUs and chooses, per SKU, how
+many of that SKU's workers run prefill (``fleetsim.placement``). Candidates are screened on the
+simulator's per-window worker capacities, then the leaders and the current placement are re-simulated
+in saturated mode (the pool always has work, as published benchmarks run).
 
-Throughput is tokens/s of completed requests (prompt + generated tokens). Lost tokens/s = best -
-current, both saturated. When the pool is demand-limited (the current placement serves what arrives)
-that loss is idle capacity, not undelivered tokens: ``demand_limited`` says so, and
-``undelivered_tokens_per_s`` (actual traffic re-simulated on both placements) is then about zero.
+Noise and equivalence. Nothing here is a tuned tolerance: the noise of a re-simulated throughput is
+measured from the simulation. The current and the best placement are re-simulated again under
+``NOISE_SEEDS`` independent seeds (other restarts, lost-GPU timing, traffic draws), and the segment's
+own windows are cut into ``BATCHES`` batch means. ``noise_tokens_per_s`` is twice the largest standard
+deviation among: the seed-to-seed spread of either placement and the standard error of either one's
+batch means. Every re-simulated placement within that noise of the highest is an equivalent best,
+listed, never ranked. If the current placement is among them, nothing in that pool and segment is
+misplaced and nothing is lost.
 
-Schema (JSON)::
+Lost capacity = the highest of the equivalent set minus the current (saturated), in prompt + output
+tokens/s, output tokens/s and requests/s. ``demand_limited``: the current placement's queues were empty
+in most windows of the segment (it served what arrived); its loss is then idle capacity.
 
-    {"scenario", "seed", "days", "window_s", "start", "end", "method", "tolerance",
-     "tokens": "prompt + generated tokens of completed requests, per second",
-     "lost_tokens_per_s": time-weighted over the horizon, summed over pools,
-     "undelivered_tokens_per_s": likewise, under the actual traffic,
-     "demand_limited": true when every segment is,
-     "segments": [{"pool", "start", "end", "current_tokens_per_s", "best_tokens_per_s",
-                   "lost_tokens_per_s", "offered_tokens_per_s", "delivered_tokens_per_s",
-                   "best_delivered_tokens_per_s", "undelivered_tokens_per_s", "demand_limited",
-                   "utilisation", "code_share", "mean_prompt_tokens", "mean_output_tokens",
-                   "current_placement": {sku: {role: n_workers}}, "best_placement": {...},
-                   "misplaced_workers": [worker entries, below]}],
-     "misplaced_workers": [{"worker_id", "pool", "kind", "role", "sku", "recommended_role",
-                            "action", "segments": [indices], "fraction_of_time"}]
-                          (kinds other than pool-ratio-drift, over all segments),
-     "ratio_drift": [{"pool", "segment", "start", "prefill_workers_now", "prefill_workers_best"}],
-     "drift_events": [{"pool", "start", "end", "description"}],
-     "gpu_lost": [{"node", "gpu_uuid", "worker_id", "start", "end"}]}
+Kinds, from the simulator's physics, per (SKU, from_role, to_role) count of an equivalent best:
+decode -> prefill on a SKU while a higher-bandwidth SKU decodes in that best split:
+``decode-on-low-bandwidth``, or ``capacity-on-small-memory`` for the moved workers whose decode batch
+was limited by KV memory (KV-bound and full) in most of the windows they were up; prefill -> decode on a
+SKU while a lower-bandwidth SKU decodes now and gains prefill in that split: ``prefill-on-high-bandwidth``;
+any other change re-balances the pool: ``pool-ratio-drift``. A segment shows ratio drift when every
+equivalent best needs such a re-balance.
 
-Worker entry kinds (fleet.contract.FindingKind): decode -> prefill on a SKU whose higher-bandwidth
-peers decode in the best plan: ``decode-on-low-bandwidth``, or ``capacity-on-small-memory`` when the
-worker was KV-bound and saturated in at least a quarter of the segment; prefill -> decode on a SKU
-while lower-bandwidth GPUs decode now and prefill in the best plan: ``prefill-on-high-bandwidth``;
-any other role change only re-balances the pool: ``pool-ratio-drift``.
+Schema (JSON), per segment: ``pool``, ``start``, ``end``, ``current_placement`` ({sku: {role: n}}),
+``best_placements`` (the equivalent set, highest throughput first), ``best_placements_tokens_per_s``,
+``misplaced_counts`` (one list per equivalent best that needs moves, of {"sku", "from_role", "to_role",
+"kind", "count"}; ``[[]]`` when the current placement is equivalent), ``current_is_best``,
+``equivalence_complete`` (false when every re-simulated candidate was within the noise),
+``noise_tokens_per_s``, ``current_/best_/lost_tokens_per_s``, ``current_/lost_output_tokens_per_s``,
+``current_/lost_requests_per_s``, ``demand_limited``, ``saturated_share``, ``offered_``/``delivered_``/
+``best_delivered_``/``undelivered_tokens_per_s``, ``utilisation``, ``code_share``, mean lengths, and for
+older readers ``best_placement`` and ``misplaced_workers`` (the highest-throughput equivalent, with the
+workers the group order moves: an arbitrary pick within each SKU). Top level: time-weighted sums over
+pools of the lost and noise figures, ``lost_is``, ``misplaced_workers``, ``ratio_drift``,
+``pools`` ({pool: {"name", "workers": {id: {"sku", "role"}}}}), ``drift_events``, ``gpu_lost``.
 """
 
 from __future__ import annotations
@@ -57,22 +54,24 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from fleetsim.fleet_sim import FleetSimulation, PoolChunk, rfc3339
-from fleetsim.life import drift_events
-from fleetsim.placement import TIE, Groups, screen
-from fleetsim.pool import DECODE, MIXED, PREFILL, PoolModel, QueueState
-from fleetsim.scenario import Scenario
 from fleet.catalog import Catalog
 from fleet.contract import FindingKind, Role
+from fleetsim.fleet_sim import FleetSimulation, PoolChunk, rfc3339
+from fleetsim.life import drift_events
+from fleetsim.placement import Groups, screen
+from fleetsim.pool import DECODE, MIXED, PREFILL, PoolModel, QueueState
+from fleetsim.scenario import Scenario
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 T = TypeVar("T")
 
-TOLERANCE = 0.01
-CAPACITY_KIND_SHARE = 0.25
+NOISE_SEEDS = 2  # extra independent seeds the current and best placements are re-simulated under
+BATCHES = 10  # batch means per segment
+CHOICES = 3  # other picks of which workers of each SKU take the best counts' roles
 _SEARCH_WINDOWS = 720  # windows per segment the screening uses (evenly spaced)
 _ROLE_NAME = {PREFILL: Role.PREFILL, DECODE: Role.DECODE, MIXED: Role.MIXED}
+_SERIES = ("tokens", "requests", "output")
 
 
 def _slice(value: T, sl: slice) -> T:
@@ -91,38 +90,29 @@ class _Segment:
     first: int  # window range [first, last)
     last: int
     current: IntArray  # role codes per pool worker
-    # Filled by the passes:
-    sample_windows: list[int] = field(default_factory=list)
     sample_prefill: list[FloatArray] = field(default_factory=list)  # (K,) per sampled window
     sample_decode: list[FloatArray] = field(default_factory=list)
     sample_mean: list[tuple[float, float]] = field(default_factory=list)
-    starved: FloatArray | None = None  # windows KV-bound and saturated, per worker
+    starved: FloatArray | None = None  # windows KV-bound and full, per worker
+    up: FloatArray | None = None  # windows up, per worker
+    saturated_windows: int = 0  # windows with work queued somewhere in the pool
     offered: float = 0.0
     delivered: float = 0.0
     share: float = 0.0
     prompt: float = 0.0
     output: float = 0.0
-    candidates: list[IntArray] = field(default_factory=list)
-    saturated: dict[int, float] = field(default_factory=dict)  # candidate index -> tokens summed
-    headroom: dict[int, float] = field(default_factory=dict)  # candidate -> stage capacities summed
-    current_saturated: float = 0.0
-    best_saturated: float = 0.0
-    best: IntArray | None = None
+    candidates: list[IntArray] = field(default_factory=list)  # role codes per worker
+    counts: list[IntArray] = field(default_factory=list)  # prefill per SKU group (disaggregated)
+    means: FloatArray | None = None  # (candidates, 3): tokens, requests, output tokens per s
+    now: int = 0  # index of the current placement among the candidates
+    top: int = 0  # index of the highest
+    noise: float = 0.0
+    equivalent: list[int] = field(default_factory=list)
     best_delivered: float = 0.0
 
     @property
     def windows(self) -> int:
         return self.last - self.first
-
-
-def _headroom(piece: PoolChunk, roles: IntArray) -> float:
-    """Requests/s each stage could sustain, summed over the stages and the windows (tie-breaker)."""
-    mix = piece.traffic.mix
-    tokens = mix.mean_prompt + mix.mean_output
-    caps, up = piece.capacities, piece.up
-    prefill = (caps.prefill * up * (roles == PREFILL)).sum(axis=1) / mix.mean_prompt
-    decode = (caps.decode * up * (roles == DECODE)).sum(axis=1) / mix.mean_output
-    return float(((prefill + decode) * tokens).sum())
 
 
 class _Truth:
@@ -136,6 +126,8 @@ class _Truth:
         window_s: float | None,
         start: datetime | None,
     ) -> None:
+        self.catalog = catalog
+        self.start = start
         self.sim = FleetSimulation(scenario, catalog, seed, window_s=window_s, start=start)
         self.scenario = scenario
         self.seed = seed
@@ -157,8 +149,7 @@ class _Truth:
             out += [_Segment(p, a, b, model.roles.copy()) for a, b in itertools.pairwise(edges)]
         return out
 
-    def _pieces(self) -> Iterator[tuple[int, list[PoolChunk]]]:
-        sim = self.sim
+    def _pieces(self, sim: FleetSimulation) -> Iterator[tuple[int, list[PoolChunk]]]:
         for index in range(-(-self.n // sim.chunk_windows)):
             first = index * sim.chunk_windows
             count = min(sim.chunk_windows, self.n - first)
@@ -174,13 +165,16 @@ class _Truth:
         """Pass 1: the current placement under the actual traffic; screening samples."""
         states = [QueueState() for _ in self.sim.models]
         window = self.sim.window_s
-        for first, pieces in self._pieces():
+        for first, pieces in self._pieces(self.sim):
             for p, (model, pc) in enumerate(zip(self.sim.models, pieces, strict=True)):
                 flow = model.flow(pc.traffic, pc.capacities, pc.up, states[p], window_s=window)
                 mix = pc.traffic.mix
                 for seg, sl in self._overlaps(p, first, len(pc.up)):
-                    starved = (flow.kv_bound & flow.saturated)[sl].sum(axis=0)
+                    starved = (flow.kv_bound & flow.saturated & flow.up)[sl].sum(axis=0).astype(float)
+                    up = flow.up[sl].sum(axis=0).astype(float)
                     seg.starved = starved if seg.starved is None else seg.starved + starved
+                    seg.up = up if seg.up is None else seg.up + up
+                    seg.saturated_windows += int(flow.saturated[sl].any(axis=1).sum())
                     seg.offered += float(flow.offered_tokens[sl].sum())
                     seg.delivered += float(flow.delivered_tokens[sl].sum())
                     seg.share += float(pc.traffic.share[sl].sum())
@@ -195,71 +189,120 @@ class _Truth:
                         zip(mix.mean_prompt[rows].tolist(), mix.mean_output[rows].tolist(), strict=True)
                     )
 
-    def resimulate(self) -> None:
-        """Pass 2: saturated re-simulation of each segment's leading candidates (and the current one)."""
-        for seg in self.segments:
-            groups = self.groups.get(seg.pool)
-            if groups is None:
-                seg.candidates = [np.zeros(0, dtype=np.int64)]
-                continue
-            seg.candidates = screen(
-                np.array(seg.sample_prefill), np.array(seg.sample_decode), np.array(seg.sample_mean), groups
-            )
-        states = {id(seg): [QueueState() for _ in seg.candidates] for seg in self.segments}
-        window = self.sim.window_s
-        for first, pieces in self._pieces():
-            for p, (model, pc) in enumerate(zip(self.sim.models, pieces, strict=True)):
+    def _saturated(self, sim: FleetSimulation, plans: list[list[IntArray]]) -> list[list[FloatArray]]:
+        """Saturated re-simulation of role plans per segment: (windows, 3) series of tokens, requests
+        and output tokens per s, per plan."""
+        states = [[QueueState() for _ in plan] for plan in plans]
+        out: list[list[list[FloatArray]]] = [[[] for _ in plan] for plan in plans]
+        index = {id(seg): i for i, seg in enumerate(self.segments)}
+        for first, pieces in self._pieces(sim):
+            for p, (model, pc) in enumerate(zip(sim.models, pieces, strict=True)):
                 for seg, sl in self._overlaps(p, first, len(pc.up)):
                     piece = _slice(pc, sl)
-                    groups = self.groups.get(p)
-                    for c, counts in enumerate(seg.candidates):
-                        roles = groups.roles(counts) if groups else model.roles
-                        state = states[id(seg)][c]
+                    i = index[id(seg)]
+                    for c, roles in enumerate(plans[i]):
                         flow = model.flow(
                             piece.traffic,
                             piece.capacities,
                             piece.up,
-                            state,
-                            window_s=window,
+                            states[i][c],
+                            window_s=sim.window_s,
                             saturated=True,
                             roles=roles,
                         )
-                        seg.saturated[c] = seg.saturated.get(c, 0.0) + float(flow.delivered_tokens.sum())
-                        seg.headroom[c] = seg.headroom.get(c, 0.0) + _headroom(piece, roles)
+                        requests = flow.delivered_requests
+                        out[i][c].append(
+                            np.stack(
+                                [flow.delivered_tokens, requests, requests * piece.traffic.mix.mean_output],
+                                axis=1,
+                            )
+                        )
+        return [[np.concatenate(parts) for parts in plan] for plan in out]
+
+    def resimulate(self) -> None:
+        """Pass 2: saturated re-simulation of each segment's candidates; pass 3: the noise, the
+        equivalent set."""
+        plans = []
         for seg in self.segments:
             groups = self.groups.get(seg.pool)
-            scores = np.array([seg.saturated[c] for c in range(len(seg.candidates))])
             if groups is None:
-                seg.best = self.sim.models[seg.pool].roles.copy()
-                seg.current_saturated = seg.best_saturated = float(scores[0])
-                continue
-            current = next(
-                c for c, counts in enumerate(seg.candidates) if np.array_equal(counts, groups.current)
-            )
-            room = np.array([seg.headroom[c] for c in range(len(seg.candidates))])
-            if scores[current] >= scores.max() * (1.0 - TOLERANCE):
-                pick = current  # within tolerance of the best: nothing worth moving
+                seg.candidates = [seg.current.copy()]
             else:
-                ties = np.flatnonzero(scores >= scores.max() * (1.0 - TIE))
-                flips = [int(np.abs(seg.candidates[c] - groups.current).sum()) for c in ties]
-                # Equal throughput: the most spare capacity, then the fewest role changes.
-                pick = int(min(zip((-room[ties]).tolist(), flips, ties.tolist(), strict=True))[2])
-            seg.best = groups.roles(seg.candidates[pick])
-            seg.current_saturated = float(scores[current])
-            seg.best_saturated = float(scores[pick])
+                seg.counts = screen(
+                    np.array(seg.sample_prefill),
+                    np.array(seg.sample_decode),
+                    np.array(seg.sample_mean),
+                    groups,
+                )
+                seg.candidates = [groups.roles(c) for c in seg.counts]
+                seg.now = next(c for c, k in enumerate(seg.counts) if np.array_equal(k, groups.current))
+            plans.append(seg.candidates)
+        series = self._saturated(self.sim, plans)
+        for seg, runs in zip(self.segments, series, strict=True):
+            seg.means = np.array([r.mean(axis=0) for r in runs])
+            seg.top = int(np.argmax(seg.means[:, 0]))
+        choices = [self._choices(i, seg) for i, seg in enumerate(self.segments)]
+        chosen = [[float(r[:, 0].mean()) for r in runs] for runs in self._saturated(self.sim, choices)]
+        pair = [[seg.candidates[seg.now], seg.candidates[seg.top]] for seg in self.segments]
+        spread: list[list[list[float]]] = [[[], []] for _ in self.segments]
+        for k in range(1, NOISE_SEEDS + 1):
+            sim = FleetSimulation(
+                self.scenario, self.catalog, self.seed + k, window_s=self.sim.window_s, start=self.start
+            )
+            for i, runs in enumerate(self._saturated(sim, pair)):
+                for j, r in enumerate(runs):
+                    spread[i][j].append(float(r[:, 0].mean()))
+        for i, (seg, runs) in enumerate(zip(self.segments, series, strict=True)):
+            assert seg.means is not None
+            sigmas = [0.0]
+            for j, c in enumerate((seg.now, seg.top)):
+                values = [*spread[i][j], float(seg.means[c, 0])]
+                sigmas.append(float(np.std(values, ddof=1)))
+                batches = [b.mean() for b in np.array_split(runs[c][:, 0], min(BATCHES, len(runs[c])))]
+                if len(batches) > 1:
+                    sigmas.append(float(np.std(batches, ddof=1) / np.sqrt(len(batches))))
+            if chosen[i]:
+                sigmas.append(float(np.std([*chosen[i], float(seg.means[seg.top, 0])], ddof=1)))
+            seg.noise = 2.0 * max(sigmas)
+            best = float(seg.means[seg.top, 0])
+            order = np.argsort(-seg.means[:, 0], kind="stable")
+            seg.equivalent = [int(c) for c in order if seg.means[c, 0] >= best - seg.noise]
+
+    def _choices(self, i: int, seg: _Segment) -> list[IntArray]:
+        """The highest candidate's counts per SKU on ``CHOICES`` other random picks of the workers."""
+        groups = self.groups.get(seg.pool)
+        if groups is None:
+            return []
+        rng = np.random.default_rng([self.seed, 104_729, i])
+        out = []
+        for _ in range(CHOICES):
+            roles = np.full(groups.width, DECODE, dtype=np.int64)
+            for order, k in zip(groups.order, seg.counts[seg.top], strict=True):
+                roles[rng.permutation(order)[:k]] = PREFILL
+            out.append(roles)
+        return out
 
     def best_under_traffic(self) -> None:
-        """Pass 3: the actual traffic on the best plan of each segment, queues carried across segments."""
+        """Pass 4: the actual traffic on the highest equivalent plan, queues carried across segments."""
         states = [QueueState() for _ in self.sim.models]
         window = self.sim.window_s
-        for first, pieces in self._pieces():
+        for first, pieces in self._pieces(self.sim):
             for p, (model, pc) in enumerate(zip(self.sim.models, pieces, strict=True)):
                 for seg, sl in self._overlaps(p, first, len(pc.up)):
                     piece = _slice(pc, sl)
+                    roles = seg.candidates[self._shown(seg)]
                     flow = model.flow(
-                        piece.traffic, piece.capacities, piece.up, states[p], window_s=window, roles=seg.best
+                        piece.traffic, piece.capacities, piece.up, states[p], window_s=window, roles=roles
                     )
                     seg.best_delivered += float(flow.delivered_tokens.sum())
+
+    def _shown(self, seg: _Segment) -> int:
+        """The placement older readers see as "best": the current one if equivalent, else the equivalent
+        with the fewest re-balancing moves (moves the SKUs' physics does not explain), then the highest."""
+        if seg.now in seg.equivalent:
+            return seg.now
+        drift = FindingKind.POOL_RATIO_DRIFT
+        return min(seg.equivalent, key=lambda c: sum(kind is drift for _, kind in self._moves(seg, c)))
 
     # --- report -------------------------------------------------------------------------------------
 
@@ -275,103 +318,153 @@ class _Truth:
             per[_ROLE_NAME[role].value] += 1
         return dict(sorted(out.items()))
 
-    def _misplaced(self, seg: _Segment) -> list[dict[str, Any]]:
+    def _moves(self, seg: _Segment, c: int) -> list[tuple[int, FindingKind]]:
+        """(pool worker index, kind) of every role change from the current placement to candidate c."""
+        groups = self.groups.get(seg.pool)
+        if groups is None or c == seg.now:
+            return []
         model = self.sim.models[seg.pool]
-        assert seg.best is not None
-        bandwidth = [w.sku.hbm_bandwidth_bytes_per_s or 0.0 for w in model.workers]
-        decode_best = [bandwidth[k] for k in range(len(bandwidth)) if seg.best[k] == DECODE]
-        prefill_best = [bandwidth[k] for k in range(len(bandwidth)) if seg.best[k] == PREFILL]
-        decode_now = [bandwidth[k] for k in range(len(bandwidth)) if seg.current[k] == DECODE]
-        starved = seg.starved if seg.starved is not None else np.zeros(len(bandwidth))
-        out = []
-        for k, worker in enumerate(model.workers):
-            now, best = int(seg.current[k]), int(seg.best[k])
-            if now == best:
-                continue
-            bw = bandwidth[k]
-            kind = FindingKind.POOL_RATIO_DRIFT
-            if now == DECODE and any(b > bw for b in decode_best):
-                starved_share = float(starved[k]) / max(seg.windows, 1)
-                kind = (
-                    FindingKind.CAPACITY_ON_SMALL_MEMORY
-                    if starved_share >= CAPACITY_KIND_SHARE
-                    else FindingKind.DECODE_ON_LOW_BANDWIDTH
-                )
-            elif now == PREFILL and any(b < bw for b in prefill_best) and any(b < bw for b in decode_now):
-                kind = FindingKind.PREFILL_ON_HIGH_BANDWIDTH
-            out.append(
-                {
-                    "worker_id": worker.worker_id,
-                    "pool": model.pool.spec.pool_id,
-                    "kind": kind.value,
-                    "role": _ROLE_NAME[now].value,
-                    "sku": worker.sku.key,
-                    "recommended_role": _ROLE_NAME[best].value,
-                    "action": "swap-roles-in-place",
-                }
-            )
+        target, now = seg.counts[c], groups.current
+        decode_after = groups.sizes - target
+        memory = [model.workers[o[0]].sku.hbm_bytes or 0 for o in groups.order]
+        starved = seg.starved if seg.starved is not None else np.zeros(len(model.workers))
+        up = seg.up if seg.up is not None else np.ones(len(model.workers))
+        out: list[tuple[int, FindingKind]] = []
+        for g, order in enumerate(groups.order):
+            delta = int(target[g] - now[g])
+            higher = [h for h in range(len(groups.order)) if groups.bandwidth[h] > groups.bandwidth[g]]
+            lower = [h for h in range(len(groups.order)) if groups.bandwidth[h] < groups.bandwidth[g]]
+            if delta > 0:  # decode -> prefill
+                bigger = any(memory[h] > memory[g] and decode_after[h] > 0 for h in range(len(groups.order)))
+                faster = any(decode_after[h] > 0 for h in higher)
+                for k in order[now[g] : now[g] + delta]:
+                    if bigger and starved[k] > 0.5 * up[k]:
+                        out.append((k, FindingKind.CAPACITY_ON_SMALL_MEMORY))
+                    elif faster:
+                        out.append((k, FindingKind.DECODE_ON_LOW_BANDWIDTH))
+                    else:
+                        out.append((k, FindingKind.POOL_RATIO_DRIFT))
+            elif delta < 0:  # prefill -> decode
+                swap = any(groups.sizes[h] > now[h] and target[h] > now[h] for h in lower)
+                kind = FindingKind.PREFILL_ON_HIGH_BANDWIDTH if swap else FindingKind.POOL_RATIO_DRIFT
+                out += [(k, kind) for k in order[now[g] + delta : now[g]]]
         return out
 
+    def _counts(self, seg: _Segment, c: int) -> list[dict[str, Any]]:
+        model = self.sim.models[seg.pool]
+        tally: dict[tuple[str, str, str, str], int] = {}
+        for k, kind in self._moves(seg, c):
+            now, to = int(seg.current[k]), int(seg.candidates[c][k])
+            key = (model.workers[k].sku.key, _ROLE_NAME[now].value, _ROLE_NAME[to].value, kind.value)
+            tally[key] = tally.get(key, 0) + 1
+        return [
+            {"sku": s, "from_role": a, "to_role": b, "kind": kind, "count": n}
+            for (s, a, b, kind), n in sorted(tally.items())
+        ]
+
+    def _workers(self, seg: _Segment, c: int) -> list[dict[str, Any]]:
+        model = self.sim.models[seg.pool]
+        return [
+            {
+                "worker_id": model.workers[k].worker_id,
+                "pool": model.pool.spec.pool_id,
+                "kind": kind.value,
+                "role": _ROLE_NAME[int(seg.current[k])].value,
+                "sku": model.workers[k].sku.key,
+                "recommended_role": _ROLE_NAME[int(seg.candidates[c][k])].value,
+                "action": "swap-roles-in-place",
+            }
+            for k, kind in sorted(self._moves(seg, c), key=lambda m: model.workers[m[0]].worker_id)
+        ]
+
+    def _segment(self, seg: _Segment) -> dict[str, Any]:
+        model = self.sim.models[seg.pool]
+        assert seg.means is not None
+        n = max(seg.windows, 1)
+        current_is_best = seg.now in seg.equivalent
+        lost = np.zeros(3) if current_is_best else np.maximum(seg.means[seg.top] - seg.means[seg.now], 0.0)
+        delivered, offered = seg.delivered / n, seg.offered / n
+        current = float(seg.means[seg.now, 0])
+        shown = self._shown(seg)
+        options = [[]] if current_is_best else [self._counts(seg, c) for c in seg.equivalent]
+        return {
+            "pool": model.pool.spec.pool_id,
+            "start": self._time(seg.first),
+            "end": self._time(seg.last),
+            "current_placement": self._placement(model, seg.current),
+            "best_placements": [self._placement(model, seg.candidates[c]) for c in seg.equivalent],
+            "best_placements_tokens_per_s": [round(float(seg.means[c, 0]), 1) for c in seg.equivalent],
+            "misplaced_counts": options,
+            "current_is_best": current_is_best,
+            "equivalence_complete": len(seg.equivalent) < len(seg.candidates) or len(seg.candidates) == 1,
+            "noise_tokens_per_s": round(seg.noise, 1),
+            "current_tokens_per_s": round(current, 1),
+            "current_output_tokens_per_s": round(float(seg.means[seg.now, 2]), 1),
+            "current_requests_per_s": round(float(seg.means[seg.now, 1]), 3),
+            "best_tokens_per_s": round(float(seg.means[seg.top, 0]), 1),
+            "lost_tokens_per_s": round(float(lost[0]), 1),
+            "lost_output_tokens_per_s": round(float(lost[2]), 1),
+            "lost_requests_per_s": round(float(lost[1]), 3),
+            "offered_tokens_per_s": round(offered, 1),
+            "delivered_tokens_per_s": round(delivered, 1),
+            "best_delivered_tokens_per_s": round(seg.best_delivered / n, 1),
+            "undelivered_tokens_per_s": round(max(seg.best_delivered / n - delivered, 0.0), 1),
+            "saturated_share": round(seg.saturated_windows / n, 4),
+            "demand_limited": seg.saturated_windows < 0.5 * n,
+            "utilisation": round(delivered / current, 4) if current > 0 else 0.0,
+            "code_share": round(seg.share / n, 4),
+            "mean_prompt_tokens": round(seg.prompt / n, 1),
+            "mean_output_tokens": round(seg.output / n, 1),
+            "best_placement": self._placement(model, seg.candidates[shown]),
+            "misplaced_workers": self._workers(seg, shown),
+        }
+
     def report(self) -> dict[str, Any]:
-        segments = []
-        window = self.sim.window_s
-        horizon = self.n * window
-        lost_total = undelivered_total = 0.0
+        segments = [self._segment(seg) for seg in self.segments]
+        totals = dict.fromkeys(
+            (
+                "lost_tokens_per_s",
+                "lost_output_tokens_per_s",
+                "lost_requests_per_s",
+                "noise_tokens_per_s",
+                "current_tokens_per_s",
+                "best_tokens_per_s",
+                "undelivered_tokens_per_s",
+            ),
+            0.0,
+        )
         placed: dict[tuple[str, str], dict[str, Any]] = {}
         ratio_drift = []
-        for i, seg in enumerate(self.segments):
-            model = self.sim.models[seg.pool]
-            assert seg.best is not None
-            n = max(seg.windows, 1)
-            current, best = seg.current_saturated / n, seg.best_saturated / n
-            delivered, offered = seg.delivered / n, seg.offered / n
-            best_delivered = seg.best_delivered / n
-            misplaced = self._misplaced(seg)
-            demand_limited = delivered >= 0.98 * offered
-            entry = {
-                "pool": model.pool.spec.pool_id,
-                "start": self._time(seg.first),
-                "end": self._time(seg.last),
-                "current_tokens_per_s": round(current, 1),
-                "best_tokens_per_s": round(best, 1),
-                "lost_tokens_per_s": round(max(best - current, 0.0), 1),
-                "offered_tokens_per_s": round(offered, 1),
-                "delivered_tokens_per_s": round(delivered, 1),
-                "best_delivered_tokens_per_s": round(best_delivered, 1),
-                "undelivered_tokens_per_s": round(max(best_delivered - delivered, 0.0), 1),
-                "demand_limited": demand_limited,
-                "utilisation": round(delivered / current, 4) if current > 0 else 0.0,
-                "code_share": round(seg.share / n, 4),
-                "mean_prompt_tokens": round(seg.prompt / n, 1),
-                "mean_output_tokens": round(seg.output / n, 1),
-                "current_placement": self._placement(model, seg.current),
-                "best_placement": self._placement(model, seg.best),
-                "misplaced_workers": misplaced,
-            }
-            segments.append(entry)
-            share = seg.windows * window / horizon
-            lost_total += max(best - current, 0.0) * share
-            undelivered_total += max(best_delivered - delivered, 0.0) * share
-            for m in misplaced:
+        for i, (seg, entry) in enumerate(zip(self.segments, segments, strict=True)):
+            share = seg.windows / self.n
+            for key in totals:
+                totals[key] += float(entry[key]) * share
+            for m in entry["misplaced_workers"]:
                 if m["kind"] == FindingKind.POOL_RATIO_DRIFT.value:
                     continue
-                key = (m["worker_id"], m["kind"])
-                agg = placed.setdefault(key, {**m, "segments": [], "fraction_of_time": 0.0})
+                agg = placed.setdefault(
+                    (m["worker_id"], m["kind"]), {**m, "segments": [], "fraction_of_time": 0.0}
+                )
                 agg["segments"].append(i)
                 agg["fraction_of_time"] += share
-            now_prefill = int((seg.current == PREFILL).sum())
-            best_prefill = int((seg.best == PREFILL).sum())
-            if now_prefill != best_prefill and not model.colocated:
+            drift = FindingKind.POOL_RATIO_DRIFT.value
+            if not entry["current_is_best"] and all(
+                any(row["kind"] == drift for row in option) for option in entry["misplaced_counts"]
+            ):
+                best = seg.candidates[self._shown(seg)]
                 ratio_drift.append(
                     {
-                        "pool": model.pool.spec.pool_id,
+                        "pool": entry["pool"],
                         "segment": i,
                         "start": entry["start"],
-                        "prefill_workers_now": now_prefill,
-                        "prefill_workers_best": best_prefill,
+                        "end": entry["end"],
+                        "prefill_workers_now": int((seg.current == PREFILL).sum()),
+                        "prefill_workers_best": int((best == PREFILL).sum()),
                     }
                 )
         layout = self.sim.layout
+        window = self.sim.window_s
+        horizon = self.n * window
         lost_gpus = [
             {
                 "node": layout.nodes[layout.gpus[span.item].node],
@@ -394,11 +487,11 @@ class _Truth:
             "window_s": window,
             "start": self._time(0),
             "end": self._time(self.n),
-            "method": "re-simulation of the same traffic on the best placement of the same GPUs (saturated)",
-            "tolerance": TOLERANCE,
+            "method": "re-simulation of the same traffic on the best placements of the same GPUs (saturated)",
+            "noise": f"2 x the largest std. dev. over {NOISE_SEEDS} extra seeds and {BATCHES} batch means",
             "tokens": "prompt + generated tokens of completed requests, per second",
-            "lost_tokens_per_s": round(lost_total, 1),
-            "undelivered_tokens_per_s": round(undelivered_total, 1),
+            "lost_is": "the highest of the equivalent best placements minus the current one",
+            **{key: round(value, 3 if "requests" in key else 1) for key, value in totals.items()},
             "demand_limited": all(s["demand_limited"] for s in segments),
             "segments": segments,
             "misplaced_workers": [
@@ -406,6 +499,13 @@ class _Truth:
                 for m in sorted(placed.values(), key=lambda m: (m["pool"], m["worker_id"]))
             ],
             "ratio_drift": ratio_drift,
+            "pools": {
+                m.pool.spec.pool_id: {
+                    "name": m.pool.spec.name,
+                    "workers": {w.worker_id: {"sku": w.sku.key, "role": w.role.value} for w in m.workers},
+                }
+                for m in self.sim.models
+            },
             "drift_events": [
                 {
                     "pool": e.pool,
@@ -414,7 +514,7 @@ class _Truth:
                     "description": e.description,
                 }
                 for e in drift_events(self.scenario)
-                if e.start_s < self.n * window
+                if e.start_s < horizon
             ],
             "gpu_lost": lost_gpus,
         }

@@ -1,6 +1,6 @@
 """A small, hand-written fleet for the analyzer's unit tests: raw sample columns with simple, known physics.
 
-Not the simulator (tests/analyzer/sim_harness.py runs that): here every number is chosen by the test, so a
+Not the simulator (fleetsim/examine.py runs that): here every number is chosen by the test, so a
 test can say exactly what the analyzer must find. Prefill workers share the prompt tokens equally and are
 busy in proportion; each prefill leg generates one token per request (max_tokens=1). Decode workers share
 the output tokens; their batch follows from a linear step time (``tpot = a + b x batch``) and their KV use

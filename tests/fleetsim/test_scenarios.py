@@ -75,11 +75,17 @@ def test_all_h100_decode_is_not_misplaced(catalog: Catalog) -> None:
     assert all(s["misplaced_workers"] == [] for s in truth["segments"])
 
 
-def test_capacity_flags_the_kv_starved_h100_decoders(catalog: Catalog) -> None:
+def test_capacity_moves_the_kv_starved_h100_decoders(catalog: Catalog) -> None:
     truth = _truth("capacity", catalog)
-    kinds = {m["worker_id"]: m["kind"] for m in truth["misplaced_workers"]}
-    starved = [w for w, k in kinds.items() if k == FindingKind.CAPACITY_ON_SMALL_MEMORY.value]
-    assert sorted(starved) == ["node01/decode-1", "node01/decode-2"]
+    # Both H100 decoders move to prefill in every equivalent best split; whether each is named capacity-bound
+    # depends on its own KV state (about half the windows full for each), so either memory kind is right.
+    for counts in truth["segments"][0]["misplaced_counts"]:
+        moved = [c for c in counts if c["sku"] == "H100-SXM" and c["from_role"] == "decode"]
+        assert sum(c["count"] for c in moved) == 2
+        assert {c["kind"] for c in moved} <= {
+            FindingKind.CAPACITY_ON_SMALL_MEMORY.value,
+            FindingKind.DECODE_ON_LOW_BANDWIDTH.value,
+        }
 
 
 def test_underused_is_demand_limited_below_40_percent(catalog: Catalog) -> None:
