@@ -67,9 +67,9 @@ def _ts(epoch: float) -> datetime:
     return datetime.fromtimestamp(epoch, tz=UTC)
 
 
-def supply_limited(placement: PlacementResult, waiting_at_peak: float) -> bool:
+def supply_limited(placement: PlacementResult, waiting_typical: float) -> bool:
     """The pool does not serve its demand: its peak demand exceeds its capacity and requests queue then."""
-    return not placement.demand_limited and math.isfinite(waiting_at_peak) and waiting_at_peak >= 1.0
+    return not placement.demand_limited and math.isfinite(waiting_typical) and waiting_typical >= 1.0
 
 
 def severity(
@@ -85,10 +85,10 @@ def severity(
     return Severity.INFO
 
 
-def _severity_basis(placement: PlacementResult, waiting_at_peak: float) -> str:
+def _severity_basis(placement: PlacementResult, waiting_typical: float) -> str:
     queue = (
-        f"{waiting_at_peak:,.1f} requests waiting at peak"
-        if math.isfinite(waiting_at_peak)
+        f"{waiting_typical:,.1f} requests waiting in the median bucket"
+        if math.isfinite(waiting_typical)
         else "no queue reported"
     )
     if placement.demand_limited:
@@ -96,7 +96,7 @@ def _severity_basis(placement: PlacementResult, waiting_at_peak: float) -> str:
             "demand-limited (the pool served even its peak demand): the loss is idle capacity, "
             "at most a warning"
         )
-    if supply_limited(placement, waiting_at_peak):
+    if supply_limited(placement, waiting_typical):
         return (
             f"supply-limited: peak demand exceeds the pool's capacity and {queue}: the loss is traffic "
             "not served"
@@ -251,7 +251,7 @@ def _worker_finding(
             lost,
             placement.current.tokens_per_s,
             p,
-            supply_limited=supply_limited(placement, last.waiting_at_peak),
+            supply_limited=supply_limited(placement, last.waiting_typical),
         ),
         status=FindingStatus.OPEN if episode.segments[-1] == latest else FindingStatus.RESOLVED,
         gpu_sku=group.group.sku.key,
@@ -282,10 +282,10 @@ def _segment_evidence(segment: SegmentAnalysis, placement: PlacementResult) -> d
         "pool_bound_now": placement.current.bound,
         "utilisation": round(placement.utilisation, 4) if math.isfinite(placement.utilisation) else None,
         "demand_limited": "yes" if placement.demand_limited else "no",
-        "requests_waiting_at_peak": round(segment.waiting_at_peak, 2)
-        if math.isfinite(segment.waiting_at_peak)
+        "requests_waiting_median": round(segment.waiting_typical, 2)
+        if math.isfinite(segment.waiting_typical)
         else None,
-        "severity_basis": _severity_basis(placement, segment.waiting_at_peak),
+        "severity_basis": _severity_basis(placement, segment.waiting_typical),
     }
     if placement.lost_tokens_per_s > 0 and placement.lost_low <= 0:
         out["loss_range_to_zero"] = "the low end of the loss reaches 0 through " + (
@@ -381,7 +381,7 @@ def _ratio_drift(
                 gain,
                 placement.current.tokens_per_s,
                 p,
-                supply_limited=supply_limited(placement, segment.waiting_at_peak),
+                supply_limited=supply_limited(placement, segment.waiting_typical),
             ),
             status=FindingStatus.OPEN if last == len(analysis.segments) - 1 else FindingStatus.RESOLVED,
             evidence=evidence,

@@ -52,6 +52,10 @@ SHORTLIST = 64  # plans whose expected rate is computed (the best at the central
 # (about +-3 points at 256 draws). The reported range's ends are its 10th/90th percentiles, so a chosen move
 # can still show a low end of 0; ``range_cause`` then says which capacity takes it there.
 CONFIDENCE = 0.75
+# Spare capacity (of the phase that does not bind) a plan must add to be worth more role changes at the
+# same expected rate, once the pool is worth moving: the non-binding phase on the hardware its bottleneck
+# needs (decode on the higher-bandwidth SKU) absorbs a shift of the mix or a worker down.
+HEADROOM = 0.05
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,16 @@ def candidates(
 _SAME_RATE = 1e-9  # relative: rates this close are equal (floating-point sums of equal draws)
 
 
+def spare(
+    prompt: npt.NDArray[np.float64], generated: npt.NDArray[np.float64], isl: float, osl: float
+) -> npt.NDArray[np.float64]:
+    """Spare capacity of the phase that does not bind, as a share of the rate (0 where a phase is empty)."""
+    p, d = prompt / isl, generated / osl
+    low, high = np.minimum(p, d), np.maximum(p, d)
+    out: npt.NDArray[np.float64] = np.where(low > 0, high / np.where(low > 0, low, 1.0) - 1.0, 0.0)
+    return out
+
+
 def best_plan(
     sizes: npt.NDArray[np.int64],
     draws_p: npt.NDArray[np.float64],
@@ -231,9 +245,10 @@ def best_plan(
     operator's materiality floor, 0 by default) and it sustains more than the incumbent in at least
     ``confidence`` of the draws. Among the plans at one count of changes that qualify, the highest expected
     rate wins, then the most draws won. The rate is the minimum of two pools, so a plan that balances on
-    the edge of an uncertain capacity loses expected rate and draws to one with headroom; headroom that
-    only pays in the tails is not worth a role change. With one draw (the central estimate alone), a plan
-    must simply sustain more."""
+    the edge of an uncertain capacity loses expected rate and draws to one with headroom. Once the pool is
+    worth moving, a plan with more changes at no loss of expected rate also wins when it adds ``HEADROOM``
+    of spare capacity to the phase that does not bind (the highest spare first); a pool is never moved for
+    headroom alone. With one draw (the central estimate alone), a plan must simply sustain more."""
     r = routing or Routing()
     plans = candidates(sizes, draws_p[0], draws_d[0], current)
     central, _, _ = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
@@ -244,8 +259,10 @@ def best_plan(
         [_draw_rates(x.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r) for x in plans]
     )
     expected = rates.mean(axis=1)
+    _, prompt, generated = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
+    buffer = spare(prompt, generated, isl, osl)
     changes = np.abs(plans - current[None, :]).sum(axis=1)
-    chosen = current
+    chosen, chosen_buffer, moved = current, 0.0, False
     chosen_rates = _draw_rates(current.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r)
     for k in np.unique(changes):
         if k == 0:
@@ -255,10 +272,12 @@ def best_plan(
         better = (expected > chosen_rate * (1.0 + max(tolerance, _SAME_RATE))) & (wins >= confidence)
         if chosen_rate <= 0:
             better |= expected > 0
+        if moved:  # the same tokens on average with each phase on the hardware it needs: more headroom
+            better |= (expected >= chosen_rate * (1.0 - _SAME_RATE)) & (buffer > chosen_buffer + HEADROOM)
         found = np.flatnonzero((changes == k) & better)
         if found.size:
-            i = int(found[np.lexsort((-wins[found], -expected[found]))[0]])
-            chosen, chosen_rates = plans[i], rates[i]
+            i = int(found[np.lexsort((-buffer[found], -wins[found], -expected[found]))[0]])
+            chosen, chosen_rates, chosen_buffer, moved = plans[i], rates[i], float(buffer[i]), True
     return np.asarray(chosen, dtype=np.int64)
 
 

@@ -62,9 +62,9 @@ class SegmentAnalysis:
     placement: PlacementResult | None  # None for colocated pools or where the model is unknown
     capacity_tokens_per_s: float  # current saturated tokens/s (placement's, or colocated estimate)
     notes: tuple[str, ...] = ()
-    # Requests waiting in the pool's queues at the segment's peak (its ``peak_quantile`` over buckets of the
-    # pool's total); NaN where no engine reports a queue. >= 1: the pool was supply-limited at its peak.
-    waiting_at_peak: float = float("nan")
+    # Requests waiting in the pool's queues in the segment's median bucket (the pool's total); NaN where no
+    # engine reports a queue. >= 1: the pool queues most of the time: supply-limited.
+    waiting_typical: float = float("nan")
 
     @property
     def hours(self) -> float:
@@ -180,7 +180,8 @@ def _segment(
         if state != _DOWN and count * 2 >= (last - first):
             roles[row] = str(ROLES[state])
     notes: list[str] = []
-    waiting = waiting_at_peak(grid, pool.members, first, last, p.peak_quantile)
+    # Supply-limited means queueing most of the time, not at a diurnal peak: the median bucket's queue.
+    waiting = queued_requests(grid, pool.members, first, last, 0.5)
     if not (math.isfinite(mix.isl) and math.isfinite(mix.osl)) or mix.isl <= 0 or mix.osl <= 0:
         notes.append("no traffic with known lengths in this segment")
         return SegmentAnalysis(first, last, start, end, mix, roles, (), None, 0.0, tuple(notes), waiting)
@@ -265,9 +266,9 @@ def worker_loads(
     }
 
 
-def waiting_at_peak(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int, quantile: float) -> float:
-    """The pool's requests waiting (summed over its workers) at the ``quantile`` of buckets [first, last):
-    the queue at the same peak the demand is judged at; NaN where no worker reports a queue."""
+def queued_requests(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int, quantile: float) -> float:
+    """The pool's requests waiting (summed over its workers) at the ``quantile`` of buckets [first, last);
+    NaN where no worker reports a queue."""
     queue = grid.waiting[np.array(rows, dtype=np.int64), first:last]
     reported = np.isfinite(queue).any(axis=0)
     if not reported.any():
