@@ -19,9 +19,20 @@ from alerts.promql import (
 )
 
 CAPACITY = "cluster:phasefit_pool_capacity_tokens_per_second:sum"
-FLEET_LOST = "cluster:phasefit_fleet_lost_tokens_per_second:max"
+FLEET_LOST = "cluster:phasefit_fleet_lost_tokens_per_second:max"  # secondary: prompt + output tokens
+FLEET_LOST_OUTPUT = "cluster:phasefit_fleet_lost_output_tokens_per_second:max"
+FLEET_LOST_REQUESTS = "cluster:phasefit_fleet_lost_requests_per_second:max"
 LOST_SHARE = "cluster:phasefit_fleet_lost_tokens_per_capacity_tokens:ratio"
 MISPLACED_WORKERS = "cluster:phasefit_worker_misplaced:sum"
+UNJUDGED_WORKERS = "cluster:phasefit_fleet_unjudged_workers:sum"
+# Where a pool serves all its demand the loss is idle capacity (GPUs busy for less work), not undelivered
+# tokens. The service exports no demand-limited gauge, so the placement alerts say it in words and stay
+# warning/info: none of them is ever critical.
+# Requests/s are small numbers: 0.75, not humanize's "750m".
+REQUESTS = 'printf "%.2f"'
+IDLE_NOTE = (
+    "Where a pool serves all its demand, the loss is idle capacity and its cost, not undelivered tokens."
+)
 
 
 def analyzer_rule_file(cfg: RulesConfig) -> RuleFile:
@@ -50,6 +61,16 @@ def _recording(cfg: RulesConfig) -> RuleGroup:
                 record=FLEET_LOST,
                 expr=f"max by ({c}) (phasefit_fleet_lost_tokens_per_second{selector(svc)})",
             ),
+            RecordingRule(
+                record=FLEET_LOST_OUTPUT,
+                expr=f"max by ({c}) (phasefit_fleet_lost_output_tokens_per_second{selector(svc)})",
+            ),
+            RecordingRule(
+                record=FLEET_LOST_REQUESTS,
+                expr=f"max by ({c}) (phasefit_fleet_lost_requests_per_second{selector(svc)})",
+            ),
+            # The threshold compares like with like: total lost over total capacity (prompt + output);
+            # the service exports no output-token capacity to divide the output loss by.
             RecordingRule(record=LOST_SHARE, expr=f"{FLEET_LOST} / ({CAPACITY} > 0)"),
             RecordingRule(
                 record=MISPLACED_WORKERS,
@@ -59,7 +80,31 @@ def _recording(cfg: RulesConfig) -> RuleGroup:
                 )
                 """,
             ),
+            RecordingRule(
+                record=UNJUDGED_WORKERS,
+                expr=f"""
+                sum by ({c}) (
+                  max by ({c}, reason) (phasefit_fleet_unjudged_workers{selector(svc)})
+                )
+                """,
+            ),
         ),
+    )
+
+
+def _loss(per: str, matchers: str, args: str, svc: str) -> str:
+    """``<o> output tokens/s and <r> requests/s (secondary: <t> total prompt + output tokens/s)``, each
+    figure looked up from the ``phasefit_<per>_lost_*`` gauges of the alert's own labels; ``unknown``
+    where the analyzer exported none (a loss it could not estimate is never 0)."""
+
+    def value(metric: str, as_: str = "humanize") -> str:
+        query = f"max(phasefit_{per}_{metric}{{{join_matchers(svc, matchers)}}})"
+        return query_value(query, args, as_=as_)
+
+    return (
+        f"{value('lost_output_tokens_per_second')} output tokens/s and "
+        f"{value('lost_requests_per_second', REQUESTS)} requests/s (secondary: "
+        f"{value('lost_tokens_per_second')} total prompt + output tokens/s)"
     )
 
 
@@ -69,19 +114,25 @@ def _placement_alerts(cfg: RulesConfig) -> RuleGroup:
     worker_fmt, worker_args = matchers_from_labels((c, "pool", "worker"))
     pool_fmt, pool_args = matchers_from_labels((c, "pool"))
     cluster_fmt, cluster_args = matchers_from_labels((c,))
-    worker_lost = query_value(
-        f"max(phasefit_worker_lost_tokens_per_second{{{join_matchers(svc, worker_fmt)}}})", worker_args
-    )
 
     def pool_gauge(metric: str) -> str:
         return f"max(phasefit_pool_{metric}{{{join_matchers(svc, pool_fmt)}}})"
 
+    def fleet(record: str, as_: str = "humanize") -> str:
+        return query_value(f"{record}{{{cluster_fmt}}}", cluster_args, as_=as_)
+
+    # The worker losing most output tokens/s, with its requests/s looked up inside the row.
+    worker_requests = (
+        f"{{{{ with printf `max(phasefit_worker_lost_requests_per_second"
+        f"{{{join_matchers(svc, f'{c}=%q, pool=%q, worker=%q')}}})` $labels.{c} .Labels.pool "
+        f".Labels.worker | query }}}} ({{{{ . | first | value | {REQUESTS} }}}} requests/s){{{{ end }}}}"
+    )
     top_worker = query_rows(
         f"topk(1, max by (pool, worker, sku, role, model) "
-        f"(phasefit_worker_lost_tokens_per_second{{{join_matchers(svc, cluster_fmt)}}}))",
+        f"(phasefit_worker_lost_output_tokens_per_second{{{join_matchers(svc, cluster_fmt)}}}))",
         cluster_args,
         "worker {{ .Labels.worker }} in pool {{ .Labels.pool }} ({{ .Labels.role }} on {{ .Labels.sku }}, "
-        "model {{ .Labels.model }}) at {{ .Value | humanize }} tokens/s",
+        "model {{ .Labels.model }}) at {{ .Value | humanize }} output tokens/s" + worker_requests,
     )
     share = number(cfg.lost_tokens_share)
     return RuleGroup(
@@ -100,8 +151,9 @@ def _placement_alerts(cfg: RulesConfig) -> RuleGroup:
                 description=f"""
                 Worker {{{{ $labels.worker }}}} in pool {{{{ $labels.pool }}}} ({{{{ $labels.role }}}} role,
                 model {{{{ $labels.model }}}}) runs on {{{{ $labels.sku }}}} and is misplaced
-                ({{{{ $labels.kind }}}}). phasefit estimates it loses {worker_lost} tokens/s against the best
-                placement of the same GPUs.
+                ({{{{ $labels.kind }}}}). phasefit estimates it loses
+                {_loss("worker", worker_fmt, worker_args, svc)} against the best placement of the same
+                GPUs. {IDLE_NOTE}
                 """,
                 runbook_url=cfg.runbook_url("PhasefitWorkerMisplaced"),
             ),
@@ -112,10 +164,12 @@ def _placement_alerts(cfg: RulesConfig) -> RuleGroup:
                 severity="warning",
                 summary="The fleet loses a large share of its token capacity to GPU placement.",
                 description=f"""
-                The fleet loses {{{{ $value | humanizePercentage }}}} of its token capacity to placement
-                ({query_value(f"{FLEET_LOST}{{{cluster_fmt}}}", cluster_args)} of
-                {query_value(f"{CAPACITY}{{{cluster_fmt}}}", cluster_args)} tokens/s; the threshold is
-                {cfg.lost_tokens_share:.0%}). Largest contributor: {top_worker}.
+                The fleet loses {fleet(FLEET_LOST_OUTPUT)} output tokens/s and
+                {fleet(FLEET_LOST_REQUESTS, REQUESTS)} requests/s to placement. Secondary, in total
+                prompt + output tokens: {fleet(FLEET_LOST)} of
+                {fleet(CAPACITY)} tokens/s, {{{{ $value | humanizePercentage }}}} of its token capacity
+                (the threshold is {cfg.lost_tokens_share:.0%}). Largest contributor: {top_worker}.
+                {IDLE_NOTE}
                 """,
                 runbook_url=cfg.runbook_url("PhasefitFleetLostTokensHigh"),
             ),
@@ -130,9 +184,27 @@ def _placement_alerts(cfg: RulesConfig) -> RuleGroup:
                 {query_value(pool_gauge("prefill_decode_ratio"), pool_args, as_='printf "%.2f"')}
                 while its traffic needs
                 {query_value(pool_gauge("recommended_prefill_decode_ratio"), pool_args, as_='printf "%.2f"')};
-                it loses {query_value(pool_gauge("lost_tokens_per_second"), pool_args)} tokens/s.
+                it loses {_loss("pool", pool_fmt, pool_args, svc)}. {IDLE_NOTE}
                 """,
                 runbook_url=cfg.runbook_url("PhasefitPoolRatioDrift"),
+            ),
+            AlertingRule(
+                alert="PhasefitWorkersUnjudged",
+                expr=f"max by ({c}, reason) (phasefit_fleet_unjudged_workers{selector(svc)}) > 0",
+                for_=cfg.for_("1h"),
+                severity="info",
+                summary="The phasefit analyzer could not judge the placement of some workers.",
+                description=f"""
+                The analyzer could not judge {{{{ $value | humanize }}}} worker(s): {{{{ $labels.reason }}}}.
+                Their placement is neither confirmed nor flagged, so no misplacement alert can fire for
+                them; {
+                    query_value(
+                        f"max(phasefit_fleet_judged_workers{{{join_matchers(svc, cluster_fmt)}}})",
+                        cluster_args,
+                    )
+                } worker(s) were judged.
+                """,
+                runbook_url=cfg.runbook_url("PhasefitWorkersUnjudged"),
             ),
         ),
     )

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetsim.physics import Efficiency, EngineConfig, StepModel, WorkerHardware
 from fleet.catalog import Catalog
 from fleet.precision import Precision, parse_precision
+from fleetsim.physics import Efficiency, EngineConfig, StepModel, WorkerHardware
 
 # trtllm-bench's defaults for the v0.14 tables (max_num_tokens 8192; the batch is engine-chosen, so the
 # batch limit is KV capacity rather than a configured maximum).

@@ -260,11 +260,14 @@ def _follow_up(this: AnalysisResult, last: AnalysisResult | None) -> list[Follow
                 key[1],
                 key[0],
                 "persisting" if current else "resolved",
-                f.lost_tokens_per_s,
-                current.lost_tokens_per_s if current else None,
+                f.lost_output_tokens_per_s,
+                current.lost_output_tokens_per_s if current else None,
             )
         )
-    return sorted(out, key=lambda u: (-u.lost_last_week, u.subject, u.kind))
+    return sorted(
+        out,
+        key=lambda u: (u.lost_last_week is None, -(u.lost_last_week or 0.0), u.subject, u.kind),
+    )
 
 
 def build_audit(

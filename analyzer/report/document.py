@@ -11,7 +11,7 @@ from analyzer.report.blocks import Block, Figure, Heading, Para, Table
 from analyzer.report.figures import Chart
 from analyzer.report.model import Action, AuditReport
 from analyzer.report.parts import pool_blocks, quality_blocks, tiles, week_table
-from analyzer.report.style import percent, tokens_range, tokens_rate
+from analyzer.report.style import output_range, output_rate, percent, requests_rate, tokens_rate
 
 TOP_ACTIONS = 15
 POINTS_LISTED = 40
@@ -38,8 +38,12 @@ def _action_rows(actions: Sequence[Action]) -> list[list[str]]:
             f"{a.sku} · {a.role}" if a.sku else "pool-level",
             a.kind,
             a.evidence or "-",
+            output_rate(a.lost_output_tokens_per_s),
+            output_range(a.lost_output_low, a.lost_output_high)
+            if a.lost_output_tokens_per_s is not None
+            else "unknown",
+            requests_rate(a.lost_requests_per_s),
             tokens_rate(a.expected_gain_tokens_per_s or a.lost_tokens_per_s),
-            tokens_range(a.lost_low, a.lost_high),
             percent(a.share_of_week),
             a.detail or "-",
         ]
@@ -55,11 +59,14 @@ ACTION_COLUMNS = [
     "SKU · role",
     "kind",
     "evidence (week means)",
-    "expected gain",
-    "lost range",
+    "output tok/s to gain",
+    "output range",
+    "requests/s to gain",
+    "secondary: total tok/s (prompt + output)",
     "of the week",
     "what to do",
 ]
+ACTION_NUMERIC = {0, 7, 9, 10}
 
 
 def blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
@@ -99,9 +106,12 @@ def blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
             Table(
                 ACTION_COLUMNS,
                 _action_rows(report.actions[:TOP_ACTIONS]),
-                numeric={0},
-                note=f"All actions together: +{tokens_rate(joint)} at the latest traffic mix (the placement "
-                "solver's joint optimum, not the sum of the rows: findings of one pool overlap).",
+                numeric=ACTION_NUMERIC,
+                note="Ranked by output tokens/s to gain, then requests/s; unknown: not estimated, ranked "
+                "after every estimated loss. All actions together, secondary, in total prompt + output "
+                f"tokens: {'+' + tokens_rate(joint) if joint is not None else 'unknown'} at the latest "
+                "traffic mix (the placement solver's joint optimum, not the sum of the rows: findings of "
+                "one pool overlap).",
             )
         )
     else:
@@ -169,9 +179,15 @@ def blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
     out.append(Heading(2, "6. Follow-up on last week's findings"))
     out.append(
         Table(
-            ["worker / pool", "kind", "state", "lost last week", "lost this week"],
+            ["worker / pool", "kind", "state", "lost last week (output)", "lost this week (output)"],
             [
-                [u.subject, u.kind, u.state, tokens_rate(u.lost_last_week), tokens_rate(u.lost_this_week)]
+                [
+                    u.subject,
+                    u.kind,
+                    u.state,
+                    output_rate(u.lost_last_week),
+                    "resolved" if u.state == "resolved" else output_rate(u.lost_this_week),
+                ]
                 for u in report.follow_up
             ],
         )
@@ -181,13 +197,15 @@ def blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
     out.append(Heading(2, "7. Considered, not recommended"))
     out.append(
         Table(
-            ["worker / pool", "kind", "why no action", "lost range"],
+            ["worker / pool", "kind", "why no action", "lost output range"],
             [
                 [
                     a.subject,
                     a.kind,
                     a.detail or "no action improves on the current placement",
-                    tokens_range(a.lost_low, a.lost_high),
+                    output_range(a.lost_output_low, a.lost_output_high)
+                    if a.lost_output_tokens_per_s is not None
+                    else "unknown",
                 ]
                 for a in report.considered
             ],
@@ -197,5 +215,5 @@ def blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
     )
     out += quality_blocks(report)
     out.append(Heading(2, "Appendix: all findings"))
-    out.append(Table(ACTION_COLUMNS, _action_rows(report.appendix), numeric={0}))
+    out.append(Table(ACTION_COLUMNS, _action_rows(report.appendix), numeric=ACTION_NUMERIC))
     return out

@@ -23,7 +23,6 @@ from analyzer.report.style import (
     percent,
     role_colour,
     si,
-    tokens_rate,
     usd,
 )
 
@@ -81,6 +80,8 @@ def _si_axis(axes: Axes, unit: str = "") -> None:
 def lost_chart(
     hourly: Sequence[HourlyLost], last_week: Sequence[HourlyLost], drift: Sequence[DriftEvent]
 ) -> Chart:
+    output = all(h.output for h in hourly) if hourly else True
+    unit = "output tokens/s" if output else "total tokens/s (prompt + output; output unknown)"
     figure = Figure(figsize=(9.5, 3.2))
     axes = figure.add_subplot()
     if last_week:
@@ -102,11 +103,11 @@ def lost_chart(
             linewidth=0,
             label="low–high",
         )
-        axes.plot(ts, [h.lost for h in hourly], color=MISPLACED_COLOUR, linewidth=1.8, label="lost tokens/s")
+        axes.plot(ts, [h.lost for h in hourly], color=MISPLACED_COLOUR, linewidth=1.8, label=f"lost {unit}")
     for event in drift:
         axes.axvline(_day(event.at), color="#444444", linestyle=":", linewidth=1)
     axes.set_ylim(bottom=0)
-    axes.set_ylabel("tokens/s")
+    axes.set_ylabel("output tokens/s" if output else "total tokens/s")
     _si_axis(axes)
     _style(axes)
     axes.legend(loc="upper left", frameon=False, fontsize=8)
@@ -115,9 +116,9 @@ def lost_chart(
     mean = sum(h.lost for h in hourly) / len(hourly) if hourly else 0.0
     return Chart(
         "lost",
-        "Lost tokens/s by hour",
-        f"Capacity lost to placement, hour by hour: mean "
-        f"{tokens_rate(mean)}, peak {tokens_rate(peak)}; dotted lines mark drift events, grey is last week.",
+        "Lost output tokens/s by hour" if output else "Lost total tokens/s by hour (output unknown)",
+        f"Capacity lost to placement, hour by hour, in {unit}: mean {si(mean)}, peak {si(peak)}; dotted "
+        "lines mark drift events, grey is last week.",
         _png(figure),
     )
 

@@ -62,7 +62,9 @@ class WeekFigures:
 
 @dataclass(frozen=True)
 class Action:
-    """One recommended action (a finding with something to do), ranked by expected gain."""
+    """One recommended action (a finding with something to do), ranked by the output tokens/s it would
+    recover, then requests/s; total (prompt + output) tokens/s is secondary. None: not estimated (the
+    finding is not a throughput loss, or the analyzer could not size it), printed as "unknown"."""
 
     rank: int
     status: str  # new | persisting (seen the previous week too)
@@ -81,6 +83,10 @@ class Action:
     expected_gain_tokens_per_s: float | None
     evidence: str  # the counters it rests on, one line
     share_of_week: float | None  # fraction of the analysed time the finding held
+    lost_output_tokens_per_s: float | None = None
+    lost_output_low: float | None = None
+    lost_output_high: float | None = None
+    lost_requests_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -100,9 +106,12 @@ class PoolRow:
     ratio_recommended: str | None
     per_sku: dict[str, dict[str, Any]]
     ratio_drift: bool
-    lost_tokens_per_s: float
+    lost_tokens_per_s: float | None  # secondary: total (prompt + output); None: not estimated
     checks: list[dict[str, Any]]
     notes: list[str]
+    lost_output_tokens_per_s: float | None = None
+    lost_requests_per_s: float | None = None
+    demand_limited: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +130,7 @@ class FollowUp:
     subject: str
     kind: str
     state: str  # persisting | resolved
-    lost_last_week: float
+    lost_last_week: float | None  # output tokens/s; None: not estimated
     lost_this_week: float | None
 
 
@@ -158,6 +167,7 @@ class HourlyLost:
     lost: float
     low: float
     high: float
+    output: bool = False  # output tokens/s; False: total (prompt + output) tokens/s, where output is unknown
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,15 @@ from __future__ import annotations
 from analyzer.report.blocks import Block, Figure, Heading, Para, Table, Tile, Tiles
 from analyzer.report.figures import Chart
 from analyzer.report.model import PRICE_NOT_SET, AuditReport, WeekFigures
-from analyzer.report.style import percent, si, tokens_range, tokens_rate, usd
+from analyzer.report.style import (
+    output_rate,
+    percent,
+    requests_rate,
+    si,
+    tokens_range,
+    tokens_rate,
+    usd,
+)
 
 
 def _money(value: float | None) -> str:
@@ -21,6 +29,10 @@ def _opt_tokens(value: float | None) -> str:
     return "unknown" if value is None else f"{si(value)} output tokens"
 
 
+def _opt_requests(value: float | None) -> str:
+    return "unknown" if value is None else f"{si(value)} requests"
+
+
 def _delta(now: float | None, before: float | None, fmt: str = "number") -> str:
     if now is None or before is None:
         return "-"
@@ -31,51 +43,66 @@ def _delta(now: float | None, before: float | None, fmt: str = "number") -> str:
     return f"{sign}{si(abs(diff))}"
 
 
-def tiles(w: WeekFigures) -> Tiles:
-    loss = (
-        f"{tokens_range(w.lost_tokens_low, w.lost_tokens_high).replace(' tok/s', '')} tokens; mean "
-        f"{tokens_rate(w.mean_lost_tokens_per_s)} over {w.analysed_hours:,.0f} h analysed"
+def _money_tile(w: WeekFigures) -> Tile:
+    """Money on misplaced or idle capacity: a sum only of prices that are set, never "$0" for a price that
+    is not."""
+    parts = (w.misplacement_cost_usd, w.idle_cost_usd)
+    detail = (
+        f"misplacement {_money(w.misplacement_cost_usd)}, idle for lack of demand "
+        f"{_money(w.idle_cost_usd)} (run-rate at the latest traffic)"
     )
-    if w.lost_output_tokens is not None:
-        requests = f"{si(w.lost_requests)} requests; " if w.lost_requests is not None else ""
-        output_range = tokens_range(w.lost_output_tokens_low, w.lost_output_tokens_high).replace(" tok/s", "")
-        detail = (
-            f"{output_range} output tokens; {requests}mean {tokens_rate(w.mean_lost_output_tokens_per_s)} "
-            f"output over {w.analysed_hours:,.0f} h analysed. Secondary, total prompt + output: "
-            f"{_tokens(w.lost_tokens)}"
-        )
-        if w.demand_limited:
-            first = Tile(
-                "Output capacity lost to placement",
-                f"{si(w.lost_output_tokens)} output tokens",
-                f"{detail}. 0 undelivered tokens: the fleet was demand-limited, so the loss is idle "
-                "capacity.",
-            )
-        else:
-            first = Tile(
-                "Output tokens lost to placement", f"{si(w.lost_output_tokens)} output tokens", detail
-            )
-    elif w.demand_limited:
-        first = Tile(
-            "Capacity lost to placement",
-            _tokens(w.lost_tokens),
-            f"{loss}. 0 undelivered tokens: the fleet was demand-limited, so the loss is idle capacity.",
-        )
-    else:
-        first = Tile("Tokens lost to placement", _tokens(w.lost_tokens), loss)
-    if w.misplacement_cost_usd is not None or w.idle_cost_usd is not None:
-        money = Tile(
-            "Money on misplaced or idle capacity",
-            f"{_money((w.misplacement_cost_usd or 0) + (w.idle_cost_usd or 0))} /week",
-            f"misplacement {_money(w.misplacement_cost_usd)}, idle for lack of demand "
-            f"{_money(w.idle_cost_usd)} (run-rate at the latest traffic)",
-        )
-    else:
-        money = Tile(
+    if all(p is None for p in parts):
+        return Tile(
             "Money on misplaced or idle capacity",
             PRICE_NOT_SET,
             "set hourly_price_usd per GPU model in the operator's catalog file to price the loss",
         )
+    if any(p is None for p in parts):
+        known = next(p for p in parts if p is not None)
+        return Tile("Money on misplaced or idle capacity", f"at least {_money(known)} /week", detail)
+    return Tile(
+        "Money on misplaced or idle capacity", f"{_money(sum(p or 0.0 for p in parts))} /week", detail
+    )
+
+
+def _output_range(w: WeekFigures) -> str:
+    if w.lost_output_tokens_low is None or w.lost_output_tokens_high is None:
+        return "unknown"
+    return tokens_range(w.lost_output_tokens_low, w.lost_output_tokens_high).replace(" tok/s", "")
+
+
+def tiles(w: WeekFigures) -> Tiles:
+    total = (
+        f"Secondary, total prompt + output: {_tokens(w.lost_tokens)} "
+        f"({tokens_range(w.lost_tokens_low, w.lost_tokens_high).replace(' tok/s', '')})"
+    )
+    idle = " 0 undelivered tokens: the fleet was demand-limited, so the loss is idle capacity."
+    if w.lost_output_tokens is not None:
+        requests = (
+            f"{si(w.lost_requests)} requests; " if w.lost_requests is not None else "requests unknown; "
+        )
+        output_range = (
+            tokens_range(w.lost_output_tokens_low, w.lost_output_tokens_high).replace(" tok/s", "")
+            if w.lost_output_tokens_low is not None and w.lost_output_tokens_high is not None
+            else "range unknown"
+        )
+        detail = (
+            f"{output_range} output tokens; {requests}mean {output_rate(w.mean_lost_output_tokens_per_s)}, "
+            f"{requests_rate(w.mean_lost_requests_per_s)} over {w.analysed_hours:,.0f} h analysed. {total}"
+        )
+        value = f"{si(w.lost_output_tokens)} output tokens"
+    else:
+        detail = (
+            "The analyzer could not estimate output tokens or requests this week. "
+            f"{total}; mean {tokens_rate(w.mean_lost_tokens_per_s)} (prompt + output) over "
+            f"{w.analysed_hours:,.0f} h analysed"
+        )
+        value = "unknown"
+    if w.demand_limited:
+        first = Tile("Output capacity lost to placement", value, f"{detail}.{idle}")
+    else:
+        first = Tile("Output tokens lost to placement", value, detail)
+    money = _money_tile(w)
     capacity = tokens_rate(w.capacity_tokens_per_s) if w.capacity_tokens_per_s is not None else "unknown"
     efficiency = Tile(
         "Placement efficiency",
@@ -106,9 +133,15 @@ def week_table(this: WeekFigures, last: WeekFigures | None) -> Table:
         ),
         row(
             "requests lost to placement",
-            si(this.lost_requests),
-            si(b.lost_requests) if b else "-",
+            _opt_requests(this.lost_requests),
+            _opt_requests(b.lost_requests) if b else "-",
             _delta(this.lost_requests, b.lost_requests if b else None),
+        ),
+        row(
+            "output tokens lost range (low–high)",
+            _output_range(this),
+            _output_range(b) if b else "-",
+            "",
         ),
         row(
             "total tokens lost (secondary, prompt + output)",
@@ -117,7 +150,7 @@ def week_table(this: WeekFigures, last: WeekFigures | None) -> Table:
             _delta(this.lost_tokens, b.lost_tokens if b else None),
         ),
         row(
-            "lost range (low–high)",
+            "total lost range (secondary, low–high)",
             tokens_range(this.lost_tokens_low, this.lost_tokens_high).replace(" tok/s", ""),
             tokens_range(b.lost_tokens_low, b.lost_tokens_high).replace(" tok/s", "") if b else "-",
             "",
@@ -185,12 +218,17 @@ def pool_blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
                 p.precision or "-",
                 fleet,
                 f"{si(p.mean_prompt_tokens)} / {si(p.mean_output_tokens)}",
-                f"{p.requests_per_s or 0:,.1f}",
+                f"{p.requests_per_s:,.1f}" if p.requests_per_s is not None else "unknown",
                 p.bound or "-",
                 percent(p.utilisation) + flag,
                 f"{p.ratio_now or '-'} → {p.ratio_recommended or '-'}",
                 "yes" if p.ratio_drift else "",
-                tokens_rate(p.lost_tokens_per_s),
+                output_rate(p.lost_output_tokens_per_s),
+                requests_rate(p.lost_requests_per_s),
+                tokens_rate(p.lost_tokens_per_s) if p.lost_tokens_per_s is not None else "unknown",
+                {True: "yes: idle capacity, not lost tokens", False: "no"}.get(p.demand_limited, "unknown")
+                if p.demand_limited is not None
+                else "unknown",
             ]
         )
     out.append(
@@ -205,9 +243,15 @@ def pool_blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
                 "utilisation",
                 "prefill:decode now → recommended",
                 "ratio drift",
-                "lost now",
+                "lost now (output)",
+                "lost now (requests)",
+                "secondary: total tok/s lost (prompt + output)",
+                "serves its demand",
             ],
             rows,
+            note="Lost now: output tokens/s and requests/s the best split of the same GPUs would add at "
+            "the latest traffic; unknown where not estimated. A pool that serves its demand loses idle "
+            "capacity, not tokens.",
         )
     )
     per_sku = [
@@ -275,14 +319,13 @@ def quality_blocks(report: AuditReport) -> list[Block]:
         Heading(2, "8. Data quality and method"),
         Table(["coverage", "value"], rows),
         Para(
-            "Lost tokens: what the best placement of the same GPUs (same count per SKU and TP, memory fit "
-            "respected) would sustain for the observed traffic, minus what the current placement sustains, "
-            "per "
-            "segment of steady traffic, times its duration. Demand-limited: the traffic needed less than the "
-            "current placement can serve, so the loss is idle capacity and money, not undelivered tokens. "
-            f"Money is priced with {report.price_source}. Figures for a week are recomputed from the store's "
-            "rollups "
-            "each time the report is built.",
+            "Lost capacity, in output (generated) tokens/s and requests/s first, total (prompt + output) "
+            "tokens/s as a secondary figure: what the best placement of the same GPUs (same count per SKU "
+            "and TP, memory fit respected) would sustain for the observed traffic, minus what the current "
+            "placement sustains, per segment of steady traffic, times its duration. Demand-limited: the "
+            "traffic needed less than the current placement can serve, so the loss is idle capacity and "
+            f"money, not undelivered tokens. Money is priced with {report.price_source}. Figures for a week "
+            "are recomputed from the store's rollups each time the report is built.",
             "note",
         ),
     ]

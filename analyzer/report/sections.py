@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from analyzer.report.model import Action, HourlyLost, PoolRow, RatioPoint, WeekFigures
-from analyzer.report.style import evidence_line, si, tokens_range
+from analyzer.report.style import evidence_line, output_range, output_rate, requests_rate, tokens_rate
 from fleet.contract import Finding, FindingStatus
 
 NO_ACTION = {"none", "investigate"}
@@ -24,20 +24,27 @@ def _share(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def rank_key(f: Finding) -> tuple[int, float, float, float, str, str]:
+    """Largest output tokens/s first, then requests/s; findings whose output loss is unknown after every
+    sized one (an unknown is not ranked as 0 nor above a known loss), by total tokens/s (secondary)."""
+    r = f.recommendation
+    total = (r.expected_gain_tokens_per_s if r else None) or f.lost_tokens_per_s
+    output = f.lost_output_tokens_per_s
+    return (
+        0 if output is not None else 1,
+        -(output or 0.0),
+        -(f.lost_requests_per_s or 0.0),
+        -total,
+        f.kind.value,
+        f.worker_id or f.pool or "",
+    )
+
+
 def actions_of(
     findings: Sequence[Finding], previous: set[tuple[str, str]]
 ) -> tuple[list[Action], list[Action], list[Action]]:
     """(ranked actions, considered but not recommended, every finding) from one run's findings."""
-    ranked = sorted(
-        (f for f in findings if f.status is FindingStatus.OPEN),
-        key=lambda f: (
-            -(f.recommendation.expected_gain_tokens_per_s or f.lost_tokens_per_s)
-            if f.recommendation
-            else -f.lost_tokens_per_s,
-            f.kind.value,
-            f.worker_id or f.pool or "",
-        ),
-    )
+    ranked = sorted((f for f in findings if f.status is FindingStatus.OPEN), key=rank_key)
     actions, considered, appendix = [], [], []
     for f in ranked:
         r = f.recommendation
@@ -60,6 +67,10 @@ def actions_of(
             expected_gain_tokens_per_s=r.expected_gain_tokens_per_s if r else None,
             evidence=evidence_line(dict(f.evidence)),
             share_of_week=_share(f.evidence.get("fraction_of_time")),
+            lost_output_tokens_per_s=f.lost_output_tokens_per_s,
+            lost_output_low=f.lost_output_tokens_per_s_low,
+            lost_output_high=f.lost_output_tokens_per_s_high,
+            lost_requests_per_s=f.lost_requests_per_s,
         )
         appendix.append(row)
         if r is None or r.action in NO_ACTION:
@@ -92,29 +103,32 @@ def pool_rows(summary: dict[str, Any]) -> list[PoolRow]:
                 ratio_recommended=p.get("prefill_decode_recommended"),
                 per_sku=p.get("recommended") or {},
                 ratio_drift=bool(p.get("ratio_drift")),
-                lost_tokens_per_s=float(p.get("lost_tokens_per_s") or 0.0),
+                lost_tokens_per_s=_share(p.get("lost_tokens_per_s")),
                 checks=list(p.get("checks") or []),
                 notes=list(p.get("notes") or []),
+                lost_output_tokens_per_s=_share(p.get("lost_output_tokens_per_s")),
+                lost_requests_per_s=_share(p.get("lost_requests_per_s")),
+                demand_limited=p.get("demand_limited") if isinstance(p.get("demand_limited"), bool) else None,
             )
         )
     return rows
 
 
 def hourly_lost(summary: dict[str, Any], end: float, shift: timedelta = timedelta(0)) -> list[HourlyLost]:
-    """Lost tokens/s per hour (all pools), from the run's segments; ``shift`` moves last week onto
-    this one."""
+    """Lost output tokens/s per hour (all pools), from the run's segments; total (prompt + output) tokens/s
+    only where no segment estimated output tokens. ``shift`` moves last week onto this one."""
+    segments = [s for pool in summary["pools"] for s in pool["segments"]]
+    output = any(s.get("lost_output_tokens_per_s") is not None for s in segments)
+    name = "lost_output_tokens_per_s" if output else "lost_tokens_per_s"
     hours: dict[datetime, list[float]] = {}
-    for pool in summary["pools"]:
-        for s in pool["segments"]:
-            t, stop = _parse(s["start"]), min(_parse(s["end"]), datetime.fromtimestamp(end, tz=UTC))
-            while t < stop:
-                slot = hours.setdefault(t + shift, [0.0, 0.0, 0.0])
-                for i, key in enumerate(
-                    ("lost_tokens_per_s", "lost_tokens_per_s_low", "lost_tokens_per_s_high")
-                ):
-                    slot[i] += float(s.get(key) or 0.0)
-                t += timedelta(hours=1)
-    return [HourlyLost(ts, *values) for ts, values in sorted(hours.items())]
+    for s in segments:
+        t, stop = _parse(s["start"]), min(_parse(s["end"]), datetime.fromtimestamp(end, tz=UTC))
+        while t < stop:
+            slot = hours.setdefault(t + shift, [0.0, 0.0, 0.0])
+            for i, key in enumerate((name, f"{name}_low", f"{name}_high")):
+                slot[i] += float(s.get(key) or 0.0)
+            t += timedelta(hours=1)
+    return [HourlyLost(ts, lost, low, high, output) for ts, (lost, low, high) in sorted(hours.items())]
 
 
 def _ratio(counts: dict[str, dict[str, int]] | None) -> float | None:
@@ -152,12 +166,21 @@ def verdict(figures: WeekFigures, actions: Sequence[Action]) -> str:
             )
         return "No worker was misplaced this week: every pool ran the split its traffic needed."
     top = actions[0]
-    gain = top.expected_gain_tokens_per_s or top.lost_tokens_per_s
+    total = top.expected_gain_tokens_per_s or top.lost_tokens_per_s
+    if top.lost_output_tokens_per_s is not None:
+        requests = (
+            f" and {requests_rate(top.lost_requests_per_s)}" if top.lost_requests_per_s is not None else ""
+        )
+        gain = (
+            f"≈ {output_rate(top.lost_output_tokens_per_s)} "
+            f"({output_range(top.lost_output_low, top.lost_output_high)}){requests}; secondary, total "
+            f"prompt + output: {tokens_rate(total)}"
+        )
+    else:
+        gain = f"output tokens/s unknown; secondary, total prompt + output: {tokens_rate(total)}"
     first = (
         f"{figures.misplaced_workers} misplaced worker(s) and {len(actions)} recommended action(s); "
-        "the largest: "
-        f"{top.action} for {top.subject} ({top.kind}), ≈ {si(gain)} tok/s "
-        f"({tokens_range(top.lost_low, top.lost_high)}) in total prompt + output tokens."
+        f"the largest: {top.action} for {top.subject} ({top.kind}), {gain}."
     )
     if figures.demand_limited:
         return first + (

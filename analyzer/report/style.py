@@ -43,6 +43,22 @@ def tokens_range(low: float | None, high: float | None) -> str:
     return f"{si(low)}–{si(high)} tok/s"
 
 
+def output_rate(value: float | None) -> str:
+    """Lost output (generated) tokens/s: ``1.2k output tok/s``, ``unknown`` where not estimated."""
+    return f"{si(value)} output tok/s" if value is not None else "unknown"
+
+
+def output_range(low: float | None, high: float | None) -> str:
+    return f"{si(low)}–{si(high)} output tok/s" if low is not None and high is not None else "range unknown"
+
+
+def requests_rate(value: float | None) -> str:
+    """Requests/s: ``0.75 req/s`` (small numbers keep two decimals), ``unknown`` where not estimated."""
+    if value is None or not math.isfinite(value):
+        return "unknown"
+    return f"{value:,.2f} req/s" if abs(value) < 1000 else f"{si(value)} req/s"
+
+
 def percent(value: float | None, digits: int = 0) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value * 100:.{digits}f}%"
 

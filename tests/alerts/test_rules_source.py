@@ -19,6 +19,7 @@ EXPECTED_ALERTS = {
         "PhasefitWorkerMisplaced",
         "PhasefitFleetLostTokensHigh",
         "PhasefitPoolRatioDrift",
+        "PhasefitWorkersUnjudged",
         "PhasefitServiceDown",
         "PhasefitAnalyzerStale",
     },
@@ -70,6 +71,42 @@ def test_placement_descriptions_name_worker_gpu_model_role_and_lost_tokens(cfg: 
         assert "tokens/s" in text, name
     fleet = _alerts(cfg)["PhasefitFleetLostTokensHigh"].description
     assert all(f".Labels.{label}" in fleet for label in ("worker", "sku", "role"))
+
+
+LOSS_ALERTS = {"PhasefitWorkerMisplaced", "PhasefitFleetLostTokensHigh", "PhasefitPoolRatioDrift"}
+
+
+def test_lost_capacity_is_given_in_output_tokens_and_requests_first(cfg: RulesConfig) -> None:
+    """Issue 13: output tokens/s and requests/s from their own gauges, total tokens only as a labelled
+    secondary, "unknown" (never 0) where a gauge is missing, and a demand-limited pool is never critical."""
+    alerts = _alerts(cfg)
+    for name in LOSS_ALERTS:
+        alert = alerts[name]
+        text = " ".join(alert.description.split()).lower()
+        output, requests = text.index("output tokens/s"), text.index("requests/s")
+        secondary = text.index("secondary")
+        assert "total prompt + output" in text[secondary:], name
+        assert output < requests < secondary, name
+        assert "lost_output_tokens_per_second" in text and "lost_requests_per_second" in text, name
+        assert "{{ else }}unknown{{ end }}" in text, name
+        assert "idle capacity" in text and "not undelivered tokens" in text, name
+        assert alert.severity == "warning", name
+    fleet = alerts["PhasefitFleetLostTokensHigh"].description
+    assert "phasefit_worker_lost_output_tokens_per_second" in fleet  # largest contributor by output
+    # The threshold compares total with total capacity (no output-token capacity gauge exists).
+    assert alerts["PhasefitFleetLostTokensHigh"].expr.startswith(
+        "cluster:phasefit_fleet_lost_tokens_per_capacity_tokens:ratio"
+    )
+
+
+def test_unjudged_workers_alert_per_reason_and_never_pages(cfg: RulesConfig) -> None:
+    alert = _alerts(cfg)["PhasefitWorkersUnjudged"]
+    assert alert.severity == "info"
+    assert "phasefit_fleet_unjudged_workers" in alert.expr and "reason" in alert.expr
+    assert alert.expr.endswith("> 0")
+    assert alert.for_ == "1h"
+    assert "$labels.reason" in alert.description
+    assert "phasefit_fleet_judged_workers" in alert.description
 
 
 def test_every_alert_links_its_runbook(cfg: RulesConfig) -> None:

@@ -6,18 +6,26 @@ from __future__ import annotations
 import base64
 import re
 import sqlite3
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from analyzer.report.blocks import Table, Tiles
 from analyzer.report.build import ReportError, build_audit, previous_week, week_bounds
-from analyzer.report.model import PRICE_NOT_SET, AuditReport
+from analyzer.report.document import ACTION_COLUMNS, _action_rows
+from analyzer.report.model import PRICE_NOT_SET, AuditReport, PoolRow, WeekFigures
+from analyzer.report.parts import pool_blocks, tiles, week_table
 from analyzer.report.publish import Rendered, render, store_report, write_files
+from analyzer.report.sections import actions_of, pool_rows, verdict
 from fleet.catalog import load_catalog
+from fleet.contract import Finding, FindingKind, Recommendation, Role
 from fleet.store.engine import make_engine, writing
 from fleet.store.reports import get_report, list_reports
 from phasefit.cli.report import last_complete_week, report
@@ -74,8 +82,12 @@ def test_figures_agree_with_the_store(audit: AuditReport, seeded: Seeded) -> Non
     assert w.misplaced_workers == len(truth) == 3
     assert truth <= {a.subject for a in audit.actions}
     assert [a.rank for a in audit.actions] == list(range(1, len(audit.actions) + 1))
-    gains = [a.expected_gain_tokens_per_s or a.lost_tokens_per_s for a in audit.actions]
-    assert gains == sorted(gains, reverse=True)
+    # ranked by output tokens/s to gain (issue 13), the estimated ones first
+    known = [a.lost_output_tokens_per_s for a in audit.actions if a.lost_output_tokens_per_s is not None]
+    assert known == sorted(known, reverse=True)
+    assert [a.lost_output_tokens_per_s is None for a in audit.actions] == sorted(
+        a.lost_output_tokens_per_s is None for a in audit.actions
+    )
     for action in (a for a in audit.actions if a.subject in truth):
         assert (action.kind, action.sku, action.role, action.action) == (
             "decode-on-low-bandwidth",
@@ -84,8 +96,9 @@ def test_figures_agree_with_the_store(audit: AuditReport, seeded: Seeded) -> Non
             "swap-roles-in-place",
         )
     # the week's loss is the hourly series summed: both come from the same segments
+    assert audit.hourly_lost and all(h.output for h in audit.hourly_lost)  # output tokens/s by hour
     hourly = sum(h.lost for h in audit.hourly_lost) * 3600.0
-    assert w.lost_tokens == pytest.approx(hourly, rel=0.02)
+    assert w.lost_output_tokens == pytest.approx(hourly, rel=0.02)
     assert w.lost_tokens_low <= w.lost_tokens <= w.lost_tokens_high
     assert 70 <= w.analysed_hours <= 74  # three simulated days
     assert w.placement_efficiency is not None and 0.5 < w.placement_efficiency < 1.0
@@ -105,6 +118,10 @@ def test_the_report_leads_with_output_tokens_and_requests(audit: AuditReport, re
     assert summary["lost_tokens_week"] >= summary["lost_output_tokens_week"]
     assert audit.clusters and all("/" not in c for c in audit.clusters)
     assert "output tokens" in rendered.html and "secondary" in rendered.html.lower()
+    # no price is set in the seeded catalog: "price not set", never $0
+    assert "$0" not in rendered.markdown and "$0" not in rendered.html
+    assert "| output tok/s to gain | output range | requests/s to gain |" in rendered.markdown
+    assert audit.actions[0].lost_output_tokens_per_s is not None
 
 
 def test_data_quality_and_coverage(audit: AuditReport) -> None:
@@ -275,3 +292,108 @@ def test_week_over_week(tmp_path: Path) -> None:
     assert ghost and all(audit.since <= h.ts < audit.until for h in ghost)
     html = render(audit).html
     assert "last week (2026-W47)" in html and "6. Follow-up on last week" in html
+
+
+def _finding(worker: str, total: float, output: float | None, requests: float | None) -> Finding:
+    ts = datetime(2026, 11, 24, tzinfo=UTC)
+    return Finding(
+        kind=FindingKind.DECODE_ON_LOW_BANDWIDTH,
+        worker_id=worker,
+        pool="c/m",
+        gpu_sku="H100-SXM",
+        role=Role.DECODE,
+        lost_tokens_per_s=total,
+        lost_tokens_per_s_low=total * 0.8,
+        lost_tokens_per_s_high=total * 1.2,
+        lost_output_tokens_per_s=output,
+        lost_output_tokens_per_s_low=None if output is None else output * 0.8,
+        lost_output_tokens_per_s_high=None if output is None else output * 1.2,
+        lost_requests_per_s=requests,
+        recommendation=Recommendation(action="swap-roles-in-place", expected_gain_tokens_per_s=total),
+        first_seen=ts,
+        last_seen=ts,
+    )
+
+
+def test_actions_rank_by_output_tokens_with_total_as_a_secondary_column() -> None:
+    """Issue 13: "+19,057 tokens/s" for a decode worker turned prefill is mostly prompt tokens; the
+    ranking and the lead columns are output tokens/s and requests/s, an unknown loss reads "unknown"."""
+    findings = [
+        _finding("prompt-heavy", total=19_057.0, output=40.0, requests=0.1),
+        _finding("output-heavy", total=2_000.0, output=900.0, requests=2.5),
+        _finding("unsized", total=50_000.0, output=None, requests=None),
+    ]
+    actions, _, _ = actions_of(findings, set())
+    assert [a.subject for a in actions] == ["output-heavy", "prompt-heavy", "unsized"]
+    rows = _action_rows(actions)
+    column = {name: i for i, name in enumerate(ACTION_COLUMNS)}
+    assert column["output tok/s to gain"] < column["requests/s to gain"]
+    assert column["requests/s to gain"] < column["secondary: total tok/s (prompt + output)"]
+    first, _, unsized = rows
+    assert first[column["output tok/s to gain"]] == "900 output tok/s"
+    assert first[column["requests/s to gain"]] == "2.50 req/s"
+    assert first[column["secondary: total tok/s (prompt + output)"]] == "2k tok/s"
+    assert unsized[column["output tok/s to gain"]] == "unknown"
+    assert unsized[column["output range"]] == "unknown"
+    assert unsized[column["requests/s to gain"]] == "unknown"
+    sentence = verdict(_week(), actions)
+    assert sentence.index("900 output tok/s") < sentence.index("2.50 req/s") < sentence.index("secondary")
+
+
+def _week(**changes: Any) -> WeekFigures:
+    since = datetime(2026, 11, 23, tzinfo=UTC)
+    base = WeekFigures(
+        week=WEEK, since=since, until=since + timedelta(days=7), analysed_hours=72.0,
+        lost_tokens=1e9, lost_tokens_low=8e8, lost_tokens_high=1.2e9, mean_lost_tokens_per_s=3858.0,
+        capacity_tokens_per_s=None, best_tokens_per_s=None, demand_tokens_per_s=None, demand_limited=True,
+        misplaced_workers=1, open_findings=1, findings_by_kind={}, weekly_cost_usd=None,
+        misplacement_cost_usd=None, idle_cost_usd=None, worst_ratio=None, telemetry_coverage=None,
+    )  # fmt: skip
+    return replace(base, **changes)
+
+
+def _text(block: Any) -> str:
+    if isinstance(block, Tiles):
+        return " ".join(f"{t.label} {t.value} {t.detail}" for t in block.tiles)
+    if isinstance(block, Table):
+        return " ".join(" ".join(r) for r in block.rows) + " " + block.note
+    return str(block)
+
+
+def test_unknown_figures_read_unknown_never_zero() -> None:
+    """No "$0" for a price that is not set, no "0 tokens/s" for a loss the analyzer could not estimate."""
+    w = _week()  # output tokens, requests, capacity and every price unknown
+    text = _text(tiles(w)) + " " + _text(week_table(w, None))
+    assert "$0" not in text and not re.search(r"(?<![\d.])0 (output )?tok(en)?s?/s", text)
+    assert "Output" in tiles(w).tiles[0].label and tiles(w).tiles[0].value == "unknown"
+    assert PRICE_NOT_SET in text and "unknown" in text
+    # one price set, the other not: never a sum that passes the missing one off as $0
+    money = tiles(_week(misplacement_cost_usd=1200.0)).tiles[1]
+    assert money.value == "at least $1,200 /week" and PRICE_NOT_SET in money.detail
+    row = _pool_row(requests_per_s=None, lost_tokens_per_s=None)
+    pools = _text(pool_blocks(_report_with(row), {})[1])
+    assert "unknown" in pools and not re.search(r"(?<![\d.])0(\.0)? (tok/s|output tok/s|req/s)", pools)
+    assert "secondary" in pool_blocks(_report_with(row), {})[1].columns[-2]
+
+
+def _pool_row(**changes: Any) -> PoolRow:
+    base = PoolRow(
+        pool="c/m", model="m", precision="fp8", serving="disaggregated", gpus=8,
+        workers_by_sku_role={"H100-SXM": {"decode": 2}}, mean_prompt_tokens=None, mean_output_tokens=None,
+        requests_per_s=1.0, bound=None, utilisation=None, ratio_now=None, ratio_recommended=None, per_sku={},
+        ratio_drift=False, lost_tokens_per_s=10.0, checks=[], notes=[],
+    )  # fmt: skip
+    return replace(base, **changes)
+
+
+def _report_with(row: PoolRow) -> Any:
+    return SimpleNamespace(pools=[row])  # pool_blocks reads only the pools
+
+
+def test_pool_rows_keep_unknown_losses_unknown() -> None:
+    summary = {"pools": [{"pool": "c/m", "model": "m", "lost_tokens_per_s": None, "demand_limited": True}]}
+    (row,) = pool_rows(summary)
+    assert row.lost_tokens_per_s is None and row.lost_output_tokens_per_s is None
+    assert row.demand_limited is True
+    cells = pool_blocks(_report_with(row), {})[1].rows[0]
+    assert cells[-4:] == ["unknown", "unknown", "unknown", "yes: idle capacity, not lost tokens"]

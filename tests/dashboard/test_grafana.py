@@ -2,8 +2,8 @@
 
 Exported names come from the real code and data, not from a list kept here: the collector's exporter and
 the service's analyzer gauges are rendered, the recording rules are read from alerts/rules/*.yaml, and the
-dcgm-exporter names from the real capture in ../shared/fixtures/metrics and the DCGM field table of
-../shared/reference/telemetry.md.
+dcgm-exporter names from the real capture in tests/fixtures/metrics, the names phasefit itself reads, and
+dcgm-exporter's default counters (below).
 """
 
 from __future__ import annotations
@@ -17,7 +17,23 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared"
+CAPTURES = ROOT / "tests" / "fixtures" / "metrics"
+# dcgm-exporter's etc/default-counters.csv (NVIDIA/dcgm-exporter, 4.x): the profiling fields the board uses
+# that the captures in tests/fixtures/metrics do not happen to carry.
+DCGM_DEFAULT_COUNTERS = {
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+}
 BOARD = ROOT / "deploy" / "grafana" / "phasefit.json"
 PROVIDER = ROOT / "deploy" / "grafana" / "provisioning" / "dashboards.yaml"
 
@@ -110,14 +126,11 @@ def recording_rule_names() -> set[str]:
 
 def dcgm_names() -> set[str]:
     names = set()
-    for path in sorted((SHARED / "fixtures" / "metrics").glob("dcgm-exporter_*.prom")):
+    for path in sorted(CAPTURES.glob("dcgm-exporter_*.prom")):
         names |= _exposition_names(path.read_text())
-    telemetry = (SHARED / "reference" / "telemetry.md").read_text()
-    table_row = re.compile(r"^\| \d+[^|]*\| `(DCGM_FI_[A-Z0-9_]+)`", re.MULTILINE)
-    names.update(table_row.findall(telemetry))  # the DCGM field table: exporter metric name column
-    defaults = telemetry.split("**Enabled by default in `etc/default-counters.csv`**", 1)[1]
-    defaults = defaults.split("**Commented out**", 1)[0]  # dcgm-exporter's default counters
-    names.update(re.findall(r"`(DCGM_FI_[A-Z0-9_]+)`", defaults))
+    read = (ROOT / "analyzer" / "prometheus_metrics.py").read_text()
+    names.update(re.findall(r"DCGM_FI_[A-Z0-9_]+", read))  # what zero-agent mode queries
+    names.update(DCGM_DEFAULT_COUNTERS)
     return names
 
 
@@ -221,3 +234,58 @@ def test_provider_points_at_a_folder_of_files() -> None:
     assert provider["apiVersion"] == 1
     (entry,) = provider["providers"]
     assert entry["type"] == "file" and entry["options"]["path"]
+
+
+def _placement_panels(board: dict[str, Any]) -> list[dict[str, Any]]:
+    """The panels of the first row (the analyzer's placement figures), in reading order."""
+    row_ys = [p["gridPos"]["y"] for p in board["panels"] if p["type"] == "row"]
+    end = row_ys[1] if len(row_ys) > 1 else 10**6
+    panels = [p for p in board["panels"] if p["type"] != "row" and p["gridPos"]["y"] < end]
+    return sorted(panels, key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
+
+
+def _reads(panel: dict[str, Any]) -> set[str]:
+    return {name for t in panel["targets"] for name in metric_names(t["expr"])}
+
+
+def test_lost_capacity_leads_in_output_tokens_and_requests(board: dict[str, Any]) -> None:
+    """Issue 13: output tokens/s and requests/s (fleet and per pool) ahead of the total-tokens panels,
+    which say they are the secondary total; an unknown loss reads "unknown", not 0."""
+    panels = _placement_panels(board)
+    position = {p["id"]: i for i, p in enumerate(panels)}
+
+    def reading(metric: str, kind: str) -> dict[str, Any]:
+        (panel,) = [p for p in panels if metric in _reads(p) and p["type"] == kind]
+        return panel
+
+    fleet_output = reading("phasefit_fleet_lost_output_tokens_per_second", "stat")
+    fleet_requests = reading("phasefit_fleet_lost_requests_per_second", "stat")
+    fleet_total = reading("phasefit_fleet_lost_tokens_per_second", "stat")
+    pool_output = reading("phasefit_pool_lost_output_tokens_per_second", "timeseries")
+    pool_requests = reading("phasefit_pool_lost_requests_per_second", "timeseries")
+    pool_total = reading("phasefit_pool_lost_tokens_per_second", "timeseries")
+    assert position[fleet_output["id"]] < position[fleet_requests["id"]] < position[fleet_total["id"]]
+    assert position[pool_output["id"]] < position[pool_total["id"]]
+    assert position[pool_requests["id"]] < position[pool_total["id"]]
+    for total in (fleet_total, pool_total):
+        assert total["title"].startswith("Secondary: total"), total["title"]
+        assert "prompt + output" in total["title"]
+    for panel in (fleet_output, fleet_requests, pool_output, pool_requests):
+        assert "Secondary" not in panel["title"] and "total" not in panel["title"].lower()
+        assert "output tokens/s" in panel["title"] or "requests/s" in panel["title"]
+    for panel in (fleet_output, fleet_requests):
+        assert panel["fieldConfig"]["defaults"]["noValue"] == "unknown"
+    worker = [p for p in panels if "phasefit_worker_lost_tokens_per_second" in _reads(p)]
+    assert not worker, "per-worker loss should be shown in output tokens/s"
+    assert "phasefit_worker_lost_output_tokens_per_second" in set().union(*(_reads(p) for p in panels))
+
+
+def test_a_stat_counts_the_workers_the_analyzer_could_not_judge(board: dict[str, Any]) -> None:
+    (panel,) = [
+        p for p in _panels(board) if p["type"] == "stat" and "phasefit_fleet_unjudged_workers" in _reads(p)
+    ]
+    assert "unjudged" in panel["title"].lower()
+    # 0 only when the analyzer reports judged workers; neither gauge: unknown, never 0.
+    assert "phasefit_fleet_judged_workers" in _reads(panel)
+    assert "vector(0)" not in panel["targets"][0]["expr"]
+    assert panel["fieldConfig"]["defaults"]["noValue"] == "unknown"

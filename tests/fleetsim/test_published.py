@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetsim.calibration import format_tables, max_throughput_rows, ratio_rows
 from fleet.catalog import Catalog
+from fleetsim.calibration import format_tables, max_throughput_rows, ratio_rows
 
 
 def test_simulator_reproduces_the_published_tables(data_dir: Path, catalog: Catalog) -> None:
