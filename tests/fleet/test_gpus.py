@@ -11,8 +11,8 @@ from fleet.catalog import load_catalog
 from fleet.gpus import GpuCatalog, GpuSku, unknown_sku
 from fleet.precision import Precision
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-GPU_SPECS = SHARED / "benchmarks" / "gpu_specs.csv"
+DATA = Path(__file__).resolve().parents[2] / "data"
+GPU_SPECS = DATA / "benchmarks" / "gpu_specs.csv"
 CSV_ROW_OF = {
     "H100-SXM": "H100 SXM",
     "H100-PCIe": "H100 PCIe",

@@ -22,8 +22,8 @@ from fleet.models import (
 )
 from fleet.precision import Precision
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
-MODELS_CSV = SHARED / "benchmarks" / "models.csv"
+DATA = Path(__file__).resolve().parents[2] / "data"
+MODELS_CSV = DATA / "benchmarks" / "models.csv"
 KEY_OF_CSV_ROW = {
     "Llama-3.1-8B": "llama-3.1-8b",
     "Llama-3.1-70B / Llama-3.3-70B": "llama-3.1-70b",
