@@ -224,17 +224,15 @@ def _degraded(
             "utilisation only (no profiling counters)": float(basic[row].mean()),
         }
         main = max(what, key=lambda k: what[k])
-        critical = bool(lost[row, n - tail :].any())
+        lost_now = bool(lost[row, n - tail :].any())
         out.append(
             Finding(
                 kind=FindingKind.TELEMETRY_DEGRADED,
                 worker_id=grid.workers[row],
                 pool=ctx.pool,
-                severity=Severity.CRITICAL
-                if critical
-                else Severity.WARNING
-                if main != list(what)[3]
-                else Severity.INFO,
+                # A lost GPU pages through the collector's PhasefitGpuLost alert; here it is the analyzer
+                # losing its evidence, never a critical finding on its own.
+                severity=Severity.WARNING if lost_now or main != list(what)[3] else Severity.INFO,
                 status=FindingStatus.OPEN if last == n else FindingStatus.RESOLVED,
                 gpu_sku=ctx.sku,
                 role=ctx.role,
