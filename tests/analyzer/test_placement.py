@@ -321,7 +321,7 @@ def test_once_a_pool_moves_headroom_at_the_same_expected_rate_puts_decode_on_the
     # (8, 5) beats it in only about a quarter of the draws, but at no loss of expected rate it adds more than
     # HEADROOM of decode capacity: the decode phase on the hardware its bottleneck needs.
     assert result.best.prefill == (8, 5)
-    sizes, current = np.array([8, 8]), np.array([0, 8])
+    sizes = np.array([8, 8])
     cp = np.array([g.prefill.tokens_per_s for g in groups])
     cd = np.array([g.decode.tokens_per_s for g in groups])
     draws_p, draws_d = capacity_draws(groups, cp, cd, seed=0)
