@@ -18,20 +18,16 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
+from tests.availability import unavailable
+
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 POSTGRES_ENV = "PHASEFIT_TEST_POSTGRES_URL"
 
 
-def _under_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-
-
 def _unavailable(reason: str) -> NoReturn:
-    if _under_ci():
-        pytest.fail(f"{reason}; under CI=true the PostgreSQL cases must run", pytrace=False)
-    pytest.skip(f"{reason}: PostgreSQL case skipped")
+    unavailable(reason, "the PostgreSQL cases")
 
 
 @pytest.fixture(scope="module")

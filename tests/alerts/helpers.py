@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
-
 from alerts.tools import ToolMissingError, find_binary
+from tests.availability import unavailable
 
 
 def require_tool(tool: str) -> Path:
@@ -15,6 +13,4 @@ def require_tool(tool: str) -> Path:
     try:
         return find_binary(tool)
     except ToolMissingError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true but {exc}")
-        pytest.skip(str(exc))
+        unavailable(str(exc), f"this test of {tool}")

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from phasefit.cli.dashboard import child_environment, streamlit_command
+from tests.availability import unavailable
 from tests.dashboard.seed import Seeded
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -45,10 +46,7 @@ def _free_port() -> int:
 def _require_chromium() -> None:
     if CHROMIUM.exists():
         return
-    reason = f"{CHROMIUM} is not installed (Debian package 'chromium')"
-    if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
-        pytest.fail(f"{reason}; under CI=true the browser test must run", pytrace=False)
-    pytest.skip(f"{reason}: browser test skipped")
+    unavailable(f"{CHROMIUM} is not installed (Debian package 'chromium')", "the browser test")
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.availability import unavailable
 from tests.deploy.deploy_cli import argv_from_shell, parse
 from tests.deploy.deploy_k8s_schema import validate
 from tests.deploy.deploy_kustomize import (
@@ -200,7 +201,9 @@ def _kubectl_kustomize(folder: Path) -> list[Obj] | None:
 def test_resolver_agrees_with_kubectl_kustomize(folder: str) -> None:
     theirs = _kubectl_kustomize(KUBE / folder)
     if theirs is None:
-        pytest.skip("kubectl is not installed here; the resolver's output is validated on its own")
+        unavailable(
+            "kubectl is not installed (Debian package 'kubernetes-client')", "the kustomize comparison"
+        )
 
     def key(o: Obj) -> tuple[str, str, str]:
         return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
@@ -455,7 +458,7 @@ def test_week_expression_gives_the_previous_iso_week() -> None:
     date = shutil.which("date")
     probe = subprocess.run([date, "--version"], capture_output=True, text=True, check=False) if date else None
     if probe is None or "GNU" not in probe.stdout:
-        pytest.skip("GNU date is not available here")
+        unavailable("GNU date is not available here (Debian package 'coreutils')", "the CronJob week test")
     cases = {"2026-11-30 06:00": "2026-W48", "2027-01-04 06:00": "2026-W53", "2026-01-05 06:00": "2026-W01"}
     for now, expected in cases.items():
         out = subprocess.run(

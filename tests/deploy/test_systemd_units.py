@@ -10,12 +10,12 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.availability import require_executable
 from tests.deploy.deploy_cli import argv_from_shell, parse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,9 +149,9 @@ def test_timers_start_an_existing_oneshot_unit(path: Path) -> None:
     assert load(service).get("Service", "Type") == "oneshot"
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")
 @pytest.mark.parametrize("path", SERVICES + TIMERS, ids=lambda p: p.name)
 def test_systemd_accepts_the_unit(path: Path) -> None:
+    require_executable("systemd-analyze", "systemd", "systemd's own check of the unit")
     result = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", str(path)],
         capture_output=True,
