@@ -15,8 +15,9 @@ import multiprocessing
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from itertools import chain
@@ -209,11 +210,32 @@ def ingest_file(
     its keys is already stored, that transaction is rolled back and the file is loaded again the
     idempotent way (staging table, ``ON CONFLICT DO NOTHING``). Worker processes (``jobs`` > 0) need the
     calling program's main module to be importable (the usual ``if __name__ == "__main__"`` guard)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    return ingest_stream(
+        engine, lambda: opener(path, "rb"), path, sku_resolver=sku_resolver, jobs=jobs,
+        block_bytes=block_bytes, on_progress=on_progress,
+    )  # fmt: skip
+
+
+def ingest_stream(
+    engine: Engine,
+    open_source: Callable[[], AbstractContextManager[_Reader]],
+    name: Path,
+    *,
+    sku_resolver: SkuResolver | None = None,
+    jobs: int | None = None,
+    block_bytes: int = BLOCK_BYTES,
+    on_progress: ProgressCallback | None = None,
+) -> IngestResult:
+    """:func:`ingest_file` over any byte stream of JSON lines (``name`` labels it in errors and results).
+
+    ``open_source`` is called once per load, and twice on PostgreSQL when the fast load meets stored keys:
+    each call must give the same records from the start (a file reopened, a seeded simulation rerun)."""
     started = time.perf_counter()
     jobs = default_jobs() if jobs is None else jobs
     load = partial(
-        _ingest_once, engine, path, started, sku_resolver=sku_resolver, jobs=jobs, block_bytes=block_bytes,
-        on_progress=on_progress,
+        _ingest_once, engine, open_source, name, started, sku_resolver=sku_resolver, jobs=jobs,
+        block_bytes=block_bytes, on_progress=on_progress,
     )  # fmt: skip
     if engine.dialect.name == "postgresql":
         try:
@@ -223,8 +245,35 @@ def ingest_file(
     return load(assume_new=False)
 
 
+class ChunkReader:
+    """A ``read(size)`` stream over an iterator of byte chunks (e.g. a simulation writing JSON lines), so
+    records can be ingested as they are produced, with no file in between."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buffer = bytearray()
+
+    def read(self, size: int = -1, /) -> bytes:
+        while size < 0 or len(self._buffer) < size:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self._buffer += chunk
+        cut = len(self._buffer) if size < 0 else min(size, len(self._buffer))
+        data = bytes(self._buffer[:cut])
+        del self._buffer[:cut]
+        return data
+
+    def __enter__(self) -> ChunkReader:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._buffer.clear()
+
+
 def _ingest_once(
     engine: Engine,
+    open_source: Callable[[], AbstractContextManager[_Reader]],
     path: Path,
     started: float,
     *,
@@ -236,8 +285,7 @@ def _ingest_once(
 ) -> IngestResult:
     counts = WriteCounts()
     gpu_samples = engine_samples = 0
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as stream, writing(engine) as connection:
+    with open_source() as stream, writing(engine) as connection:
         encoding = time_encoding_for(connection)
         dimensions = RowBatch(encoding)
         parsed_blocks = _parsed_blocks(stream, encoding, jobs, block_bytes, on_progress)

@@ -20,7 +20,7 @@ dropping whole partitions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -151,14 +151,22 @@ _FAMILIES: tuple[tuple[Table, _Rollup, dict[str, Table]], ...] = (
 )
 
 
-def refresh_rollups(connection: Connection, start: datetime, end: datetime) -> dict[str, int]:
-    """Recompute every rollup bucket in [start, end) from raw samples (both must be hour-aligned)."""
+def refresh_rollups(
+    connection: Connection, start: datetime, end: datetime, resolutions: Collection[str] = ("1m", "1h")
+) -> dict[str, int]:
+    """Recompute the rollup buckets of ``resolutions`` in [start, end) from raw samples (both must be
+    hour-aligned). The hourly ones are what the analyzer, dashboard and report read; the per-minute ones
+    serve the API's finer reads once raw samples are pruned."""
     if start != floor_hour(start) or end != floor_hour(end):
         raise ValueError("rollup windows must start and end on the hour")
+    unknown = set(resolutions) - set(_WIDTHS)
+    if unknown:
+        raise ValueError(f"unknown rollup resolution(s) {sorted(unknown)}; known: {sorted(_WIDTHS)}")
     return {
         target.name: rollup(connection, target, start, end, resolution)
         for _raw, rollup, targets in _FAMILIES
         for resolution, target in targets.items()
+        if resolution in resolutions
     }
 
 

@@ -1,9 +1,11 @@
 """``phasefit demo``: the main job on the embedded default, end to end.
 
-A simulated week of the demo fleet goes through the same path a real fleet's records take: the source
-writes data-contract records, ``fleet.ingest`` stores them, then each later stage (analysis, report,
-dashboard) reads the store. Everything lands in one folder (``--out``), with its own SQLite store, so the
-demo never touches the user's default store.
+A simulated week of the demo fleet goes through the same path a real fleet's records take: the simulator
+writes data-contract JSON lines, ``fleet.ingest`` validates and stores them, then each later stage
+(analysis, report, dashboard) reads the store. The lines stream from the simulator into the ingest code
+with no file in between; ``--records FILE`` writes them to a file first (``.gz`` compresses) and stores
+that file, as ``phasefit ingest`` would. Everything lands in one folder (``--out``), with its own SQLite
+store, so the demo never touches the user's default store.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from phasefit.cli.output import emit_json, human
 
 if TYPE_CHECKING:
     from analyzer.pipeline import AnalysisResult
+    from fleet.ingest import ChunkReader
 
 DEMO_SCENARIO = "demo"
+DEMO_WINDOW_S = 60
 
 
 @contextmanager
@@ -43,7 +47,21 @@ def demo(
     days: Annotated[float, typer.Option("--days", min=0.01, help="Simulated days.")] = 7.0,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Simulation seed.")] = 0,
     window_s: Annotated[
-        int | None, typer.Option("--window-s", min=1, help="Window length (default: the scenario's, 30 s).")
+        int,
+        typer.Option(
+            "--window-s",
+            min=1,
+            help="Collection window in seconds. One minute keeps the week's store near 240 MB; the "
+            "scenario's own 30 s doubles it.",
+        ),
+    ] = DEMO_WINDOW_S,
+    records: Annotated[
+        Path | None,
+        typer.Option(
+            "--records",
+            help="Also write the simulated records to this JSONL file (.gz: compressed) and store them from "
+            "it, as `phasefit ingest` does; by default they stream into the store with no file.",
+        ),
     ] = None,
     no_serve: Annotated[
         bool, typer.Option("--no-serve", help="Do not start the dashboard at the end.")
@@ -55,7 +73,7 @@ def demo(
     import orjson
 
     from fleet.catalog import load_catalog
-    from fleet.ingest import catalog_sku_resolver, ingest_file
+    from fleet.ingest import ChunkReader, catalog_sku_resolver, ingest_file, ingest_stream
     from fleet.settings import Settings
     from fleet.store import migrate
     from fleet.store.engine import make_engine, writing
@@ -70,22 +88,18 @@ def demo(
 
     settings = Settings()
     out.mkdir(parents=True, exist_ok=True)
-    records_path = out / "records.jsonl"
     truth_path = out / "truth.json"
     db_path = out / "phasefit.db"
     database_url = f"sqlite:///{db_path.resolve()}"
     timings: dict[str, float] = {}
     catalog = load_catalog(settings.catalog_path)
     scenario = load_scenario(DEMO_SCENARIO)
+    sku_resolver = catalog_sku_resolver(settings.catalog_path)
 
-    with _step(timings, "simulate", f"simulating {days:g} days of the '{DEMO_SCENARIO}' fleet"):
-        partial = records_path.with_name(records_path.name + ".partial")
-        with partial.open("wb") as fh:
-            for data in jsonl_batches(scenario, catalog, seed=seed, days=days, window_s=window_s, start=None):
-                fh.write(data)
-        partial.replace(records_path)
-        truth = compute_truth(scenario, catalog, seed, days, window_s=window_s, start=None)
-        truth_path.write_bytes(orjson.dumps(truth, option=orjson.OPT_INDENT_2) + b"\n")
+    def simulated() -> ChunkReader:
+        return ChunkReader(
+            jsonl_batches(scenario, catalog, seed=seed, days=days, window_s=window_s, start=None)
+        )
 
     for stale in (
         db_path,
@@ -95,17 +109,29 @@ def demo(
         stale.unlink(missing_ok=True)
     engine = make_engine(database_url)
     try:
-        with _step(timings, "ingest", f"storing the records in {db_path}"):
-            migrate.ensure_schema(engine)
-            result = ingest_file(
-                engine, records_path, sku_resolver=catalog_sku_resolver(settings.catalog_path)
-            )
-        with _step(timings, "rollups", "computing per-minute and per-hour rollups"):
+        migrate.ensure_schema(engine)
+        if records is None:
+            text = f"simulating {days:g} days of the '{DEMO_SCENARIO}' fleet into {db_path}"
+            with _step(timings, "simulate_and_store", text):
+                result = ingest_stream(engine, simulated, Path(f"<simulated {DEMO_SCENARIO}>"),
+                                       sku_resolver=sku_resolver)  # fmt: skip
+        else:
+            with _step(timings, "simulate", f"simulating {days:g} days of the '{DEMO_SCENARIO}' fleet"):
+                _write_records(records, simulated())
+            with _step(timings, "ingest", f"storing {records} in {db_path}"):
+                result = ingest_file(engine, records, sku_resolver=sku_resolver)
+        with _step(timings, "truth", "re-simulating the best placement for the ground truth"):
+            truth = compute_truth(scenario, catalog, seed, days, window_s=window_s, start=None)
+            truth_path.write_bytes(orjson.dumps(truth, option=orjson.OPT_INDENT_2) + b"\n")
+        with _step(timings, "rollups", "computing the hourly rollups"):
             with engine.connect() as connection:
                 span = sample_time_range(connection)
             assert span is not None
             with writing(engine) as connection:
-                refresh_rollups(connection, floor_hour(span[0]), floor_hour(span[1]) + timedelta(hours=1))
+                # Hourly rollups are what analysis, report and dashboard read; `phasefit db prune` makes
+                # the per-minute ones, which serve the API only once raw samples are pruned.
+                end = floor_hour(span[1]) + timedelta(hours=1)
+                refresh_rollups(connection, floor_hour(span[0]), end, resolutions=("1h",))
         summary = _summary(engine, truth, result, timings, database_url)
     finally:
         engine.dispose()
@@ -119,17 +145,36 @@ def demo(
         rendered, written = make_report(week, database_url=database_url, out=out, fmt="html")
     summary["report"] = {"week": week, "files": [str(p) for p in written], "summary": rendered.summary}
 
+    summary["folder"] = {"path": str(out), "bytes": _folder_bytes(out)}
     if json_output:
         emit_json(summary)
     else:
         _print_summary(summary)
         print_result(analysis, human())
         _print_accuracy(summary["accuracy"], summary["report"])
+    human().print(f"the demo's folder {out} holds {summary['folder']['bytes'] / 1e6:,.0f} MB")
     if not no_serve:
         human().print(
-            f"[bold]dashboard[/] on http://127.0.0.1:{port} (Ctrl-C to stop; the store stays in {out})"
+            f"[bold]now serving the dashboard[/] at http://127.0.0.1:{port} until you press Ctrl-C "
+            f"(`phasefit demo --no-serve` skips it; the store stays in {out})"
         )
         dashboard(port=port, host="127.0.0.1", database_url=database_url, source="store", api_url=None)
+
+
+def _write_records(path: Path, stream: ChunkReader) -> None:
+    """The simulated JSON lines into ``path`` (gzip when it ends in .gz), complete or not at all."""
+    import gzip
+    import shutil
+
+    partial = path.with_name(path.name + ".partial")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(partial, "wb") as fh:
+        shutil.copyfileobj(stream, fh, 4 * 1024 * 1024)
+    partial.replace(path)
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def _busiest_week(first: datetime, last: datetime) -> str:

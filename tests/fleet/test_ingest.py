@@ -11,7 +11,15 @@ import pytest
 from sqlalchemy import Engine
 
 from fleet.contract import dump_record
-from fleet.ingest import IngestError, LineError, default_jobs, ingest_file, parse_block
+from fleet.ingest import (
+    ChunkReader,
+    IngestError,
+    LineError,
+    default_jobs,
+    ingest_file,
+    ingest_stream,
+    parse_block,
+)
 from fleet.store.queries import table_counts
 from fleet.store.rows import RowBatch
 from tests.fleet.store_factories import engine_sample, gpu_sample
@@ -54,6 +62,36 @@ def test_gzip_blank_lines_and_a_byte_order_mark(store_engine: Engine, tmp_path: 
     with gzip.open(path, "wt") as stream:
         stream.write("\ufeff" + "\n\n".join(_lines(6)) + "\n   \n")
     assert ingest_file(store_engine, path, jobs=0).stored == 6
+
+
+def test_chunks_are_read_back_as_a_stream_of_any_block_size() -> None:
+    chunks = [b"ab", b"", b"cdefg", b"h\n"]
+    reader = ChunkReader(chunks)
+    assert [reader.read(3), reader.read(3), reader.read(3), reader.read(3)] == [b"abc", b"def", b"gh\n", b""]
+    assert ChunkReader(chunks).read() == b"abcdefgh\n"
+
+
+def test_a_stream_stores_what_the_same_lines_in_a_file_store(store_engine: Engine, tmp_path: Path) -> None:
+    lines = _lines(40)
+    chunks = ["".join(line + "\n" for line in lines[i : i + 7]).encode() for i in range(0, 40, 7)]
+    opened: list[int] = []
+
+    def source() -> ChunkReader:
+        opened.append(1)
+        return ChunkReader(chunks)
+
+    result = ingest_stream(store_engine, source, Path("<test stream>"), jobs=0, block_bytes=1024)
+    assert (result.records, result.stored, result.path) == (40, 40, Path("<test stream>"))
+    assert opened  # opened again only when PostgreSQL's fast path meets stored keys
+    again = ingest_file(store_engine, _write(tmp_path / "same.jsonl", lines), jobs=0)
+    assert (again.stored, again.duplicates) == (0, 40)
+
+
+def test_a_bad_line_in_a_stream_names_the_stream_and_stores_nothing(store_engine: Engine) -> None:
+    chunks = [("\n".join(_lines(5)) + "\n").encode(), b'{"kind": "gpu_sample"}\n']
+    with pytest.raises(IngestError, match=r"<sim>:line 6"):
+        ingest_stream(store_engine, lambda: ChunkReader(chunks), Path("<sim>"), jobs=0)
+    assert _counts(store_engine)["gpu_samples"] == 0
 
 
 def _valid(**changes: Any) -> str:

@@ -70,6 +70,18 @@ def test_recomputing_a_window_replaces_its_buckets(store_engine: Engine) -> None
         assert table_counts(connection)["gpu_samples_1m"] == 120
 
 
+def test_hourly_rollups_alone_leave_the_per_minute_tables_empty(store_engine: Engine) -> None:
+    _fill(store_engine)
+    with writing(store_engine) as connection:
+        written = refresh_rollups(connection, T0, T0 + 2 * HOUR, resolutions=("1h",))
+        with pytest.raises(ValueError, match=r"unknown rollup resolution\(s\) \['5m'\]"):
+            refresh_rollups(connection, T0, T0 + HOUR, resolutions=("1h", "5m"))
+    assert written == {"gpu_samples_1h": 2, "engine_samples_1h": 2}
+    with store_engine.connect() as connection:
+        counts = table_counts(connection)
+    assert (counts["gpu_samples_1m"], counts["engine_samples_1m"], counts["gpu_samples_1h"]) == (0, 0, 2)
+
+
 def test_prune_rolls_up_then_deletes_only_raw_samples_past_the_retention(store_engine: Engine) -> None:
     _fill(store_engine)
     now = T0 + timedelta(days=1, hours=1, minutes=20)  # cutoff with 1 day: T0 + 1 h (rounded down)
