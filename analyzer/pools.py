@@ -38,7 +38,7 @@ class WorkerSpec:
     role: Role
     role_source: str
     precision: str | None
-    tp: int
+    tp: int | None  # None: neither the engine nor its GPUs said (never defaulted)
     gpu_uuids: tuple[str, ...]
     cluster: str | None = None
     deployment: str | None = None
@@ -101,7 +101,7 @@ def inventory_from_samples(
                 role=Role(engine_columns["role"][i]),
                 role_source=str(engine_columns["role_source"][i]),
                 precision=engine_columns["precision"][i],
-                tp=int(engine_columns["tp"][i]),
+                tp=None if engine_columns["tp"][i] is None else int(engine_columns["tp"][i]),
                 gpu_uuids=tuple(engine_columns["gpu_uuids"][i] or ()),
                 cluster=_optional(engine_columns, "cluster", i),
                 deployment=_optional(engine_columns, "deployment", i),
@@ -215,10 +215,19 @@ def build_pools(
         precision = _pool_precision(workers, notes)
         grouped: dict[tuple[str, int], list[int]] = {}
         skus: dict[str, GpuSku] = {}
+        unsized = 0
         for worker in sorted(workers, key=lambda w: w.worker_id):
+            tp = worker.tp or len(worker.gpu_uuids)
+            if not tp:
+                unsized += 1
+                continue
             sku = worker_sku(worker, gpus, catalog)
             skus[sku.key] = sku
-            grouped.setdefault((sku.key, worker.tp), []).append(rows[worker.worker_id])
+            grouped.setdefault((sku.key, tp), []).append(rows[worker.worker_id])
+        if unsized:
+            notes.append(
+                f"{unsized} worker(s) report neither a TP degree nor their GPUs: kept in place, not judged"
+            )
         groups = []
         for (sku_key, tp), members in sorted(grouped.items()):
             deployment = None

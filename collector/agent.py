@@ -181,7 +181,7 @@ class Agent:
             role_source=role_source,
             model=model,
             precision=(mapped.precision if mapped is not None else None) or worker.precision,
-            tp=max(1, min(tp, 1024)),
+            tp=min(tp, 1024) if tp else None,
             gpu_uuids=list(worker.gpu_uuids),
             prompt_tokens=delta.prompt_tokens,
             generation_tokens=delta.generation_tokens,

@@ -37,7 +37,8 @@ def scoped_groups(inventory: Inventory, scope: Scope) -> list[GpuGroup]:
         return list(inventory.groups)
     counts: Counter[tuple[str, str]] = Counter()
     for w in inventory.in_scope(scope):
-        counts[(w.sku or "unresolved", w.role)] += w.tp
+        if w.tp is not None:  # a worker whose GPUs nobody reported holds none we can count
+            counts[(w.sku or "unresolved", w.role)] += w.tp
     return [GpuGroup(sku, role, "ok", n) for (sku, role), n in sorted(counts.items())]
 
 

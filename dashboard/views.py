@@ -51,7 +51,7 @@ class WorkerInfo:
     role_source: str
     engine: str
     precision: str | None
-    tp: int
+    tp: int | None
     sku: str | None  # the SKU most of its GPUs resolve to; None where unknown (API without GPU details)
     deployment: str | None = None  # the serving deployment its labels name, where known
 

@@ -44,6 +44,26 @@ class TelemetrySource(StrEnum):
     SIM = "sim"
 
 
+class ActivityEvidence(StrEnum):
+    """How much a GPU sample's activity says about its bottleneck."""
+
+    # SM, tensor-pipe and DRAM activity (DCGM profiling fields, NVML GPM): which unit is busy.
+    PROFILING = "profiling"
+    # Only busy-time counters (GPU_UTIL, MEM_COPY_UTIL, GR_ENGINE_ACTIVE): how often something ran, not
+    # whether the math or the memory limited it. Bottleneck calls on them are weaker and say so.
+    UTILISATION = "utilisation"
+
+
+class GpuJoin(StrEnum):
+    """How an engine's GPUs were found (``gpu_uuids``); absent when they could not be."""
+
+    POD_RESOURCES = "pod-resources"  # kubelet PodResources: the device plugin's assignment to the pod
+    PROCESS = "process"  # NVML's compute processes joined to the PID listening on the engine's port
+    ENGINE_LABELS = "engine-labels"  # GPU UUIDs or indices the engine reports about itself
+    MAPPING = "mapping"  # the operator's mapping file
+    DECLARED = "declared"  # the producer knows it by construction (the simulator, a test fixture)
+
+
 class Role(StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
@@ -94,6 +114,10 @@ class GpuSample(_Record):
     parent_gpu_uuid: Name | None = None
     mig_profile: ShortText | None = None
     cluster: Name | None = None  # the collector's configured cluster; pools never come from node names
+    gr_engine_active: Ratio | None = None  # DCGM_FI_PROF_GR_ENGINE_ACTIVE, GPM graphics util (per MIG slice)
+    mem_copy_util: Ratio | None = None  # DCGM_FI_DEV_MEM_COPY_UTIL / NVML memory utilisation (busy time)
+    # None: derive from the fields present (profiling when any of sm/tensor/dram is set).
+    activity_evidence: ActivityEvidence | None = None
 
 
 class EngineSample(_Record):
@@ -109,8 +133,11 @@ class EngineSample(_Record):
     role_source: RoleSource = RoleSource.NONE
     model: Name
     precision: ShortText | None = None
-    tp: Annotated[int, Field(ge=1, le=1024)] = 1
+    # The tensor-parallel degree as the engine reports it or as the GPUs its process holds; None when
+    # neither is known, never a default.
+    tp: Annotated[int, Field(ge=1, le=1024)] | None = None
     gpu_uuids: Annotated[list[Name], Field(max_length=1024)] = Field(default_factory=list)
+    gpu_join: GpuJoin | None = None  # how gpu_uuids were found; None with gpu_uuids empty when they were not
     prompt_tokens: NonNegInt = 0
     generation_tokens: NonNegInt = 0
     requests_running: NonNegInt | None = None
@@ -205,6 +232,17 @@ class Finding(_Record):
     recommendation: Recommendation | None = None
     first_seen: UtcTimestamp
     last_seen: UtcTimestamp
+
+
+def activity_evidence(sample: GpuSample) -> ActivityEvidence | None:
+    """The sample's evidence level: as marked, else from the fields present; None when it has no activity."""
+    if sample.activity_evidence is not None:
+        return sample.activity_evidence
+    if sample.sm_active is not None or sample.tensor_active is not None or sample.dram_active is not None:
+        return ActivityEvidence.PROFILING
+    if sample.gpu_util is not None or sample.mem_copy_util is not None or sample.gr_engine_active is not None:
+        return ActivityEvidence.UTILISATION
+    return None
 
 
 Record = Annotated[GpuSample | EngineSample, Field(discriminator="kind")]

@@ -61,8 +61,9 @@ class WorkerInfo:
     role: str
     role_source: str
     precision: str | None
-    tp: int
+    tp: int | None
     gpu_uuids: list[str]
+    gpu_join: str | None
     cluster: str | None
     deployment: str | None
     first_seen: datetime

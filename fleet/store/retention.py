@@ -92,6 +92,8 @@ def _gpu_rollup(
         "tensor_active_avg": func.avg(c.tensor_active),
         "dram_active_avg": func.avg(c.dram_active),
         "gpu_util_avg": func.avg(c.gpu_util),
+        "gr_engine_active_avg": func.avg(c.gr_engine_active),
+        "mem_copy_util_avg": func.avg(c.mem_copy_util),
         "power_w_avg": func.avg(c.power_w),
         "mem_used_bytes_max": func.max(c.mem_used_bytes),
         "lost_samples": func.sum(case((c.state == "lost", 1), else_=0)),

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from fleet.contract import EngineSample, GpuSample
+from fleet.contract import EngineSample, GpuSample, activity_evidence
 
 TimeEncoding = Literal["epoch_us", "datetime"]
 INT64_MAX = 2**63 - 1
@@ -23,7 +24,7 @@ INT32_MAX = 2**31 - 1
 GPU_SAMPLE_COLUMNS = (
     "gpu_uuid", "ts", "window_s", "worker_id", "sm_active", "tensor_active", "dram_active", "gpu_util",
     "mem_used_bytes", "power_w", "sm_clock_mhz", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes",
-    "pcie_rx_bytes", "state", "source",
+    "pcie_rx_bytes", "state", "source", "gr_engine_active", "mem_copy_util", "activity_evidence",
 )  # fmt: skip
 ENGINE_SAMPLE_COLUMNS = (
     "worker_id", "ts", "window_s", "role", "role_source", "prompt_tokens", "generation_tokens",
@@ -75,8 +76,9 @@ class WorkerDim:
     role: str
     role_source: str
     precision: str | None
-    tp: int
+    tp: int | None
     gpu_uuids: list[str]
+    gpu_join: str | None
     cluster: str | None
     deployment: str | None
     first_seen: datetime
@@ -122,7 +124,8 @@ class RowBatch:
                 values["tensor_active"], values["dram_active"], values["gpu_util"], values["mem_used_bytes"],
                 values["power_w"], values["sm_clock_mhz"], values["nvlink_tx_bytes"],
                 values["nvlink_rx_bytes"], values["pcie_tx_bytes"], values["pcie_rx_bytes"],
-                values["state"]._value_, values["source"]._value_,
+                values["state"]._value_, values["source"]._value_, values["gr_engine_active"],
+                values["mem_copy_util"], _evidence(record),
             ))  # fmt: skip
             _remember(self._latest_gpu, values["gpu_uuid"], ts, values, tag, key_field="gpu_uuid")
         else:
@@ -157,7 +160,7 @@ class RowBatch:
             worker = WorkerDim(
                 values["node"], values["engine"], values["model"], values["role"]._value_,
                 values["role_source"]._value_, values["precision"], values["tp"], list(values["gpu_uuids"]),
-                values["cluster"], values["deployment"], first, last,
+                _value(values["gpu_join"]), values["cluster"], values["deployment"], first, last,
             )  # fmt: skip
             self.workers[worker_id] = _newer(self.workers.get(worker_id), worker)
             self._fold_node(worker.node, first, last)
@@ -185,6 +188,15 @@ class RowBatch:
     def _fold_node(self, node: str, first: datetime, last: datetime) -> None:
         span = self.nodes.get(node)
         self.nodes[node] = (first, last) if span is None else (min(span[0], first), max(span[1], last))
+
+
+def _evidence(record: GpuSample) -> str | None:
+    evidence = activity_evidence(record)
+    return None if evidence is None else evidence._value_
+
+
+def _value(member: StrEnum | None) -> str | None:
+    return None if member is None else member._value_
 
 
 def _remember(

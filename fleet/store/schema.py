@@ -96,8 +96,9 @@ class WorkerRow(Base):
     role: Mapped[str] = mapped_column(String(ENUM))
     role_source: Mapped[str] = mapped_column(String(ENUM))
     precision: Mapped[str | None] = mapped_column(String(SHORT))
-    tp: Mapped[int] = mapped_column(Integer)
+    tp: Mapped[int | None] = mapped_column(Integer)  # None: neither the engine nor its GPUs said
     gpu_uuids: Mapped[list[str]]
+    gpu_join: Mapped[str | None] = mapped_column(String(ENUM))  # how gpu_uuids were found
     cluster: Mapped[str | None] = mapped_column(String(NAME))
     deployment: Mapped[str | None] = mapped_column(String(NAME))
     first_seen: Mapped[datetime]
@@ -128,6 +129,9 @@ class GpuSampleRow(Base):
     pcie_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
     state: Mapped[str] = mapped_column(String(ENUM))
     source: Mapped[str] = mapped_column(String(ENUM))
+    gr_engine_active: Mapped[float | None] = mapped_column(Float)
+    mem_copy_util: Mapped[float | None] = mapped_column(Float)
+    activity_evidence: Mapped[str | None] = mapped_column(String(ENUM))  # fleet.contract.ActivityEvidence
 
 
 class EngineSampleRow(Base):
@@ -171,6 +175,8 @@ class _GpuRollup:
     tensor_active_avg: Mapped[float | None] = mapped_column(Float)
     dram_active_avg: Mapped[float | None] = mapped_column(Float)
     gpu_util_avg: Mapped[float | None] = mapped_column(Float)
+    gr_engine_active_avg: Mapped[float | None] = mapped_column(Float)
+    mem_copy_util_avg: Mapped[float | None] = mapped_column(Float)
     power_w_avg: Mapped[float | None] = mapped_column(Float)
     mem_used_bytes_max: Mapped[int | None] = mapped_column(BigInteger)
     lost_samples: Mapped[int] = mapped_column(Integer)

@@ -47,8 +47,8 @@ _UNIQUE_VIOLATION = "23505"  # PostgreSQL SQLSTATE
 _SAMPLE_TABLES = (("gpu_samples", GPU_SAMPLE_COLUMNS), ("engine_samples", ENGINE_SAMPLE_COLUMNS))
 _GPU_ATTRS = ("node", "gpu_index", "gpu_name", "sku", "parent_gpu_uuid", "mig_profile", "cluster",
               "worker_id", "state", "source")  # fmt: skip
-_WORKER_ATTRS = ("node", "engine", "model", "role", "role_source", "precision", "tp", "gpu_uuids", "cluster",
-                 "deployment")  # fmt: skip
+_WORKER_ATTRS = ("node", "engine", "model", "role", "role_source", "precision", "tp", "gpu_uuids", "gpu_join",
+                 "cluster", "deployment")  # fmt: skip
 _DIMENSIONS = {
     "nodes": ("name", ()),
     "gpus": ("gpu_uuid", _GPU_ATTRS),
