@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from fleet.contract import EngineSample, GpuSample, RoleSource, TelemetrySource
+from fleet.contract import EngineSample, GpuJoin, GpuSample, RoleSource, TelemetrySource
 from fleetsim.fleet_sim import Chunk, FleetSimulation, rfc3339
 
 IntArray = npt.NDArray[np.int64]
@@ -47,7 +47,8 @@ _ENGINE_DECIMALS: dict[str, int | None] = {
     "kv_cache_usage": 4, "ttft_p50_s": 4, "ttft_p99_s": 4, "tpot_p50_s": 5, "tpot_p99_s": 5,
 }  # fmt: skip
 _ENGINE_STATIC = (
-    "worker_id", "node", "engine", "model", "precision", "tp", "gpu_uuids", "cluster", "deployment",
+    "worker_id", "node", "engine", "model", "precision", "tp", "gpu_uuids", "gpu_join", "cluster",
+    "deployment",
 )  # fmt: skip
 
 _GPU_TEMPLATE = (
@@ -58,7 +59,7 @@ _GPU_TEMPLATE = (
 )
 _ENGINE_TEMPLATE = (
     b'{"kind":"engine_sample","ts":%s,"window_s":%s,"worker_id":%s,"node":%s,"engine":%s,"model":%s,'
-    b'"precision":%s,"tp":%s,"gpu_uuids":%s,"cluster":%s,"deployment":%s,"role":%s,"role_source":%s,'
+    b'"precision":%s,"tp":%s,"gpu_uuids":%s,"gpu_join":%s,"cluster":%s,"deployment":%s,"role":%s,"role_source":%s,'
     b'"prompt_tokens":%s,"generation_tokens":%s,"requests_running":%s,"requests_waiting":%s,'
     b'"kv_cache_usage":%s,"preemptions":%s,"ttft_p50_s":%s,"ttft_p99_s":%s,"tpot_p50_s":%s,'
     b'"tpot_p99_s":%s}\n'
@@ -139,6 +140,7 @@ class RecordBuilder:
             "precision": [p.precision.value for p in pools],
             "tp": [p.spec.tp for p in pools],
             "gpu_uuids": [[gpus[i].uuid for i in w.gpus] for w in workers],
+            "gpu_join": [GpuJoin.DECLARED.value for _ in workers],  # the layout placed them
             "cluster": [p.spec.cluster for p in pools],
             "deployment": [p.spec.deployment_name for p in pools],
         }
