@@ -9,8 +9,17 @@ and of the engine's KV usage, queue and preemptions; then a trailing rolling med
   activity over its saturation; DCGM's DRAM activity tops out near 0.8) is higher, once one is near its
   limit; when the two are within a margin the role label (the prior) breaks the tie at low confidence;
 - under-utilised: no resource near its limit (idle, latency-, launch- or network-bound);
-- unknown, with the reason, where the source cannot tell (nvml-basic and dcgm-exporter without profiling
-  fields only say a kernel was running) or nothing was received.
+- unknown, with the reason, where the source cannot tell or nothing was received.
+
+Without profiling fields (dcgm-exporter's default, nvml-basic, a MIG instance without GPM) only busy-time
+counters remain: GPU_UTIL or GR_ENGINE_ACTIVE (how often a kernel ran; GR_ENGINE_ACTIVE is a MIG instance's
+own activity, GPU_UTIL is not supported there) and MEM_COPY_UTIL (how often the memory controller was
+busy). They are weaker evidence (``evidence``: ``ActivityEvidence.UTILISATION``), and say how often
+something was busy, not whether it limited throughput. From them alone: under-utilised where the GPU was
+mostly idle; memory-bandwidth-bound, at low confidence, where it was busy nearly all the time with its
+memory controller busy most of it; otherwise unknown with the reason (busy, but the counters cannot tell
+compute-bound from latency- or launch-bound work; or no memory-copy counter at all). Compute-bound is never
+called from busy-time alone.
 
 A stable verdict changes only after the new raw verdict held for ``min_dwell_windows`` windows in a row
 (hysteresis), so a flapping worker yields one episode, not one per minute. Everything is vectorised over
@@ -42,7 +51,7 @@ from analyzer.frames import (
     grouped_nanmedian,
     grouped_sum,
 )
-from fleet.contract import Bottleneck, GpuState, Role, TelemetrySource
+from fleet.contract import ActivityEvidence, Bottleneck, GpuState, Role, TelemetrySource
 
 BOTTLENECKS: tuple[Bottleneck, ...] = (
     Bottleneck.UNKNOWN,
@@ -52,6 +61,15 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
     Bottleneck.UNDERUTILISED,
 )
 _UNKNOWN, _COMPUTE, _MEMORY, _CAPACITY, _IDLE = range(5)
+# The evidence behind a cell's GPU activity (``BottleneckGrid.evidence`` indexes this): none (no GPU
+# activity: a verdict there comes from the engine's counters alone, e.g. a full KV cache), the profiling
+# fields, or busy-time counters only.
+EVIDENCE: tuple[ActivityEvidence | None, ...] = (
+    None,
+    ActivityEvidence.PROFILING,
+    ActivityEvidence.UTILISATION,
+)
+_NO_EVIDENCE, _PROFILING, _UTILISATION = range(3)
 
 
 class Reason(IntEnum):
@@ -64,6 +82,9 @@ class Reason(IntEnum):
     SM_ONLY = 4
     ROLE_TIEBREAK = 5
     KV_FULL = 6
+    UTILISATION_MEMORY = 7
+    UTILISATION_UNDECIDED = 8
+    UTILISATION_IDLE = 9
 
 
 REASON_TEXT: Mapping[Reason, str] = MappingProxyType(
@@ -72,8 +93,22 @@ REASON_TEXT: Mapping[Reason, str] = MappingProxyType(
         Reason.NO_TELEMETRY: "no GPU telemetry for the worker in this window",
         Reason.GPU_LOST: "the worker's GPUs are reported lost (Xid 79 / GPU_IS_LOST)",
         Reason.UTILIZATION_ONLY: (
-            "the source reports only utilization (a kernel was running: nvml-basic, or dcgm-exporter without "
-            "DCGM_FI_PROF_* profiling fields), which cannot tell compute from memory pressure"
+            "the source reports only utilization (a kernel was running: nvml-basic, or dcgm-exporter "
+            "without DCGM_FI_PROF_* profiling fields), which cannot tell compute from memory pressure; no "
+            "memory-copy utilisation (DCGM_FI_DEV_MEM_COPY_UTIL) either"
+        ),
+        Reason.UTILISATION_MEMORY: (
+            "utilisation counters only (weaker evidence): busy nearly all the time with the memory "
+            "controller busy most of it (MEM_COPY_UTIL); busy-time says how often memory was in use, not "
+            "whether its bandwidth limited throughput"
+        ),
+        Reason.UTILISATION_UNDECIDED: (
+            "utilisation counters cannot decide: busy, with the memory controller busy only part of the "
+            "time; busy-time counters say how often an engine or the memory controller ran, not which "
+            "limited throughput (compute-bound, latency- or launch-bound work read alike)"
+        ),
+        Reason.UTILISATION_IDLE: (
+            "utilisation counters only (weaker evidence): the GPU was busy less than the idle threshold"
         ),
         Reason.SM_ONLY: "no tensor activity reported: compute pressure read from SM activity (less specific)",
         Reason.ROLE_TIEBREAK: "compute and memory pressure within the margin: the role label broke the tie",
@@ -103,6 +138,12 @@ class BottleneckThresholds:
     busy: float = 0.5  # normalised pressure counted as near a limit
     margin: float = 0.1  # pressures closer than this are a tie
     idle_utilization: float = 0.3  # utilization-only sources: below this the GPU is mostly idle
+    # Utilisation-only sources: busy at least this share of the time (GPU_UTIL / GR_ENGINE_ACTIVE) with the
+    # memory controller busy at least ``util_memory_busy`` of it reads memory-bandwidth-bound, at a
+    # confidence of at most ``util_confidence`` (below a role drift's bar: weak evidence never drives one).
+    util_busy: float = 0.8
+    util_memory_busy: float = 0.6
+    util_confidence: float = 0.4
     kv_full: float = 0.9
     kv_saturated: float = 0.97
 
@@ -123,6 +164,7 @@ class BottleneckGrid:
     confidence: npt.NDArray[np.float32]  # of the raw verdict, 0..1
     stable_confidence: npt.NDArray[np.float32]
     reason: npt.NDArray[np.int8]  # Reason codes
+    evidence: npt.NDArray[np.int8]  # EVIDENCE index: what the cell's GPU activity came from
     role: npt.NDArray[np.int8]  # ROLES index, -1 where no engine sample
     compute_pressure: npt.NDArray[np.float32]  # normalised 0..~1
     memory_pressure: npt.NDArray[np.float32]
@@ -131,6 +173,8 @@ class BottleneckGrid:
     kv_cache_usage: npt.NDArray[np.float32]
     requests_waiting: npt.NDArray[np.float32]
     preemptions: npt.NDArray[np.float32]  # per window (not smoothed)
+    busy: npt.NDArray[np.float32]  # smoothed busy share (GPU_UTIL / GR_ENGINE_ACTIVE), as reported
+    mem_copy_util: npt.NDArray[np.float32]  # smoothed memory-controller busy share
 
     def verdict(self, worker_id: str, window: int = -1) -> tuple[Bottleneck, float, str]:
         """The stable bottleneck of a worker in a window, its confidence and the reason text."""
@@ -223,7 +267,9 @@ def classify(
     # SM activity only matters where a sample lacks tensor activity (it stands in for it there).
     sm = grouped_nanmedian(c, np.where(np.isnan(tensor_values), gpu.sm_active[live], np.nan), n)
     dram = grouped_nanmedian(c, np.clip(gpu.dram_active[live] / saturation[live], 0.0, 1.0), n)
-    util = grouped_nanmedian(c, gpu.gpu_util[live], n)
+    # Busy share: GPU_UTIL, or GR_ENGINE_ACTIVE (a MIG instance's own; the larger where both are reported).
+    util = grouped_nanmedian(c, np.fmax(gpu.gpu_util[live], gpu.gr_engine_active[live]), n)
+    mem_copy = grouped_nanmedian(c, gpu.mem_copy_util[live], n)
     cell_saturation = grouped_nanmedian(
         c, np.where(np.isnan(gpu.dram_active[live]), np.nan, saturation[live]), n
     )
@@ -248,6 +294,7 @@ def classify(
     sm_s, _ = _rolling(_grid(sm, shape), span)
     dram_s, coverage = _rolling(_grid(dram, shape), span)
     util_s, util_cov = _rolling(_grid(util, shape), span)
+    mem_copy_s, mem_cov = _rolling(_grid(mem_copy, shape), span)
     kv_s, _ = _rolling(_grid(kv, shape), span)
     waiting_s, _ = _rolling(_grid(waiting, shape), span)
     preempt_w = _grid(preempt, shape)
@@ -298,11 +345,24 @@ def classify(
     confidence[idle] = (base * headroom * span_coverage)[idle]
     reason[idle] = np.where(has_tensor[idle], Reason.MEASURED, Reason.SM_ONLY)
 
-    basic = ~has_pressure & ~np.isnan(util_s)
-    basic_idle = basic & (util_s < t.idle_utilization)
+    # Busy-time counters only. The memory controller busy implies the GPU busy at least as often.
+    mem_known = ~np.isnan(mem_copy_s)
+    busy_share = np.fmax(util_s, mem_copy_s)
+    basic = ~has_pressure & ~np.isnan(busy_share)
+    basic_idle = basic & (busy_share < t.idle_utilization)
     label[basic_idle] = _IDLE
-    confidence[basic_idle] = (0.5 * (0.5 + 0.5 * util_cov / span))[basic_idle]
+    confidence[basic_idle] = (0.5 * (0.5 + 0.5 * np.maximum(util_cov, mem_cov) / span))[basic_idle]
     reason[basic] = Reason.UTILIZATION_ONLY
+    reason[basic_idle] = Reason.UTILISATION_IDLE
+    basic_busy = basic & ~basic_idle
+    memory_busy = basic_busy & mem_known & (busy_share >= t.util_busy) & (mem_copy_s >= t.util_memory_busy)
+    label[memory_busy] = _MEMORY
+    confidence[memory_busy] = (t.util_confidence * (0.5 + 0.5 * mem_cov / span))[memory_busy]
+    reason[memory_busy] = Reason.UTILISATION_MEMORY
+    reason[basic_busy & mem_known & ~memory_busy] = Reason.UTILISATION_UNDECIDED
+    evidence = np.full(shape, _NO_EVIDENCE, np.int8)
+    evidence[has_pressure] = _PROFILING
+    evidence[basic] = _UTILISATION
 
     label[capacity] = _CAPACITY
     strong = (preempt_s > 0) | (kv_s >= t.kv_saturated)
@@ -313,6 +373,7 @@ def classify(
     label[gone & ~capacity] = _UNKNOWN
     reason[gone & ~capacity] = Reason.GPU_LOST
     confidence[gone & ~capacity] = 0.0
+    evidence[gone] = _NO_EVIDENCE
 
     # The role is a prior: counters that contradict it keep their verdict at slightly lower confidence.
     contradicts = ((role == prefill) & (label == _MEMORY)) | ((role == decode) & (label == _COMPUTE))
@@ -328,6 +389,7 @@ def classify(
         confidence=confidence,
         stable_confidence=stable_conf,
         reason=reason,
+        evidence=evidence,
         role=role,
         compute_pressure=compute.astype(np.float32),
         memory_pressure=memory.astype(np.float32),
@@ -336,6 +398,8 @@ def classify(
         kv_cache_usage=kv_s,
         requests_waiting=waiting_s,
         preemptions=preempt_w,
+        busy=util_s,
+        mem_copy_util=mem_copy_s,
     )
 
 
@@ -405,6 +469,8 @@ def episodes(grid: BottleneckGrid) -> list[Episode]:
                         "kv_cache_usage": _median(grid.kv_cache_usage[row, a:b]),
                         "requests_waiting": _median(grid.requests_waiting[row, a:b]),
                         "preemptions": float(np.nansum(grid.preemptions[row, a:b])),
+                        "busy": _median(grid.busy[row, a:b]),
+                        "mem_copy_util": _median(grid.mem_copy_util[row, a:b]),
                     },
                 )
             )

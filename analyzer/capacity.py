@@ -1,12 +1,13 @@
 """Per-worker capacity of each SKU/TP group in each role, from the performance model calibrated against the
 fleet's own telemetry.
 
-Prefill (compute-bound): a prefill worker's prompt tokens per *busy* second (tokens/s over the share of time
-a kernel ran, ``gpu_util``; SM activity where that is missing) is its saturated speed; busier buckets weigh
-more. Its ratio to ``analyzer.perf_model``'s prefill prediction at the same prompt length is the group's
-calibration factor; a group that runs no prefill today borrows the pool's median factor (a ratio across
-SKUs is what the model reproduces best: held-out p90 13%). The pooled factor also scales the model's
-compute efficiency: the fleet's prefill workers show the compute rate its GPUs reach.
+Prefill (compute-bound): a prefill worker's prompt tokens per *busy* second (tokens/s over the share of time a
+kernel ran: ``gpu_util``, or ``gr_engine_active`` on a MIG instance; SM activity where both are missing) is
+its saturated speed; busier buckets weigh more. Its ratio to ``analyzer.perf_model``'s prefill prediction at
+the same prompt length is the group's calibration factor; a group that runs no prefill today borrows the
+pool's median factor (a ratio across SKUs is what the model reproduces best: held-out p90 13%). The pooled
+factor also scales the model's compute efficiency: the fleet's prefill workers show the compute rate its GPUs
+reach.
 
 Decode: the model's step time (weights, KV reads, compute-bound matmuls at large batches, all-reduces,
 overhead) at the fleet's compute efficiency, scaled to the TPOT the group's decode workers report at the
@@ -178,8 +179,9 @@ def _model_prefill_series(
 
 
 def busy_share(grid: WorkerGrid, rows: npt.NDArray[np.int64]) -> FloatArray:
-    """Share of time a kernel ran: ``gpu_util``, else SM activity over its high-water mark."""
-    util = grid.gpu_util[rows]
+    """Share of time a kernel ran: ``gpu_util``, else ``gr_engine_active`` (a MIG instance's own activity:
+    GPU_UTIL is not supported on MIG), else SM activity over its high-water mark."""
+    util = np.where(np.isnan(grid.gpu_util[rows]), grid.gr_engine_active[rows], grid.gpu_util[rows])
     sm = grid.sm_active[rows]
     finite_sm = sm[~np.isnan(sm)]
     sm_full = float(np.quantile(finite_sm, 0.99)) if finite_sm.size else 1.0
@@ -222,8 +224,15 @@ def calibrate(
                 if not use.any():
                     continue
                 per_worker.append(float(np.nanmedian(speed_per_bucket[i][use])))
-                if model is not None:
-                    factors.append(float(np.nanmedian(speed_per_bucket[i][use] / model[use])))
+                # The model's prediction is 0 where the model does not fit the GPU (a MIG slice too small
+                # for it): no factor from there.
+                ratio = (
+                    speed_per_bucket[i][use] / np.where(model[use] > 0, model[use], np.nan)
+                    if model is not None
+                    else None
+                )
+                if ratio is not None and np.isfinite(ratio).any():
+                    factors.append(float(np.nanmedian(ratio)))
             speed = float(np.median(per_worker))
             cal.prefill_measured[group.key] = speed
             finite = [f for f in factors if math.isfinite(f)]

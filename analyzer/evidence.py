@@ -13,15 +13,34 @@ import math
 
 import numpy as np
 
-from analyzer.bottleneck import BOTTLENECKS, BottleneckGrid
+from analyzer.bottleneck import BOTTLENECKS, EVIDENCE, BottleneckGrid
 from analyzer.frames import ROLES, FloatArray
 from analyzer.pools import Pool
 from analyzer.telemetry import WorkerGrid
-from fleet.contract import Bottleneck, Role
+from fleet.contract import ActivityEvidence, Bottleneck, Role
 from fleet.models import decode_flops_per_token, prefill_flops
 
 Evidence = dict[str, float | str | None]
 _DECODE = ROLES.index(Role.DECODE)
+_PROFILING = EVIDENCE.index(ActivityEvidence.PROFILING)
+_UTILISATION = EVIDENCE.index(ActivityEvidence.UTILISATION)
+
+# The evidence label of a verdict from the engine's own counters (KV cache, queue), not GPU activity.
+ENGINE_EVIDENCE = "engine"
+
+
+def evidence_label(level: ActivityEvidence | None) -> str:
+    """``profiling``, ``utilisation`` or ``engine``: what a judged worker's verdict rests on."""
+    return level.value if level is not None else ENGINE_EVIDENCE
+
+
+# What a finding judged on busy-time counters says about its evidence (analyzer.bottleneck).
+UTILISATION_CAVEAT = (
+    "judged on utilisation counters only (no DCGM_FI_PROF_* profiling fields): GPU_UTIL, "
+    "GR_ENGINE_ACTIVE and MEM_COPY_UTIL say how often an engine or the memory controller was busy, not "
+    "whether bandwidth or compute limited throughput; enable the profiling fields (DCGM_FI_PROF_DRAM_ACTIVE, "
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) to confirm"
+)
 
 
 def _median(values: FloatArray) -> float | None:
@@ -38,6 +57,33 @@ def dominant_bottleneck(bottlenecks: BottleneckGrid, worker_id: str, first: int,
     if not known.size:
         return Bottleneck.UNKNOWN
     return BOTTLENECKS[int(np.bincount(known).argmax())]
+
+
+def activity_evidence(
+    bottlenecks: BottleneckGrid, worker_id: str, first: int, last: int
+) -> ActivityEvidence | None:
+    """What the worker's verdicts over buckets [first, last) rest on, the most common first (a tie goes to
+    the weaker): the profiling fields, busy-time counters (utilisation, the weakest), or, as None, the
+    engine's own counters (a capacity verdict reads the KV cache and the queue, whatever the GPU reports;
+    a worker without GPU activity), also None where nothing was classified."""
+    if worker_id not in bottlenecks.workers:
+        return None
+    row = bottlenecks.workers.index(worker_id)
+    stable = bottlenecks.stable[row, first:last]
+    known = stable > 0
+    gpu = known & (stable != BOTTLENECKS.index(Bottleneck.CAPACITY))
+    levels = bottlenecks.evidence[row, first:last]
+    profiling = int((gpu & (levels == _PROFILING)).sum())
+    utilisation = int((gpu & (levels == _UTILISATION)).sum())
+    engine = int(known.sum()) - profiling - utilisation
+    if not known.any():
+        return None
+    top = max(profiling, utilisation, engine)
+    if utilisation == top:
+        return ActivityEvidence.UTILISATION
+    if engine == top:
+        return None
+    return ActivityEvidence.PROFILING
 
 
 def bottleneck_share(
@@ -71,6 +117,8 @@ def worker_evidence(
         "sm_active": _median(grid.sm_active[row, sl]),
         "dram_active": _median(grid.dram_active[row, sl]),
         "gpu_util": _median(grid.gpu_util[row, sl]),
+        "gr_engine_active": _median(grid.gr_engine_active[row, sl]),
+        "mem_copy_util": _median(grid.mem_copy_util[row, sl]),
         "kv_cache_usage": _median(grid.kv_usage[row, sl]),
         "requests_running": _median(grid.running[row, sl]),
         "requests_waiting": _median(grid.waiting[row, sl]),
@@ -84,6 +132,10 @@ def worker_evidence(
         ),
         "bottleneck": str(dominant_bottleneck(bottlenecks, worker_id, first, last)),
     }
+    level = activity_evidence(bottlenecks, worker_id, first, last)
+    out["activity_evidence"] = evidence_label(level)
+    if level is ActivityEvidence.UTILISATION:
+        out["evidence_caveat"] = UTILISATION_CAVEAT
     out.update(roofline_point(pool, grid, row, first, last, isl=isl, osl=osl))
     return out
 

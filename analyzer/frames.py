@@ -10,7 +10,7 @@ a field says nothing about it).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -34,10 +34,18 @@ def _floats(values: Iterable[float | int | None]) -> FloatArray:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
+def _unset() -> FloatArray:
+    return np.empty(0, dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class GpuFrame:
     """GPU samples attributed to workers. ``worker`` indexes ``workers``; ``source``/``state`` index
-    ``SOURCES``/``STATES``; ``ts`` is the window end in epoch seconds."""
+    ``SOURCES``/``STATES``; ``ts`` is the window end in epoch seconds.
+
+    ``gr_engine_active`` (the engine's busy share; a MIG instance's own activity, where GPU_UTIL is not
+    supported) and ``mem_copy_util`` (the memory controller's busy share) are busy-time counters, weaker
+    evidence than the profiling fields; a frame built without them holds NaN (unknown) there."""
 
     workers: tuple[str, ...]
     ts: FloatArray
@@ -48,10 +56,18 @@ class GpuFrame:
     gpu_util: FloatArray
     source: IntArray
     state: IntArray
+    gr_engine_active: FloatArray = field(default_factory=_unset)
+    mem_copy_util: FloatArray = field(default_factory=_unset)
 
     def __post_init__(self) -> None:
         n = self.ts.shape[0]
-        for name in ("worker", "sm_active", "tensor_active", "dram_active", "gpu_util", "source", "state"):
+        for name in ("gr_engine_active", "mem_copy_util"):
+            if getattr(self, name).shape == (0,) and n:
+                object.__setattr__(self, name, np.full(n, np.nan))
+        for name in (
+            "worker", "sm_active", "tensor_active", "dram_active", "gpu_util", "source", "state",
+            "gr_engine_active", "mem_copy_util",
+        ):  # fmt: skip
             if getattr(self, name).shape != (n,):
                 raise ValueError(f"GpuFrame.{name} has shape {getattr(self, name).shape}, expected ({n},)")
 
@@ -88,6 +104,8 @@ class GpuFrame:
                 gpu_util=_floats(s.gpu_util for _, s in kept),
                 source=_codes([s.source for _, s in kept], SOURCES),
                 state=_codes([s.state for _, s in kept], STATES),
+                gr_engine_active=_floats(s.gr_engine_active for _, s in kept),
+                mem_copy_util=_floats(s.mem_copy_util for _, s in kept),
             ),
             unattributed,
         )

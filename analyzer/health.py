@@ -22,10 +22,19 @@ from datetime import UTC, datetime
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.bottleneck import BOTTLENECKS, BottleneckGrid, Reason, episodes
+from analyzer.bottleneck import BOTTLENECKS, EVIDENCE, BottleneckGrid, episodes
 from analyzer.frames import ROLES
 from analyzer.telemetry import WorkerGrid
-from fleet.contract import Bottleneck, Finding, FindingKind, FindingStatus, Recommendation, Role, Severity
+from fleet.contract import (
+    ActivityEvidence,
+    Bottleneck,
+    Finding,
+    FindingKind,
+    FindingStatus,
+    Recommendation,
+    Role,
+    Severity,
+)
 
 _CONTRADICTS = {Role.PREFILL: Bottleneck.MEMORY_BANDWIDTH, Role.DECODE: Bottleneck.COMPUTE}
 
@@ -198,12 +207,12 @@ def _degraded(
     lost = np.nan_to_num(grid.lost_share) >= 0.5
     degraded = np.nan_to_num(grid.degraded_share) >= 0.5
     silent = (grid.gpu_s <= 0) & (grid.engine_s > 0)
-    reasons = np.zeros(grid.shape, dtype=np.int8)
+    evidence = np.zeros(grid.shape, dtype=np.int8)
     rows = {w: i for i, w in enumerate(bottlenecks.workers)}
     order = np.array([rows.get(w, -1) for w in grid.workers])
     valid = order >= 0
-    reasons[valid] = bottlenecks.reason[order[valid]]
-    basic = reasons == Reason.UTILIZATION_ONLY
+    evidence[valid] = bottlenecks.evidence[order[valid]]
+    basic = evidence == EVIDENCE.index(ActivityEvidence.UTILISATION)
     flagged = lost | degraded | silent | basic
     out: list[Finding] = []
     n = grid.shape[1]

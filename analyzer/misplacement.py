@@ -12,6 +12,12 @@ Its kind says which way the SKU is wrong:
   prefill on the (costlier) high-bandwidth SKU;
 - any other role change only re-balances the pool: it belongs to the pool's ratio-drift finding.
 
+A worker finding needs a measured bottleneck: a worker the placement would move but whose counters could
+not be read (no GPU telemetry, or busy-time counters that cannot decide) gets none and stays unjudged (its
+share of the loss stays in the pool's figures). A finding whose worker was judged on busy-time counters
+only (``ActivityEvidence.UTILISATION``) says so (``evidence["activity_evidence"]``, with what those
+counters cannot tell) and is never critical.
+
 Every finding that carries a loss states it as lost output tokens/s and requests/s (with a range; total
 tokens/s is a secondary figure), its share of the placement's loss. Severity follows what the loss means:
 a pool that serves its demand loses idle capacity, never critical (a warning at most, info when the share
@@ -30,7 +36,13 @@ from datetime import UTC, datetime
 import numpy as np
 
 from analyzer.bottleneck import BottleneckGrid
-from analyzer.evidence import bottleneck_share, dominant_bottleneck, worker_evidence
+from analyzer.evidence import (
+    UTILISATION_CAVEAT,
+    activity_evidence,
+    bottleneck_share,
+    dominant_bottleneck,
+    worker_evidence,
+)
 from analyzer.placement import Change, PlacementResult
 from analyzer.pool_analysis import PoolAnalysis, SegmentAnalysis
 from analyzer.recommend import (
@@ -42,7 +54,16 @@ from analyzer.recommend import (
     worker_recommendation,
 )
 from analyzer.telemetry import WorkerGrid
-from fleet.contract import Bottleneck, Finding, FindingKind, FindingStatus, Recommendation, Role, Severity
+from fleet.contract import (
+    ActivityEvidence,
+    Bottleneck,
+    Finding,
+    FindingKind,
+    FindingStatus,
+    Recommendation,
+    Role,
+    Severity,
+)
 
 MISPLACEMENT_KINDS = (
     FindingKind.DECODE_ON_LOW_BANDWIDTH,
@@ -169,13 +190,23 @@ def placement_findings(
     latest = len(analysis.segments) - 1
     kinds = classify_changes(analysis, grid, bottlenecks, p)
     for index, classified in enumerate(kinds):
+        segment = analysis.segments[index]
         for change, kind in classified:
-            if kind is not FindingKind.POOL_RATIO_DRIFT:
-                episodes.setdefault((change.row, kind), _Episode(kind, change.row)).segments.append(index)
+            if kind is FindingKind.POOL_RATIO_DRIFT or not judged(
+                bottlenecks, grid.workers[change.row], segment.first, segment.last
+            ):
+                continue
+            episodes.setdefault((change.row, kind), _Episode(kind, change.row)).segments.append(index)
     findings = [_worker_finding(analysis, grid, bottlenecks, e, latest, p) for e in episodes.values()]
     findings += _ratio_drift(analysis, grid, kinds, p)
     findings += _pool_health(analysis, bottlenecks, grid, p)
     return findings
+
+
+def judged(bottlenecks: BottleneckGrid, worker_id: str, first: int, last: int) -> bool:
+    """Whether the worker's bottleneck was measured over buckets [first, last): only then may it be found
+    misplaced (the placement model alone does not judge a worker whose counters could not be read)."""
+    return dominant_bottleneck(bottlenecks, worker_id, first, last) is not Bottleneck.UNKNOWN
 
 
 def classify_changes(
@@ -243,16 +274,25 @@ def _worker_finding(
     group = placement.groups[change.group]
     role_now = Role.DECODE if change.to_role == "prefill" else Role.PREFILL
     rate_now = evidence.get("generation_tokens_per_s" if role_now is Role.DECODE else "prompt_tokens_per_s")
+    level = severity(
+        lost,
+        placement.current.tokens_per_s,
+        p,
+        supply_limited=supply_limited(placement, last.waiting_typical),
+    )
+    weak = activity_evidence(bottlenecks, worker_id, last.first, last.last) is ActivityEvidence.UTILISATION
+    if weak:
+        # Busy-time counters cannot show that bandwidth (or compute) limited the worker: never critical.
+        level = Severity.WARNING if level is Severity.CRITICAL else level
+        evidence["severity_basis"] = f"{evidence.get('severity_basis', '')}; weak evidence: at most a warning"
+        recommendation = recommendation.model_copy(
+            update={"detail": f"Weak evidence ({UTILISATION_CAVEAT}). {recommendation.detail}"[:2000]}
+        )
     return Finding(
         kind=episode.kind,
         worker_id=worker_id,
         pool=analysis.pool.key,
-        severity=severity(
-            lost,
-            placement.current.tokens_per_s,
-            p,
-            supply_limited=supply_limited(placement, last.waiting_typical),
-        ),
+        severity=level,
         status=FindingStatus.OPEN if episode.segments[-1] == latest else FindingStatus.RESOLVED,
         gpu_sku=group.group.sku.key,
         role=role_now,

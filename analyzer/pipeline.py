@@ -157,5 +157,6 @@ def analyze(
         findings=findings,
         inventory=inventory,
         extra_warnings=extra_warnings,
+        catalog=catalog,
     )
     return AnalysisResult(summary, findings, analyses, grid, bottlenecks)

@@ -3,7 +3,8 @@
 A disaggregated pool sustains requests/s = min(prefill capacity / mean prompt length, decode capacity /
 mean output length), and tokens/s = requests/s x (prompt + output length). The search keeps every worker on
 its GPUs (same counts per SKU and TP group) and chooses how many of each group's workers prefill; a group
-whose memory cannot hold the model and a minimum KV cache in a role gets no worker in that role.
+whose memory cannot hold the model and a minimum KV cache in a role gets no worker in that role, and one
+that can hold it in neither role (a MIG instance too small for the model) keeps its workers as they are.
 
 A phase's capacity is the sum of its workers' under a load-aware router, and the slowest worker's times
 their number under round-robin (``Routing``, inferred from how evenly work is spread). Plans are compared
@@ -188,6 +189,11 @@ def candidates(
     allowed_low = np.where(cd > 0, 0, sizes)  # a group that cannot decode prefills entirely
     allowed_high = np.where(cp > 0, sizes, 0)
     allowed_low = np.minimum(allowed_low, allowed_high)
+    # A group that fits the model in neither role (a MIG slice too small for it) keeps its split: no role
+    # is ever recommended onto hardware that cannot hold the model.
+    neither = (cp <= 0) & (cd <= 0)
+    allowed_low = np.where(neither, current, allowed_low)
+    allowed_high = np.where(neither, current, allowed_high)
     spans = [range(int(lo), int(hi) + 1) for lo, hi in zip(allowed_low, allowed_high, strict=True)]
     if math.prod(len(s) for s in spans) <= EXHAUSTIVE_LIMIT:
         return np.array(list(itertools.product(*spans)), dtype=np.int64).reshape(-1, len(sizes))

@@ -186,6 +186,13 @@ def _segment(
         notes.append("no traffic with known lengths in this segment")
         return SegmentAnalysis(first, last, start, end, mix, roles, (), None, 0.0, tuple(notes), waiting)
     capacities = tuple(group_capacity(g, calibration, mix.isl, mix.osl, p.capacity) for g in pool.groups)
+    for group, cap in zip(pool.groups, capacities, strict=True):
+        if group.deployment is not None and not cap.prefill.fits and not cap.decode.fits:
+            notes.append(
+                f"{len(group.members)} worker(s) on {group.tp} x {group.sku.name} cannot hold "
+                f"{pool.model_id} with room for its KV cache in either role: kept as they are, and no role "
+                "is ever recommended onto it"
+            )
     if kind != "disaggregated" or any(g.deployment is None for g in pool.groups):
         colocated = colocated_tokens_per_s(pool, capacities, roles, mix)
         if kind == "disaggregated":

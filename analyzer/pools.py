@@ -7,13 +7,15 @@ workers of a model in a cluster form one pool. Node names are never parsed: real
 Pools are independent units of analysis (docs/architecture.md).
 
 Within a pool, a *group* is the workers on one SKU at one TP degree: the placement search may change the
-roles inside a group but never moves GPUs between groups (same counts per SKU and TP group).
+roles inside a group but never moves GPUs between groups (same counts per SKU and TP group). A MIG instance
+is a SKU of its own (``<parent>/<profile>``, :func:`fleet.gpus.mig_sku`): workers on 1g.10gb slices of an
+H100 form their own group, sized on the slice's figures, never the whole GPU's.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +48,9 @@ class WorkerSpec:
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """A GPU as last reported; ``sku`` is the catalog key (None where the store did not resolve it)."""
+    """A GPU (or MIG instance) as last reported; ``sku`` is the catalog key (None where the store did not
+    resolve it). A MIG instance names its physical GPU (``parent_gpu_uuid``) and profile where the source
+    said them."""
 
     gpu_uuid: str
     node: str
@@ -56,6 +60,8 @@ class GpuSpec:
     source: str
     state: str
     cluster: str | None = None
+    parent_gpu_uuid: str | None = None
+    mig_profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,8 @@ def inventory_from_samples(
             source=str(gpu_columns["source"][i]),
             state=str(gpu_columns["state"][i]),
             cluster=_optional(gpu_columns, "cluster", i),
+            parent_gpu_uuid=_optional(gpu_columns, "parent_gpu_uuid", i),
+            mig_profile=_optional(gpu_columns, "mig_profile", i),
         )
         for uuid, i in sorted(_latest(gpu_columns, "gpu_uuid").items())
     ]
@@ -156,7 +164,12 @@ class SkuGroup:
 
     @property
     def gpus(self) -> int:
+        """Devices the group's workers hold: GPUs, or MIG instances on a MIG SKU."""
         return self.tp * len(self.members)
+
+    @property
+    def is_mig(self) -> bool:
+        return self.sku.is_mig
 
 
 @dataclass(frozen=True)
@@ -178,22 +191,102 @@ class Pool:
         raise KeyError(f"row {row} is not in pool {self.key}")
 
 
+def gpu_sku(gpu: GpuSpec, catalog: Catalog) -> GpuSku:
+    """The SKU of one reported device: the stored key where the catalog knows it, else its name resolved.
+
+    A MIG instance (it names a profile, or its name carries one) resolves to its MIG SKU, never to its
+    parent's: a key stored for it as the whole GPU's (before MIG SKUs existed) is derived again with the
+    profile."""
+    stored = catalog.gpus.lookup(gpu.sku) if gpu.sku else None
+    if stored is not None and (stored.is_mig or not gpu.mig_profile):
+        return stored
+    if stored is not None and stored.known and gpu.mig_profile:
+        return catalog.gpus.mig_sku(stored, gpu.mig_profile)
+    return catalog.gpus.resolve(gpu.gpu_name, gpu.mig_profile)
+
+
+def is_mig_instance(gpu: GpuSpec, catalog: Catalog) -> bool:
+    """Whether a device is a MIG instance: it says so (parent or profile) or its name resolves to one."""
+    return gpu.parent_gpu_uuid is not None or gpu.mig_profile is not None or gpu_sku(gpu, catalog).is_mig
+
+
 def worker_sku(worker: WorkerSpec, gpus: Mapping[str, GpuSpec], catalog: Catalog) -> GpuSku:
     """The SKU most of a worker's GPUs resolve to (the catalog's explicit unknown where none does)."""
     keys: Counter[str] = Counter()
-    names: dict[str, str] = {}
+    resolved: dict[str, GpuSku] = {}
     for uuid in worker.gpu_uuids:
         gpu = gpus.get(uuid)
         if gpu is None:
             continue
-        sku = catalog.gpus.skus.get(gpu.sku) if gpu.sku else None
-        resolved = sku or catalog.gpus.resolve(gpu.gpu_name)
-        keys[resolved.key] += 1
-        names[resolved.key] = gpu.gpu_name
+        sku = gpu_sku(gpu, catalog)
+        # Unknown SKUs keep their reason apart (an unknown MIG profile is not an unknown GPU model).
+        key = sku.key if sku.known else f"{sku.key}:{sku.name}"
+        keys[key] += 1
+        resolved.setdefault(key, sku)
     if not keys:
         return catalog.gpus.resolve(f"unreported GPU of {worker.worker_id}")
-    key = keys.most_common(1)[0][0]
-    return catalog.gpus.skus.get(key) or catalog.gpus.resolve(names[key])
+    return resolved[keys.most_common(1)[0][0]]
+
+
+@dataclass(frozen=True)
+class DeviceCounts:
+    """Physical GPUs and MIG instances, counted apart: a GPU carved into seven MIG instances is one
+    physical GPU and seven instances, never seven GPUs."""
+
+    devices: int  # every GPU device reported or named by a worker: whole GPUs plus MIG instances
+    whole_gpus: int  # devices that are whole GPUs (a device only a worker names counts here: its kind is
+    # not reported)
+    mig_instances: int
+    mig_parent_gpus: int  # distinct physical GPUs the MIG instances are carved from (where they say)
+    mig_without_parent: int  # MIG instances that do not name their physical GPU
+
+    @property
+    def physical_gpus(self) -> int | None:
+        """Whole GPUs plus the GPUs carved into MIG instances; None where an instance's GPU is unknown."""
+        return None if self.mig_without_parent else self.whole_gpus + self.mig_parent_gpus
+
+    @property
+    def physical_reason(self) -> str | None:
+        if not self.mig_without_parent:
+            return None
+        return (
+            f"{self.mig_without_parent} MIG instance(s) do not name their physical GPU: how many GPUs they "
+            "are carved from is unknown"
+        )
+
+    def as_dict(self) -> dict[str, int | str | None]:
+        return {
+            "gpus": self.devices,
+            "whole_gpus": self.whole_gpus,
+            "mig_instances": self.mig_instances,
+            "mig_parent_gpus": self.mig_parent_gpus,
+            "physical_gpus": self.physical_gpus,
+            "physical_gpus_reason": self.physical_reason,
+        }
+
+
+def device_counts(inventory: Inventory, catalog: Catalog, uuids: Iterable[str] | None = None) -> DeviceCounts:
+    """Devices, whole GPUs, MIG instances and the physical GPUs under them, for the devices ``uuids`` (the
+    inventory's GPUs and every GPU its workers name, where None)."""
+    by_uuid = {g.gpu_uuid: g for g in inventory.gpus}
+    wanted = (
+        set(uuids)
+        if uuids is not None
+        else set(by_uuid) | {u for w in inventory.workers for u in w.gpu_uuids}
+    )
+    whole = mig = orphans = 0
+    parents: set[str] = set()
+    for uuid in wanted:
+        gpu = by_uuid.get(uuid)
+        if gpu is None or not is_mig_instance(gpu, catalog):
+            whole += 1
+            continue
+        mig += 1
+        if gpu.parent_gpu_uuid is not None:
+            parents.add(gpu.parent_gpu_uuid)
+        else:
+            orphans += 1
+    return DeviceCounts(len(wanted), whole, mig, len(parents), orphans)
 
 
 def build_pools(
@@ -243,7 +336,18 @@ def build_pools(
                 except DeploymentError as exc:
                     notes.append(str(exc))
             elif not skus[sku_key].known:
-                notes.append(f"{len(members)} worker(s) on an unknown GPU model: kept where they are")
+                sku = skus[sku_key]
+                what = (
+                    f"a MIG instance the catalog cannot size ({sku.notes})"
+                    if sku.is_mig
+                    else "an unknown GPU model"
+                )
+                notes.append(f"{len(members)} worker(s) on {what}: kept where they are")
+            if skus[sku_key].is_mig and tp > 1:
+                notes.append(
+                    f"{len(members)} worker(s) span {tp} MIG instances ({sku_key}): MIG instances have no "
+                    "peer-to-peer links, so their all-reduces are modelled over PCIe"
+                )
             groups.append(SkuGroup(skus[sku_key], tp, tuple(members), deployment))
         pools.append(
             Pool(

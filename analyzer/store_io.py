@@ -74,6 +74,8 @@ def read_inventory(connection: Connection, since: datetime, until: datetime) -> 
             source=g.source,
             state=g.state,
             cluster=g.cluster,
+            parent_gpu_uuid=g.parent_gpu_uuid,
+            mig_profile=g.mig_profile,
         )
         for g in list_gpus(connection)
         if g.last_seen >= since and g.first_seen < until
@@ -139,6 +141,8 @@ def aggregate_raw_gpu(
             func.avg(c.tensor_active),
             func.avg(c.dram_active),
             func.avg(c.gpu_util),
+            func.avg(c.gr_engine_active),
+            func.avg(c.mem_copy_util),
             func.max(c.mem_used_bytes),
             func.sum(case((c.state == "lost", 1), else_=0)),
             func.sum(case((c.state == "degraded", 1), else_=0)),

@@ -6,6 +6,12 @@ null), with a ``*_reason`` next to it where that helps. A worker is *judged* onl
 measured and its role is known; the others carry ``misplaced: null`` and an ``unjudged_reason``, and the
 fleet counts them by reason, so "no findings" is never said of workers nobody could look at.
 
+A worker judged on busy-time counters only (no profiling fields) is judged on weaker evidence: its
+``activity_evidence`` says so, and the fleet counts judged workers by evidence (``judged_by_evidence``).
+Devices are counted as what they are: ``gpus`` (every device: whole GPUs plus MIG instances), ``whole_gpus``,
+``mig_instances``, ``mig_parent_gpus`` and ``physical_gpus`` (whole GPUs plus the GPUs carved into MIG
+instances; null, with ``physical_gpus_reason``, where an instance does not name its GPU).
+
 Lost capacity is reported in the units an SRE acts on first: ``lost_output_tokens_per_s`` (generated
 tokens) and ``lost_requests_per_s``; ``lost_tokens_per_s`` (prompt + output tokens) stays as a secondary
 figure. Each comes with ``_low``/``_high`` and the time-weighted ``_mean`` variants.
@@ -22,14 +28,15 @@ from typing import Any
 
 from analyzer.bottleneck import BottleneckGrid, Reason
 from analyzer.efficiency import CALIBRATION_ACCURACY, CALIBRATION_PROVENANCE
-from analyzer.evidence import dominant_bottleneck
+from analyzer.evidence import activity_evidence, dominant_bottleneck, evidence_label
 from analyzer.frames import ROLES
 from analyzer.misplacement import MISPLACEMENT_KINDS
 from analyzer.placement import PlacementResult
 from analyzer.pool_analysis import PoolAnalysis, SegmentAnalysis
-from analyzer.pools import Inventory, Pool
+from analyzer.pools import DeviceCounts, Inventory, Pool, device_counts
 from analyzer.recommend import recommended_ratio, rules_of_thumb
 from analyzer.telemetry import WorkerGrid
+from fleet.catalog import Catalog
 from fleet.contract import Bottleneck, Finding, FindingKind, FindingStatus, Role
 
 SUMMARY_VERSION = 2
@@ -38,7 +45,16 @@ SUMMARY_VERSION = 2
 NO_GPUS = "no GPUs attributed to the worker"
 NOT_SERVING = "not serving (no engine samples at the end of the range)"
 GPU_LOST = "its GPUs are reported lost"
-NO_PROFILING = "no profiling fields (utilization only: nvml-basic or dcgm-exporter without DCGM_FI_PROF_*)"
+NO_PROFILING = (
+    "no profiling fields (utilization only: nvml-basic or dcgm-exporter without DCGM_FI_PROF_*), and no "
+    "memory-copy utilisation to weigh"
+)
+UTILISATION_UNDECIDED = (
+    "no profiling fields, and the utilisation counters cannot decide: busy, with the memory controller busy "
+    "only part of the time (busy-time says how often a unit ran, not which limited throughput)"
+)
+# How a judged worker's verdict was reached (the keys of the fleet's ``judged_by_evidence``): "profiling",
+# "utilisation" (busy-time counters only: weaker) or "engine" (the engine's KV and queue counters).
 NO_TELEMETRY = "GPU telemetry missing"
 UNKNOWN_ROLE = "unknown role"
 UNCLASSIFIED = "bottleneck not classified yet (too few windows)"
@@ -186,8 +202,29 @@ def _price(pl: PlacementResult | None) -> str:
     return PRICE_CATALOG if pl.weekly_cost_usd is not None else PRICE_NOT_SET
 
 
+def devices_of(inventory: Inventory, catalog: Catalog | None, uuids: set[str] | None = None) -> DeviceCounts:
+    """Device counts (:func:`analyzer.pools.device_counts`); without a catalog a device is a MIG instance
+    only where it names its parent or profile."""
+    if catalog is not None:
+        return device_counts(inventory, catalog, uuids)
+    by_uuid = {g.gpu_uuid: g for g in inventory.gpus}
+    wanted = (
+        uuids if uuids is not None else set(by_uuid) | {u for w in inventory.workers for u in w.gpu_uuids}
+    )
+    mig = [
+        by_uuid[u] for u in wanted if u in by_uuid and (by_uuid[u].parent_gpu_uuid or by_uuid[u].mig_profile)
+    ]
+    parents = {g.parent_gpu_uuid for g in mig if g.parent_gpu_uuid}
+    orphans = sum(1 for g in mig if not g.parent_gpu_uuid)
+    return DeviceCounts(len(wanted), len(wanted) - len(mig), len(mig), len(parents), orphans)
+
+
 def _pool_summary(
-    analysis: PoolAnalysis, findings: Sequence[Finding], grid: WorkerGrid, inventory: Inventory
+    analysis: PoolAnalysis,
+    findings: Sequence[Finding],
+    grid: WorkerGrid,
+    inventory: Inventory,
+    catalog: Catalog | None = None,
 ) -> dict[str, Any]:
     pool = analysis.pool
     latest = analysis.latest
@@ -202,7 +239,9 @@ def _pool_summary(
         by_sku.setdefault(sku, {})[role] = n
     capacity, capacity_reason = capacity_of(latest)
     members = {grid.workers[row] for row in pool.members}
-    physical = {uuid for uuid, worker in inventory.gpu_worker().items() if worker in members}
+    devices = devices_of(
+        inventory, catalog, {u for u, worker in inventory.gpu_worker().items() if worker in members}
+    )
     return {
         "pool": pool.key,
         "cluster": pool.cluster,
@@ -212,7 +251,10 @@ def _pool_summary(
         "precision": str(pool.precision) if pool.precision else None,
         "serving": analysis.serving,
         "gpus": sum(g.gpus for g in pool.groups),
-        "physical_gpus": len(physical),
+        "whole_gpus": devices.whole_gpus,
+        "mig_instances": devices.mig_instances,
+        "physical_gpus": devices.physical_gpus,
+        "physical_gpus_reason": devices.physical_reason,
         "workers": len(pool.members),
         "workers_by_sku_role": by_sku,
         **_lost(pl),
@@ -288,6 +330,8 @@ def unjudged_reason(
             return GPU_LOST
         if code is Reason.UTILIZATION_ONLY:
             return NO_PROFILING
+        if code is Reason.UTILISATION_UNDECIDED:
+            return UTILISATION_UNDECIDED
         if code is Reason.NO_TELEMETRY:
             return NO_TELEMETRY
         return UNCLASSIFIED
@@ -321,8 +365,9 @@ def build_summary(
     findings: Sequence[Finding],
     inventory: Inventory,
     extra_warnings: Sequence[str] = (),
+    catalog: Catalog | None = None,
 ) -> dict[str, Any]:
-    pool_rows = [_pool_summary(a, findings, grid, inventory) for a in analyses]
+    pool_rows = [_pool_summary(a, findings, grid, inventory, catalog) for a in analyses]
     open_findings = [f for f in findings if f.status is FindingStatus.OPEN]
     placements = {a.pool.key: a.latest.placement for a in analyses if a.latest and a.latest.placement}
     misplaced: dict[str, list[str]] = {}
@@ -372,15 +417,23 @@ def build_summary(
     attributed = set(inventory.gpu_worker().values())
     workers = []
     unjudged: Counter[str] = Counter()
+    by_evidence: Counter[str] = Counter()
     for pool in pools:
         for row in pool.members:
             worker = grid.workers[row]
             bottleneck = dominant_bottleneck(bottlenecks, worker, first, n)
-            reason = unjudged_reason(worker, row, grid, bottlenecks, bottleneck, attributed, first, n)
+            # A misplacement finding is only made on a measured bottleneck (analyzer.misplacement): its
+            # worker was judged. Otherwise a worker nobody could judge is neither misplaced nor well placed.
+            reason = (
+                None
+                if worker in misplaced
+                else unjudged_reason(worker, row, grid, bottlenecks, bottleneck, attributed, first, n)
+            )
+            level = activity_evidence(bottlenecks, worker, first, n)
             if reason is not None:
                 unjudged[reason] += 1
-            # A misplacement finding is a judgement of its own (the placement model's); otherwise a
-            # worker nobody could judge is neither misplaced nor well placed.
+            else:
+                by_evidence[evidence_label(level)] += 1
             is_misplaced: bool | None = (
                 True if worker in misplaced else (None if reason is not None else False)
             )
@@ -394,6 +447,7 @@ def build_summary(
                     "role": str(grid_role(grid, row)),
                     "model": pool.model_id,
                     "bottleneck": str(bottleneck),
+                    "activity_evidence": evidence_label(level) if reason is None else None,
                     "misplaced": is_misplaced,
                     "unjudged_reason": reason,
                     "kinds": misplaced.get(worker, []),
@@ -416,7 +470,7 @@ def build_summary(
 
     serving_pools = [row for row in pool_rows if row["workers"]]
     kinds = Counter(f.kind.value for f in open_findings)
-    physical = {g.gpu_uuid for g in inventory.gpus} | {u for w in inventory.workers for u in w.gpu_uuids}
+    devices = devices_of(inventory, catalog)
     warnings = [f"{row['pool']}: {note}" for row in pool_rows for note in row["notes"]]
     warnings += [str(w) for w in extra_warnings]
     lost_totals = {key: _sum(pool_rows, key, 4 if "requests" in key else 1) for key in LOST_FIELDS}
@@ -447,8 +501,13 @@ def build_summary(
             "judged_workers": len(workers) - sum(unjudged.values()),
             "unjudged_workers": sum(unjudged.values()),
             "unjudged_reasons": dict(unjudged.most_common()),
-            "gpus": len(inventory.gpus),
-            "physical_gpus": len(physical),
+            "judged_by_evidence": dict(by_evidence.most_common()),
+            "gpus": devices.devices,
+            "whole_gpus": devices.whole_gpus,
+            "mig_instances": devices.mig_instances,
+            "mig_parent_gpus": devices.mig_parent_gpus,
+            "physical_gpus": devices.physical_gpus,
+            "physical_gpus_reason": devices.physical_reason,
             "unattributed_gpus": len(inventory.unattributed_gpus()),
             "misplaced_workers": len(misplaced),
             "open_findings": len(open_findings),

@@ -10,6 +10,10 @@ from raw samples (tests, and hours not rolled up yet). A sample belongs to the b
 
 ``WorkerGrid`` lays the buckets out as dense (workers x buckets) arrays: per worker, its engine counters and
 the mean over its GPUs of the activity ratios. Missing values are NaN, never 0.
+
+Besides the profiling ratios (SM, tensor, DRAM activity), the busy-time counters: ``gpu_util``,
+``gr_engine_active`` (a MIG instance's own activity: GPU_UTIL is not supported on MIG) and ``mem_copy_util``
+(how often the memory controller was busy). They are weaker evidence (:mod:`analyzer.bottleneck`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ GPU_BUCKET_COLUMNS = (
     "tensor_active_avg",
     "dram_active_avg",
     "gpu_util_avg",
+    "gr_engine_active_avg",
+    "mem_copy_util_avg",
     "mem_used_bytes_max",
     "lost_samples",
     "degraded_samples",
@@ -58,7 +64,7 @@ ENGINE_BUCKET_COLUMNS = (
     "ttft_p50_s_avg",
     "tpot_p50_s_avg",
 )
-_GPU_MEANS = ("sm_active", "tensor_active", "dram_active", "gpu_util")
+_GPU_MEANS = ("sm_active", "tensor_active", "dram_active", "gpu_util", "gr_engine_active", "mem_copy_util")
 _ENGINE_MEANS = ("requests_running", "requests_waiting", "kv_cache_usage", "ttft_p50_s", "tpot_p50_s")
 _ENGINE_MAXIMA = ("requests_waiting", "kv_cache_usage")
 
@@ -66,6 +72,12 @@ _ENGINE_MAXIMA = ("requests_waiting", "kv_cache_usage")
 def _floats(values: Sequence[Any] | npt.NDArray[Any]) -> FloatArray:
     """Floats with None as NaN (numpy converts None to NaN for a float dtype)."""
     return np.asarray(values, dtype=np.float64)
+
+
+def _column(columns: Columns, name: str, n: int) -> FloatArray:
+    """A float column, all NaN (unknown) where the columns lack it (a reader that predates the field)."""
+    values = columns.get(name)
+    return np.full(n, np.nan) if values is None else _floats(values)
 
 
 def _strings(values: Sequence[Any] | npt.NDArray[Any]) -> npt.NDArray[np.object_]:
@@ -188,6 +200,8 @@ class WorkerGrid:
     tensor_active: FloatArray
     dram_active: FloatArray
     gpu_util: FloatArray
+    gr_engine_active: FloatArray  # busy-time counters (weaker evidence; a MIG instance's own activity)
+    mem_copy_util: FloatArray
     mem_used_bytes: FloatArray  # max over the worker's GPUs
     lost_share: FloatArray  # share of GPU samples reported lost
     degraded_share: FloatArray
@@ -294,7 +308,7 @@ def build_grid(
     gpu_rows = np.bincount(g_cell, minlength=size).astype(np.float64)
 
     def g_mean(name: str) -> FloatArray:
-        values = _floats(gpu_buckets[name])[g_keep]
+        values = _column(gpu_buckets, name, len(g_ts))[g_keep]
         valid = ~np.isnan(values)
         weights = np.bincount(g_cell[valid], weights=g_samples[valid], minlength=size)
         sums = np.bincount(g_cell[valid], weights=values[valid] * g_samples[valid], minlength=size)
@@ -337,6 +351,8 @@ def build_grid(
         tensor_active=g_mean("tensor_active_avg"),
         dram_active=g_mean("dram_active_avg"),
         gpu_util=g_mean("gpu_util_avg"),
+        gr_engine_active=g_mean("gr_engine_active_avg"),
+        mem_copy_util=g_mean("mem_copy_util_avg"),
         mem_used_bytes=grid(np.where(np.isinf(mem), np.nan, mem)),
         lost_share=grid(lost_share),
         degraded_share=grid(degraded_share),
@@ -373,6 +389,8 @@ def bottleneck_frames(
         tensor_active=_floats(gpu_buckets["tensor_active_avg"])[keep],
         dram_active=_floats(gpu_buckets["dram_active_avg"])[keep],
         gpu_util=_floats(gpu_buckets["gpu_util_avg"])[keep],
+        gr_engine_active=_column(gpu_buckets, "gr_engine_active_avg", len(ts))[keep],
+        mem_copy_util=_column(gpu_buckets, "mem_copy_util_avg", len(ts))[keep],
         source=np.array(
             [source_names.index(str(gpu_source.get(u, TelemetrySource.SIM))) for u in uuids], dtype=np.int64
         ),

@@ -29,6 +29,7 @@ from dashboard.views import (
     WorkerActivity,
     WorkerInfo,
 )
+from fleet.gpus import is_mig_key
 
 PAGE = 1000
 MAX_PAGES = 200
@@ -90,13 +91,16 @@ class ApiSource:
                 role_source=w["role_source"],
                 engine=w["engine"],
                 precision=w["precision"],
-                tp=int(w["tp"]),
+                tp=int(w["tp"]) if w.get("tp") is not None else None,  # unknown, never defaulted
                 sku=None,
                 deployment=w.get("deployment"),
             )
             for w in self._pages("/v1/workers", {})
         )
-        groups = tuple(GpuGroup(g["sku"], g["role"], g["state"], int(g["gpus"])) for g in fleet["groups"])
+        groups = tuple(
+            GpuGroup(g["sku"], g["role"], g["state"], int(g["gpus"]), mig=is_mig_key(g["sku"]))
+            for g in fleet["groups"]
+        )
         # The API reports no telemetry span: pages anchor their time range on the current time.
         return Inventory(workers=workers, groups=groups, data_until=None)
 

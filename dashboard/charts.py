@@ -17,7 +17,7 @@ from dashboard.views import AlertView, GpuGroup, LostPoint, TrafficPoint, Utilis
 
 
 def gpu_groups(groups: Sequence[GpuGroup]) -> alt.Chart:
-    """GPUs per SKU, stacked by the role of their workers."""
+    """GPUs per SKU, stacked by the role of their workers; a MIG SKU's bar counts its instances."""
     rows: dict[tuple[str, str], int] = {}
     for g in groups:
         rows[(g.sku, g.role)] = rows.get((g.sku, g.role), 0) + g.gpus
@@ -27,7 +27,7 @@ def gpu_groups(groups: Sequence[GpuGroup]) -> alt.Chart:
         .mark_bar()
         .encode(
             y=alt.Y("sku:N", title=None),
-            x=alt.X("gpus:Q", title="GPUs", stack="zero"),
+            x=alt.X("gpus:Q", title="GPUs (MIG SKUs: instances)", stack="zero"),
             color=alt.Color("role:N", scale=role_scale([str(r["role"]) for r in data]), title="role"),
             order=alt.Order("role:N"),
             tooltip=["sku:N", "role:N", "gpus:Q"],

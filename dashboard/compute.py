@@ -25,6 +25,7 @@ from dashboard.views import (
     WorkerInfo,
 )
 from fleet.catalog import Catalog
+from fleet.gpus import is_mig_key
 
 MISPLACEMENT_KINDS = frozenset(
     {"decode-on-low-bandwidth", "prefill-on-high-bandwidth", "capacity-on-small-memory", "role-drift"}
@@ -39,7 +40,26 @@ def scoped_groups(inventory: Inventory, scope: Scope) -> list[GpuGroup]:
     for w in inventory.in_scope(scope):
         if w.tp is not None:  # a worker whose GPUs nobody reported holds none we can count
             counts[(w.sku or "unresolved", w.role)] += w.tp
-    return [GpuGroup(sku, role, "ok", n) for (sku, role), n in sorted(counts.items())]
+    return [GpuGroup(sku, role, "ok", n, mig=is_mig_key(sku)) for (sku, role), n in sorted(counts.items())]
+
+
+def device_line(inventory: Inventory, groups: Sequence[GpuGroup], whole_fleet: bool) -> str:
+    """Physical GPUs and MIG instances, counted apart (a GPU carved into seven instances is one GPU)."""
+    whole = sum(g.gpus for g in groups if not g.mig)
+    instances = sum(g.gpus for g in groups if g.mig)
+    if not instances:
+        return f"{whole:,} GPUs, no MIG instances"
+    if not whole_fleet:
+        return f"{whole:,} whole GPUs and {instances:,} MIG instances in the selection"
+    physical = (
+        f"{inventory.physical_gpus:,} physical GPUs"
+        if inventory.physical_gpus is not None
+        else "physical GPUs unknown (a MIG instance does not name its GPU)"
+    )
+    carved = (
+        f" carved from {inventory.mig_parent_gpus:,} GPU(s)" if inventory.mig_parent_gpus is not None else ""
+    )
+    return f"{physical}: {whole:,} whole GPUs and {instances:,} MIG instances{carved}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +81,8 @@ class Headline:
     judged_workers: int | None = None
     unjudged_workers: int | None = None
     unjudged_reasons: dict[str, int] = field(default_factory=dict)
+    # Judged workers by what their verdict rests on: "profiling", "utilisation" (weaker), "engine".
+    judged_by_evidence: dict[str, int] = field(default_factory=dict)
     capacity_unknown: bool = False  # the analyzer could not estimate a pool's capacity (never shown as 0)
 
 
@@ -94,6 +116,7 @@ def headline(
             judged_workers=fleet.get("judged_workers"),
             unjudged_workers=fleet.get("unjudged_workers"),
             unjudged_reasons=dict(fleet.get("unjudged_reasons") or {}),
+            judged_by_evidence=dict(fleet.get("judged_by_evidence") or {}),
             capacity_unknown=capacity is None and bool(fleet.get("capacity_unknown_pools")),
         )
     last = present[-1] if present else None
@@ -183,7 +206,7 @@ def roofline_view(
         if w.sku:
             pairs.add((w.sku, precision))
         a = by_worker.get(w.worker_id)
-        sku = catalog.gpus.skus.get(w.sku) if w.sku else None
+        sku = catalog.gpus.lookup(w.sku) if w.sku else None
         point = (
             worker_point(
                 worker_id=w.worker_id,

@@ -28,6 +28,7 @@ from dashboard.views import (
     WorkerActivity,
     WorkerInfo,
 )
+from fleet.gpus import UNKNOWN_SKU_KEY, is_mig_key, mig_key
 from fleet.store.alerts import list_alert_events
 from fleet.store.findings import StoredFinding, list_findings
 from fleet.store.queries import list_gpus, list_workers, sample_time_range
@@ -38,6 +39,16 @@ from fleet.store.schema import (
 )
 
 HOUR_S = 3600.0
+
+
+def device_sku(sku: str | None, mig_profile: str | None) -> str | None:
+    """The SKU key a device is counted under: a MIG instance stored under its parent's key (before MIG SKUs
+    existed) under its own, ``<parent>/<profile>``; never the whole GPU's."""
+    if sku is None or mig_profile is None or is_mig_key(sku) or sku == UNKNOWN_SKU_KEY:
+        return sku
+    return mig_key(sku, mig_profile)
+
+
 MAX_FINDINGS = 20_000
 MAX_ALERTS = 5_000
 
@@ -60,7 +71,7 @@ class StoreSource:
             first_rollup = connection.execute(
                 select(func.min(table_of(GpuSample1hRow).c.bucket))
             ).scalar_one()
-        gpu_sku = {g.gpu_uuid: g.sku for g in gpus}
+        gpu_sku = {g.gpu_uuid: device_sku(g.sku, g.mig_profile) for g in gpus}
         attributed: dict[str, set[str]] = {}
         for g in gpus:
             if g.worker_id is not None:
@@ -85,17 +96,31 @@ class StoreSource:
                 )
             )
         roles = {w.worker_id: w.role for w in workers}
-        groups: Counter[tuple[str, str, str]] = Counter()
+        groups: Counter[tuple[str, str, str, bool]] = Counter()
+        parents: set[str] = set()
+        orphans = 0
         for g in gpus:
             role = roles.get(g.worker_id or "", "unattributed")
-            groups[(g.sku or "unresolved", role, g.state)] += 1
+            sku = gpu_sku[g.gpu_uuid]
+            mig = g.mig_profile is not None or g.parent_gpu_uuid is not None or is_mig_key(sku or "")
+            groups[(sku or "unresolved", role, g.state, mig)] += 1
+            if mig and g.parent_gpu_uuid is not None:
+                parents.add(g.parent_gpu_uuid)
+            elif mig:
+                orphans += 1
         ends = [t for t in (span[1] + timedelta(seconds=1) if span else None, rolled) if t is not None]
         starts = [t for t in (span[0] if span else None, first_rollup) if t is not None]
+        whole = sum(n for (_, _, _, mig), n in groups.items() if not mig)
         return Inventory(
             workers=tuple(infos),
-            groups=tuple(GpuGroup(*key, n) for key, n in sorted(groups.items())),
+            groups=tuple(
+                GpuGroup(sku, role, state, n, mig=mig)
+                for (sku, role, state, mig), n in sorted(groups.items())
+            ),
             data_until=max(ends) if ends else None,
             data_from=min(starts) if starts else None,
+            physical_gpus=None if orphans else whole + len(parents),
+            mig_parent_gpus=len(parents),
         )
 
     # --- time series -----------------------------------------------------------------------------------

@@ -67,12 +67,15 @@ class WorkerInfo:
 
 @dataclass(frozen=True)
 class GpuGroup:
-    """GPUs of one SKU whose workers hold one role (``unattributed`` without a worker), in one state."""
+    """GPUs of one SKU whose workers hold one role (``unattributed`` without a worker), in one state.
+
+    A MIG SKU's group (``mig``) counts MIG instances in ``gpus``, never physical GPUs."""
 
     sku: str
     role: str
     state: str
     gpus: int
+    mig: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,18 @@ class Inventory:
     groups: tuple[GpuGroup, ...]
     data_until: datetime | None  # end of the newest telemetry (None when there is none)
     data_from: datetime | None = None
+    # Physical GPUs: whole GPUs plus those carved into MIG instances; None where unknown (an instance that
+    # does not name its GPU, or a source that does not say).
+    physical_gpus: int | None = None
+    mig_parent_gpus: int | None = None
+
+    @property
+    def whole_gpus(self) -> int:
+        return sum(g.gpus for g in self.groups if not g.mig)
+
+    @property
+    def mig_instances(self) -> int:
+        return sum(g.gpus for g in self.groups if g.mig)
 
     @property
     def clusters(self) -> list[str]:

@@ -3,9 +3,11 @@
 The operator's file (``PHASEFIT_CATALOG_PATH``) has top-level ``gpus:`` and ``models:`` mappings keyed by
 SKU or model key, in the built-in files' fields and units. An entry for a known key overrides only the
 fields it names (``gpus: {H100-SXM: {hourly_price_usd: 2.9}}``; a list such as ``nvml_names`` is
-replaced, not extended); a new key adds a SKU or model and must give every required field (``null``
-states an unknown figure). Unknown fields, wrong types and malformed YAML raise ``CatalogError`` naming
-the file and the key.
+replaced, not extended, and so is a ``mig`` table); a new key adds a SKU or model and must give every
+required field (``null`` states an unknown figure). A GPU's ``mig`` table (compute and memory slices, and
+the GPU-instance profiles it supports with the memory slices each takes) is what MIG instances of it are
+derived from (``fleet.gpus.mig_sku``); a GPU without one has no MIG SKUs (its instances are unknown).
+Unknown fields, wrong types and malformed YAML raise ``CatalogError`` naming the file and the key.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fleet.gpus import UNKNOWN_SKU_KEY, GpuCatalog, GpuSku
+from fleet.gpus import UNKNOWN_SKU_KEY, GpuCatalog, GpuSku, MigGeometry
 from fleet.models import ModelArch, ModelCatalog
 
 _GB = 1e9
@@ -49,6 +51,16 @@ class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+class MigEntry(_Entry):
+    """How a GPU divides under MIG: compute slices (GPCs), memory slices, and the GPU-instance profiles it
+    supports as ``{"1g.10gb": <memory slices>}``; ``sources`` says where the facts come from."""
+
+    compute_slices: PositiveInt
+    memory_slices: PositiveInt
+    profiles: dict[str, PositiveInt]
+    sources: str
+
+
 class GpuEntry(_Entry):
     """One SKU as catalog files write it: GB = 1e9 bytes, TB/s = 1e12 bytes/s, TFLOP/s = 1e12 (dense)."""
 
@@ -67,6 +79,7 @@ class GpuEntry(_Entry):
     hourly_price_usd: NonNegative | None = None
     nvml_names: list[str] | None = None
     name_patterns: list[str] | None = None
+    mig: MigEntry | None = None
     sources: str | None = None
     notes: str | None = None
 
@@ -136,10 +149,15 @@ def _scaled(value: float | None, factor: float) -> float | None:
 
 
 def _gpu_sku(key: str, e: GpuEntry) -> GpuSku:
+    hbm_bytes = None if e.hbm_gb is None else round(e.hbm_gb * _GB)
+    mig = None
+    if e.mig is not None:
+        mig = MigGeometry(e.mig.compute_slices, e.mig.memory_slices, dict(e.mig.profiles), e.mig.sources)
+        mig.check(key, hbm_bytes)  # a ValueError names the file and key (see _build)
     return GpuSku(
         key=key,
         name=e.name or key,
-        hbm_bytes=None if e.hbm_gb is None else round(e.hbm_gb * _GB),
+        hbm_bytes=hbm_bytes,
         hbm_bandwidth_bytes_per_s=_scaled(e.hbm_bandwidth_tb_s, _TERA),
         bf16_dense_flops=_scaled(e.bf16_dense_tflops, _TERA),
         fp8_dense_flops=_scaled(e.fp8_dense_tflops, _TERA),
@@ -156,6 +174,7 @@ def _gpu_sku(key: str, e: GpuEntry) -> GpuSku:
         notes=e.notes or "",
         nvml_names=tuple(e.nvml_names or ()),
         name_patterns=tuple(e.name_patterns or ()),
+        mig=mig,
     )
 
 

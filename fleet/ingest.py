@@ -27,7 +27,7 @@ from typing import Protocol
 from pydantic import ValidationError
 from sqlalchemy import Engine
 
-from fleet.contract import RECORD_ADAPTER, RECORD_KINDS
+from fleet.contract import RECORD_ADAPTER, RECORD_KINDS, error_message
 from fleet.store.engine import writing
 from fleet.store.rows import RowBatch, RowValueError, TimeEncoding
 from fleet.store.writer import (
@@ -126,7 +126,7 @@ def _line_errors(line: int, exc: ValidationError) -> list[LineError]:
         if loc and loc[0] in RECORD_KINDS:
             loc = loc[1:]  # the union's tag, not a field
         field: str | None = ".".join(loc) if loc else None
-        message = error["msg"]
+        message = error_message(error)
         if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
             field = "kind"
         elif error["type"] == "json_invalid":
@@ -169,15 +169,16 @@ def _blocks(stream: _Reader, block_bytes: int) -> Iterator[tuple[bytes, int, int
 
 
 def catalog_sku_resolver(catalog_path: Path | None = None) -> SkuResolver:
-    """``gpu_name -> SKU key`` through the GPU catalog (built-in data merged with ``catalog_path``), cached
-    per name so an unknown name is warned about once; unknown names resolve to the catalog's ``unknown``."""
+    """``(gpu_name, mig_profile) -> SKU key`` through the GPU catalog (built-in data merged with
+    ``catalog_path``; a MIG instance gets its own SKU), cached so an unknown name is warned about once;
+    unknown names resolve to the catalog's ``unknown``."""
     from fleet.catalog import load_catalog
 
     gpus = load_catalog(catalog_path).gpus
 
     @lru_cache(maxsize=4096)
-    def resolve(gpu_name: str) -> str | None:
-        return gpus.resolve(gpu_name).key
+    def resolve(gpu_name: str, mig_profile: str | None) -> str | None:
+        return gpus.resolve(gpu_name, mig_profile).key
 
     return resolve
 

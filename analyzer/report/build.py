@@ -315,7 +315,8 @@ def build_audit(
         for sku, roles in pool["workers_by_sku_role"].items():
             for role, n in roles.items():
                 by_sku_role.setdefault(sku, {})[role] = by_sku_role.get(sku, {}).get(role, 0) + n
-    prices = [catalog.gpus.skus[k].hourly_price_usd for k in by_sku_role if k in catalog.gpus.skus]
+    skus = [catalog.gpus.lookup(k) for k in by_sku_role]
+    prices = [sku.hourly_price_usd if sku is not None else None for sku in skus]
     price_source = (
         "catalog hourly_price_usd, on-demand"
         if prices and all(p is not None for p in prices)
@@ -335,7 +336,7 @@ def build_audit(
         pools=pool_rows(summary),
         drift_events=_drift_events(result, alerts),
         follow_up=_follow_up(result, last.result if last else None),
-        quality=data_quality(this.data),
+        quality=data_quality(this.data, catalog),
         roofs=roofs_for(catalog, sorted({(p.sku, p.precision) for p in points})),
         points=points,
         hourly_lost=hourly_lost(summary, this.data.end),

@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from analyzer.pipeline import AnalysisInput
-from analyzer.pools import Inventory, cluster_of, pool_key
+from analyzer.pools import Inventory, cluster_of, gpu_sku, pool_key
 from analyzer.report.fleet_roofline import WorkerPoint, precision_of, worker_point
 from analyzer.report.model import DataQuality, NodeGap, SkuHours
+from analyzer.summary import devices_of
 from fleet.catalog import Catalog
 
 
@@ -22,11 +23,11 @@ def _hours(value: Any) -> float:
 
 
 def gpu_skus(inventory: Inventory, catalog: Catalog) -> dict[str, str]:
-    """GPU UUID -> catalog SKU key ("unknown" where the name does not resolve)."""
-    return {g.gpu_uuid: g.sku or catalog.gpus.resolve(g.gpu_name).key for g in inventory.gpus}
+    """GPU UUID -> catalog SKU key ("unknown" where the name does not resolve; a MIG instance's own SKU)."""
+    return {g.gpu_uuid: gpu_sku(g, catalog).key for g in inventory.gpus}
 
 
-def data_quality(data: AnalysisInput) -> DataQuality:
+def data_quality(data: AnalysisInput, catalog: Catalog | None = None) -> DataQuality:
     """Coverage of the analysed range: GPU-hours with telemetry by source, nodes that went silent, lost and
     degraded GPUs, attribution and how roles were learned."""
     inventory = data.inventory
@@ -56,6 +57,7 @@ def data_quality(data: AnalysisInput) -> DataQuality:
         if node != "?" and span - len(seen) > 0
     ]
     roles = Counter(w.role_source for w in inventory.workers)
+    devices = devices_of(inventory, catalog)
     return DataQuality(
         gpus=len(inventory.gpus),
         gpu_hours_expected=float(len(inventory.gpus) * min(hours, span or hours)),
@@ -68,7 +70,9 @@ def data_quality(data: AnalysisInput) -> DataQuality:
         workers=len(inventory.workers),
         workers_role_unknown=sum(1 for w in inventory.workers if w.role.value == "unknown"),
         role_sources=dict(sorted(roles.items())),
-        mig_instances=sum(1 for g in inventory.gpus if "/" in g.gpu_uuid or "MIG" in g.gpu_name),
+        mig_instances=devices.mig_instances,
+        physical_gpus=devices.physical_gpus,
+        mig_parent_gpus=devices.mig_parent_gpus,
     )
 
 
@@ -96,7 +100,7 @@ def sku_hours(
         slot[1 if episode is not None and episode[0] <= ts <= episode[1] else 0] += covered
     out = []
     for key, (well, wrong, free) in sorted(split.items()):
-        sku = catalog.gpus.skus.get(key)
+        sku = catalog.gpus.lookup(key)
         out.append(SkuHours(key, sku.hourly_price_usd if sku else None, well, wrong, free))
     return out
 
@@ -144,7 +148,7 @@ def roofline_points(
             pool=pools.get(
                 w.worker_id, pool_key(cluster_of(w.node, w.cluster, clusters), w.deployment, w.model)
             ),
-            sku=catalog.gpus.skus.get(key) if key else None,
+            sku=catalog.gpus.lookup(key) if key else None,
             role=w.role.value,
             precision=precision_of(w.precision),
             tensor_active=tensor,

@@ -108,7 +108,7 @@ def roofs_for(catalog: Catalog, pairs: Iterable[tuple[str, Precision]]) -> list[
     """Roofs of the (SKU key, precision) pairs the catalog can draw, highest bandwidth first."""
     out = {}
     for key, precision in pairs:
-        sku = catalog.gpus.skus.get(key)
+        sku = catalog.gpus.lookup(key)
         roof = roof_for(sku, precision) if sku is not None else None
         if roof is not None:
             out[(key, precision)] = roof

@@ -155,6 +155,8 @@ class DataQuality:
     workers_role_unknown: int
     role_sources: dict[str, int]
     mig_instances: int
+    physical_gpus: int | None = None  # whole GPUs plus those carved into MIG instances (None: unknown)
+    mig_parent_gpus: int = 0
 
     @property
     def coverage(self) -> float | None:

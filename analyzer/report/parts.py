@@ -313,7 +313,11 @@ def quality_blocks(report: AuditReport) -> list[Block]:
         ["GPUs without a worker (unattributed, never guessed)", str(q.unattributed_gpus)],
         ["workers whose role is unknown", f"{q.workers_role_unknown} of {q.workers}"],
         ["how roles were learned", ", ".join(f"{s} {n}" for s, n in q.role_sources.items()) or "-"],
-        ["MIG instances", str(q.mig_instances)],
+        [
+            "physical GPUs",
+            str(q.physical_gpus) if q.physical_gpus is not None else "unknown (a MIG instance names no GPU)",
+        ],
+        ["MIG instances", f"{q.mig_instances} on {q.mig_parent_gpus} GPU(s)" if q.mig_instances else "0"],
     ]
     return [
         Heading(2, "8. Data quality and method"),

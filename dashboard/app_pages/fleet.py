@@ -60,6 +60,13 @@ if head.unjudged_workers:
         f"{head.unjudged_workers} worker(s) could not be judged (misplaced or not is unknown for them): "
         + "; ".join(f"{reason} ({n})" for reason, n in head.unjudged_reasons.items())
     )
+weak = head.judged_by_evidence.get("utilisation", 0)
+if weak:
+    st.info(
+        f"{weak} worker(s) were judged on utilisation counters only (no profiling fields): weaker evidence. "
+        "Busy-time counters say how often an engine or the memory controller was busy, not whether bandwidth "
+        "or compute limited throughput; their findings are never critical."
+    )
 if demand_limited:
     st.info(
         "The fleet was demand-limited: the loss is idle capacity and money, not undelivered tokens "
@@ -85,9 +92,19 @@ if lost_gpus or degraded or unattributed:
 left, right = st.columns([2, 3])
 with left:
     st.subheader("GPUs by SKU and role")
+    st.caption(compute.device_line(context.inventory, groups, scope.cluster is None and scope.model is None))
     widgets.chart(charts.gpu_groups(groups))
     st.dataframe(
-        [{"SKU": g.sku, "role": g.role, "state": g.state, "GPUs": g.gpus} for g in groups],
+        [
+            {
+                "SKU": g.sku,
+                "role": g.role,
+                "state": g.state,
+                "GPUs": None if g.mig else g.gpus,
+                "MIG instances": g.gpus if g.mig else None,
+            }
+            for g in groups
+        ],
         hide_index=True,
         width="stretch",
     )

@@ -40,7 +40,7 @@ from fleet.store.rows import (
 )
 from fleet.store.schema import Base
 
-SkuResolver = Callable[[str], str | None]
+SkuResolver = Callable[[str, str | None], str | None]  # (reported name, MIG profile) -> catalog key
 SMALL_BATCH_ROWS = 2_000
 _UNIQUE_VIOLATION = "23505"  # PostgreSQL SQLSTATE
 
@@ -200,12 +200,13 @@ def write_dimensions(
         ]
         _upsert(connection, "nodes", nodes)
     if batch.gpus:
-        skus: dict[str, str | None] = {}
+        skus: dict[tuple[str, str | None], str | None] = {}
         gpu_rows = []
         for uuid, gpu in sorted(batch.gpus.items()):
-            if gpu.gpu_name not in skus:
-                skus[gpu.gpu_name] = sku_resolver(gpu.gpu_name) if sku_resolver is not None else None
-            gpu_rows.append({"gpu_uuid": uuid, "sku": skus[gpu.gpu_name], **vars(gpu)})
+            named = (gpu.gpu_name, gpu.mig_profile)
+            if named not in skus:
+                skus[named] = sku_resolver(*named) if sku_resolver is not None else None
+            gpu_rows.append({"gpu_uuid": uuid, "sku": skus[named], **vars(gpu)})
         _upsert(connection, "gpus", gpu_rows)
     if batch.workers:
         _upsert(connection, "workers", [

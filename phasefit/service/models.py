@@ -82,8 +82,12 @@ class Worker(BaseModel):
     role: str
     role_source: str
     precision: str | None
-    tp: int
+    tp: int | None = Field(description="Tensor-parallel degree (null: neither the engine nor its GPUs said).")
     gpu_uuids: list[str]
+    gpu_join: str | None = Field(
+        description="How its GPUs were found: pod-resources, process, engine-labels, mapping or declared "
+        "(null: they were not)."
+    )
     cluster: str | None = Field(description="The cluster its collector reported (null: none configured).")
     deployment: str | None = Field(
         description="The serving deployment or router group its labels name (null: not known)."

@@ -18,11 +18,15 @@ import numpy as np
 
 H100 = "NVIDIA H100 80GB HBM3"
 H200 = "NVIDIA H200"
+H100_1G = "NVIDIA H100 80GB HBM3 MIG 1g.10gb"  # a MIG instance, as NVML names it
 MODEL = "meta-llama/Llama-3.1-70B-Instruct"
 START = 1_717_372_800.0  # 2024-06-03T00:00:00Z, a Monday
-HBM = {H100: 80e9, H200: 141e9}
-STEP = {H100: (0.020, 60e-6), H200: (0.0157, 50e-6)}  # tpot = a + b x batch
-KV_TOKENS = {H100: 400_000.0, H200: 1_100_000.0}
+HBM = {H100: 80e9, H200: 141e9, H100_1G: 10e9}
+STEP = {H100: (0.020, 60e-6), H200: (0.0157, 50e-6), H100_1G: (0.16, 480e-6)}  # tpot = a + b x batch
+KV_TOKENS = {H100: 400_000.0, H200: 1_100_000.0, H100_1G: 1.0}
+# GPU counters a fleet reports: DCGM profiling fields (with GPU_UTIL), or dcgm-exporter's default without
+# them (GPU_UTIL and MEM_COPY_UTIL), or GPU_UTIL alone (source "nvml-basic" also means this).
+PROFILING, UTILISATION, BUSY_ONLY = "profiling", "utilisation", "busy-only"
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,8 @@ class Worker:
     gpu_name: str
     role: str  # prefill, decode, mixed
     tp: int = 2
+    parent_gpu: str | None = None  # a MIG instance's physical GPU (its instances are index 0..tp-1 of it)
+    mig_profile: str | None = None
 
     @property
     def node(self) -> str:
@@ -49,6 +55,8 @@ class Fleet:
     model: str = MODEL
     precision: str = "fp8"
     source: str = "dcgm"
+    counters: str = PROFILING  # PROFILING, UTILISATION or BUSY_ONLY (what the GPUs report)
+    decode_waiting: float = 0.0  # requests queued at each decode worker (a supply-limited pool queues)
     # (worker_id, first hour, last hour) -> override applied to that worker's windows
     silent: list[tuple[str, float, float]] = field(default_factory=list)  # engine up, no tokens
     lost: list[tuple[str, float, float]] = field(default_factory=list)  # GPUs lost, engine gone
@@ -71,7 +79,7 @@ class Fleet:
             for w in self.workers:
                 if _within(self.lost, w.worker_id, hour):
                     for i in range(w.tp):
-                        _gpu_row(gpu, w, i, ts, self.window_s, self.source, state="lost")
+                        _gpu_row(gpu, w, i, ts, self.window_s, self.source, self.counters, state="lost")
                     continue
                 silent = _within(self.silent, w.worker_id, hour)
                 serving = [
@@ -84,7 +92,7 @@ class Fleet:
                 row = self._engine_values(w, share, isl, osl)
                 row["gpu"].update(self.gpu_override.get(w.worker_id, {}))
                 for i in range(w.tp):
-                    _gpu_row(gpu, w, i, ts, self.window_s, self.source, **row["gpu"])
+                    _gpu_row(gpu, w, i, ts, self.window_s, self.source, self.counters, **row["gpu"])
                 _engine_row(eng, w, ts, self.window_s, self.model, self.precision, **row["engine"])
         gpu_cols: dict[str, Any] = dict(gpu)
         eng_cols: dict[str, Any] = dict(eng)
@@ -98,7 +106,14 @@ class Fleet:
         if w.role == "prefill":
             busy = min(1.0, requests * isl / self.prefill_speed)
             return {
-                "gpu": {"util": busy, "tensor": 0.5 * busy, "sm": 0.9 * busy, "dram": 0.02, "mem": 0.9 * hbm},
+                "gpu": {
+                    "util": busy,
+                    "tensor": 0.5 * busy,
+                    "sm": 0.9 * busy,
+                    "dram": 0.02,
+                    "mem_copy": 0.3 * busy,
+                    "mem": 0.9 * hbm,
+                },
                 "engine": {
                     "prompt": requests * isl * win,
                     "generation": requests * win,
@@ -118,19 +133,21 @@ class Fleet:
         context = isl + osl / 2.0
         kv = min(1.0, batch * context / KV_TOKENS[w.gpu_name])
         prompt = requests * isl * win
+        waiting = self.decode_waiting if batch > 0 else 0.0
         return {
             "gpu": {
                 "util": 1.0 if batch > 0 else 0.0,
                 "tensor": 0.1,
                 "sm": 0.8,
                 "dram": 0.55 if batch else 0.0,
+                "mem_copy": 0.75 if batch else 0.0,
                 "mem": 0.9 * hbm,
             },
             "engine": {
                 "prompt": prompt,
                 "generation": tokens * win,
                 "running": batch,
-                "waiting": 0.0,
+                "waiting": waiting,
                 "kv": kv,
                 "tpot": tpot,
                 "ttft": 0.03,
@@ -154,9 +171,13 @@ _GPU_KEYS = (
     "tensor_active",
     "dram_active",
     "gpu_util",
+    "gr_engine_active",
+    "mem_copy_util",
     "mem_used_bytes",
     "state",
     "source",
+    "parent_gpu_uuid",
+    "mig_profile",
 )
 _ENGINE_KEYS = (
     "ts",
@@ -192,15 +213,19 @@ def _gpu_row(
     ts: float,
     window_s: float,
     source: str,
+    counters: str = PROFILING,
     *,
     util: float = 0.0,
     tensor: float = 0.0,
     sm: float = 0.0,
     dram: float = 0.0,
+    mem_copy: float = 0.0,
     mem: float = 0.0,
     state: str = "ok",
 ) -> None:
     lost = state == "lost"
+    profiling = counters == PROFILING and source != "nvml-basic"
+    mig = w.parent_gpu is not None
     values = {
         "ts": ts,
         "window_s": window_s,
@@ -209,16 +234,19 @@ def _gpu_row(
         "gpu_index": index,
         "gpu_name": w.gpu_name,
         "worker_id": w.worker_id,
-        "sm_active": None if lost else sm,
-        "tensor_active": None if lost or source == "nvml-basic" else tensor,
-        "dram_active": None if lost or source == "nvml-basic" else dram,
-        "gpu_util": None if lost else util,
+        "sm_active": None if lost or not profiling else sm,
+        "tensor_active": None if lost or not profiling else tensor,
+        "dram_active": None if lost or not profiling else dram,
+        # GPU_UTIL is not supported on a MIG instance: its own activity is GR_ENGINE_ACTIVE.
+        "gpu_util": None if lost or mig else util,
+        "gr_engine_active": util if mig and not lost else None,
+        "mem_copy_util": mem_copy if counters == UTILISATION and not lost else None,
         "mem_used_bytes": None if lost else int(mem),
         "state": state,
         "source": source,
+        "parent_gpu_uuid": w.parent_gpu,
+        "mig_profile": w.mig_profile,
     }
-    if source == "nvml-basic":
-        values["sm_active"] = None
     for key, value in values.items():
         cols[key].append(value)
 

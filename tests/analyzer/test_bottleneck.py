@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analyzer.bottleneck import (
+    EVIDENCE,
     REASON_TEXT,
     BottleneckGrid,
     BottleneckThresholds,
@@ -28,7 +29,16 @@ from analyzer.frames import (
     gpu_workers_from_engines,
     grouped_nanmedian,
 )
-from fleet.contract import Bottleneck, EngineSample, GpuSample, GpuState, Role, TelemetrySource
+from analyzer.health import HealthParams
+from fleet.contract import (
+    ActivityEvidence,
+    Bottleneck,
+    EngineSample,
+    GpuSample,
+    GpuState,
+    Role,
+    TelemetrySource,
+)
 
 START = 1_700_000_000.0
 WINDOW = 60.0
@@ -51,6 +61,7 @@ def gpu_frame(
     """Each worker's GPUs report every window at the profile's levels (plus noise); ``drop`` loses samples."""
     workers = tuple(sorted(profiles))
     ts, worker, tensor, sm, dram, util, state = [], [], [], [], [], [], []
+    gr, mem_copy = [], []
     n = windows * gpus
     for i, name in enumerate(workers):
         p = profiles[name]
@@ -65,6 +76,8 @@ def gpu_frame(
         )
         dram.append(_noisy(p.get("dram"), n)[keep])
         util.append(_noisy(p.get("util"), n)[keep])
+        gr.append(_noisy(p.get("gr"), n)[keep])
+        mem_copy.append(_noisy(p.get("mem_copy"), n)[keep])
         lost = p.get("lost") is not None
         state.append(np.full(n, STATES.index(GpuState.LOST if lost else GpuState.OK))[keep])
     cat = np.concatenate
@@ -78,6 +91,8 @@ def gpu_frame(
         gpu_util=cat(util),
         source=np.full(sum(len(t) for t in ts), SOURCES.index(source), dtype=np.int64),
         state=cat(state).astype(np.int64),
+        gr_engine_active=cat(gr),
+        mem_copy_util=cat(mem_copy),
     )
 
 
@@ -321,3 +336,90 @@ def test_grouped_nanmedian_matches_numpy(pairs: list[tuple[int, float]], scale: 
             assert got[cell] == pytest.approx(float(np.median(members)), abs=1e-9 * scale)
         else:
             assert np.isnan(got[cell])
+
+
+def _evidence(grid: BottleneckGrid, worker: str) -> ActivityEvidence | None:
+    return EVIDENCE[int(grid.evidence[grid.workers.index(worker), -1])]
+
+
+def test_busy_time_with_a_busy_memory_controller_reads_memory_bound_on_weak_evidence() -> None:
+    """dcgm-exporter's default: GPU_UTIL and MEM_COPY_UTIL, no profiling fields."""
+    grid = run(gpu_frame({"w": {"util": 0.97, "mem_copy": 0.8}}), engine_frame({"w": Role.DECODE}))
+    verdict, confidence, reason = last(grid, "w")
+    assert verdict is Bottleneck.MEMORY_BANDWIDTH
+    assert reason == REASON_TEXT[Reason.UTILISATION_MEMORY]
+    assert "not whether its bandwidth limited throughput" in reason
+    assert 0.0 < confidence <= BottleneckThresholds().util_confidence + 1e-6  # float32
+    assert confidence < HealthParams().role_drift_confidence  # weak evidence never drives a role drift
+    assert _evidence(grid, "w") is ActivityEvidence.UTILISATION
+
+
+def test_busy_time_that_cannot_decide_leaves_the_verdict_unknown_with_its_reason() -> None:
+    profiles = {
+        "half-memory": {"util": 0.97, "mem_copy": 0.35},  # busy, memory controller busy a third of it
+        "busy-only": {"util": 0.97},  # GPU_UTIL alone
+        "half-busy": {"util": 0.6, "mem_copy": 0.7},  # memory busy, but the GPU idles 40% of the time
+    }
+    grid = run(gpu_frame(profiles), None)
+    for worker, why in (
+        ("half-memory", Reason.UTILISATION_UNDECIDED),
+        ("busy-only", Reason.UTILIZATION_ONLY),
+        ("half-busy", Reason.UTILISATION_UNDECIDED),
+    ):
+        verdict, confidence, reason = last(grid, worker)
+        assert verdict is Bottleneck.UNKNOWN, worker
+        assert reason == REASON_TEXT[why], worker
+        assert confidence == 0.0
+        assert _evidence(grid, worker) is ActivityEvidence.UTILISATION
+    assert "cannot decide" in REASON_TEXT[Reason.UTILISATION_UNDECIDED]
+
+
+def test_compute_bound_is_never_called_from_busy_time() -> None:
+    quiet_memory = {"w": {"util": 1.0, "mem_copy": 0.02}}  # a compute-bound GEMM would read like this
+    verdicts = {e.bottleneck for e in episodes(run(gpu_frame(quiet_memory), None))}
+    assert Bottleneck.COMPUTE not in verdicts
+
+
+def test_idle_on_busy_time_is_under_utilised() -> None:
+    grid = run(gpu_frame({"w": {"util": 0.05, "mem_copy": 0.02}}), None)
+    verdict, confidence, reason = last(grid, "w")
+    assert verdict is Bottleneck.UNDERUTILISED
+    assert reason == REASON_TEXT[Reason.UTILISATION_IDLE]
+    assert 0.0 < confidence <= 0.5
+
+
+def test_a_mig_instance_reads_its_own_engine_activity() -> None:
+    """GPU_UTIL is not supported on MIG: GR_ENGINE_ACTIVE is the instance's busy share."""
+    grid = run(gpu_frame({"mig": {"gr": 0.95, "mem_copy": 0.8}, "idle-mig": {"gr": 0.04}}), None)
+    assert last(grid, "mig")[0] is Bottleneck.MEMORY_BANDWIDTH
+    assert last(grid, "idle-mig")[0] is Bottleneck.UNDERUTILISED
+    profiled = run(gpu_frame({"mig": {"tensor": 0.7, "dram": 0.2, "gr": 0.95, "mem_copy": 0.9}}), None)
+    # DCGM profiling fields work per MIG instance: they decide, the busy-time counters do not.
+    assert last(profiled, "mig")[0] is Bottleneck.COMPUTE
+    assert last(profiled, "mig")[2] == REASON_TEXT[Reason.MEASURED]
+    assert _evidence(profiled, "mig") is ActivityEvidence.PROFILING
+
+
+def test_busy_time_counters_in_frames_from_samples() -> None:
+    ts = datetime(2026, 1, 5, tzinfo=UTC)
+    samples = [
+        GpuSample(
+            ts=ts + timedelta(minutes=i),
+            window_s=60.0,
+            node="n",
+            gpu_uuid="MIG-1",
+            gpu_index=0,
+            gpu_name="NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+            worker_id="w",
+            gr_engine_active=0.9,
+            mem_copy_util=0.7,
+            source=TelemetrySource.NVML_GPM,
+            parent_gpu_uuid="GPU-1",
+            mig_profile="1g.10gb",
+        )
+        for i in range(3)
+    ]
+    frame, unattributed = GpuFrame.from_samples(samples)
+    assert unattributed == 0
+    assert np.allclose(frame.gr_engine_active, 0.9) and np.allclose(frame.mem_copy_util, 0.7)
+    assert np.isnan(frame.gpu_util).all()  # unknown, never 0

@@ -17,7 +17,7 @@ from fleet.store.findings import list_findings
 from fleet.store.retention import refresh_rollups
 from fleet.store.schema import FindingRow
 from fleet.store.writer import write_samples
-from tests.analyzer.synthetic import H100, H200, START, Fleet, workers
+from tests.analyzer.synthetic import H100, H100_1G, H200, START, UTILISATION, Fleet, Worker, workers
 
 CATALOG = load_catalog()
 T0 = datetime.fromtimestamp(START, tz=UTC)
@@ -152,3 +152,66 @@ def test_the_summary_is_stored_where_the_store_keeps_analysis_runs(store_engine:
         pool.recommended_prefill_decode_ratio
         == result.summary["pools"][0]["recommended_prefill_decode_ratio"]
     )
+
+
+def _weak_fleet_with_slices() -> Fleet:
+    slices = [
+        Worker(
+            f"node02/prefill-mig-{k}",
+            H100_1G,
+            "prefill",
+            tp=1,
+            parent_gpu="GPU-node02",
+            mig_profile="1g.10gb",
+        )
+        for k in (1, 2)
+    ]
+    return Fleet(
+        [*workers([("node00", H100, 0, 2), ("node01", H200, 2, 0)]), *slices],
+        hours=6,
+        window_s=900.0,
+        rate_rps=lambda h: 12.0,
+        osl=lambda h: 900.0,
+        counters=UTILISATION,
+    )
+
+
+def test_busy_time_counters_and_mig_instances_come_through_every_read(store_engine: Engine) -> None:
+    gpu, eng = _store(store_engine, _weak_fleet_with_slices())
+    pure = input_from_samples(gpu, eng, start=T0.timestamp(), end=T0.timestamp() + 6 * 3600)
+
+    def buckets(columns: Any) -> dict[tuple[str, float], tuple[float, float]]:
+        """(GPU, bucket) -> the busy-time means; NaN where unknown (the store says None, numpy NaN)."""
+        return {
+            (u, float(t)): (float("nan") if g is None else float(g), float("nan") if m is None else float(m))
+            for u, t, g, m in zip(
+                columns["gpu_uuid"],
+                columns["ts"],
+                columns["gr_engine_active_avg"],
+                columns["mem_copy_util_avg"],
+                strict=True,
+            )
+        }
+
+    expected = buckets(pure.gpu_buckets)
+    assert any(g > 0 for g, _ in expected.values())  # the instances' own activity
+    assert any(m > 0 for _, m in expected.values())
+    for rolled_to in (None, 3, 7):  # raw only, rolled up to 03:00 and raw after, all rolled up
+        if rolled_to is not None:
+            with writing(store_engine) as connection:
+                refresh_rollups(connection, T0, T0 + timedelta(hours=rolled_to))
+        with store_engine.connect() as connection:
+            data = read_input(connection, T0, T0 + timedelta(hours=7))  # the last window ends at 06:00
+        got = buckets(data.gpu_buckets)
+        assert got.keys() == expected.keys()
+        for key, (g, m) in expected.items():
+            assert got[key][0] == pytest.approx(g, nan_ok=True), key
+            assert got[key][1] == pytest.approx(m, nan_ok=True), key
+    slices = {g.gpu_uuid: g for g in data.inventory.gpus if g.mig_profile}
+    assert len(slices) == 2
+    assert {(g.parent_gpu_uuid, g.mig_profile, g.sku) for g in slices.values()} == {
+        ("GPU-node02", "1g.10gb", "H100-SXM/1g.10gb")  # the store resolves the instance's own SKU
+    }
+    summary = analyze(data, CATALOG).summary["fleet"]
+    assert (summary["mig_instances"], summary["mig_parent_gpus"], summary["physical_gpus"]) == (2, 1, 9)
+    assert summary["judged_by_evidence"].get("utilisation", 0) >= 2  # the decode workers' memory busy

@@ -163,3 +163,47 @@ def test_an_empty_file_changes_nothing(tmp_path: Path) -> None:
 
 def test_catalog_error_is_a_value_error() -> None:
     assert issubclass(CatalogError, ValueError)
+
+
+MIG_SKU = (
+    NEW_SKU
+    + """    mig:
+      compute_slices: 4
+      memory_slices: 4
+      profiles: {1g.24gb: 1, 2g.48gb: 2, 4g.96gb: 4}
+      sources: operator's nvidia-smi mig -lgip
+"""
+)
+
+
+def test_an_operator_sku_may_bring_its_mig_table(tmp_path: Path) -> None:
+    catalog = load_catalog(_write(tmp_path, MIG_SKU))
+    sku = catalog.gpus.resolve("NVIDIA RTX PRO 6000 Blackwell Server Edition MIG 2g.48gb")
+    assert sku.key == "RTX-PRO-6000/2g.48gb" and sku.known
+    assert sku.hbm_bytes == 48e9 and sku.hbm_bandwidth_bytes_per_s == pytest.approx(1.6e12 / 2)
+    assert sku.bf16_dense_flops is None  # the parent's unknown stays unknown
+    assert "operator's nvidia-smi" in sku.sources
+    without = load_catalog(_write(tmp_path, NEW_SKU)).gpus
+    assert not without.resolve("NVIDIA RTX PRO 6000 Blackwell Server Edition MIG 2g.48gb").known
+
+
+def test_an_override_replaces_a_mig_table_and_a_bad_one_names_the_file(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "gpus:\n  H100-SXM:\n    mig: {compute_slices: 7, memory_slices: 8, profiles: {1g.10gb: 1}, "
+        "sources: mine}\n",
+    )
+    gpus = load_catalog(path).gpus
+    assert gpus.get("H100-SXM/1g.10gb").known
+    assert not gpus.resolve("NVIDIA H100 80GB HBM3 MIG 3g.40gb").known  # replaced, not extended
+    bad = _write(
+        tmp_path,
+        "gpus:\n  H100-SXM:\n    mig: {compute_slices: 7, memory_slices: 8, profiles: {9g.10gb: 1}, "
+        "sources: mine}\n",
+    )
+    with pytest.raises(CatalogError) as info:
+        load_catalog(bad)
+    assert str(bad) in str(info.value) and "gpus.H100-SXM" in str(info.value) and "9g.10gb" in str(info.value)
+    unknown_field = _write(tmp_path, "gpus:\n  H100-SXM:\n    mig: {compute_slices: 7, slices: 8}\n")
+    with pytest.raises(CatalogError, match="slices"):
+        load_catalog(unknown_field)

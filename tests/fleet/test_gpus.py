@@ -2,13 +2,14 @@ from __future__ import annotations
 
 import csv
 import logging
+import pickle
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from fleet.catalog import load_catalog
-from fleet.gpus import GpuCatalog, GpuSku, unknown_sku
+from fleet.gpus import GpuCatalog, GpuSku, MigGeometry, MigProfile, parse_mig_profile, unknown_sku
 from fleet.precision import Precision
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -136,16 +137,11 @@ def test_peak_flops_by_precision(gpus: GpuCatalog) -> None:
         ("nvidia  h100 80gb   HBM3 ", "H100-SXM"),
         ("H100-SXM", "H100-SXM"),
         ("H200 SXM", "H200-SXM"),
-        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "H100-SXM"),
-        ("NVIDIA H100 80GB HBM3 MIG 1G.10GB+me", "H100-SXM"),
-        ("NVIDIA H200 MIG 3g.71gb", "H200-SXM"),
-        ("NVIDIA H200 NVL MIG 1g.18gb", "H200-NVL"),
-        ("NVIDIA A100-SXM4-80GB MIG 1c.3g.40gb", "A100-SXM-80GB"),
     ],
 )
 def test_reported_names_resolve(gpus: GpuCatalog, reported: str, key: str) -> None:
     sku = gpus.resolve(reported)
-    assert sku.known
+    assert sku.known and not sku.is_mig
     assert sku.key == key
 
 
@@ -155,6 +151,7 @@ def test_reported_names_resolve(gpus: GpuCatalog, reported: str, key: str) -> No
         ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "1g.10gb"),
         ("NVIDIA H100 80GB HBM3 MIG 1G.10GB+me", "1g.10gb+me"),
         ("NVIDIA A100-SXM4-80GB MIG 1c.3g.40gb", "1c.3g.40gb"),
+        ("NVIDIA B200 MIG 1g.23gb+me.all", "1g.23gb+me.all"),
         ("NVIDIA H100 80GB HBM3", None),
         ("NVIDIA H200 NVL", None),
     ],
@@ -240,3 +237,192 @@ def test_get_names_the_known_keys(gpus: GpuCatalog) -> None:
 def test_skus_mapping_is_read_only(gpus: GpuCatalog) -> None:
     with pytest.raises(TypeError):
         gpus.skus["X"] = gpus.get("H100-SXM")  # type: ignore[index]
+
+
+# --- MIG instances: SKUs of their own, derived from the parent's figures and the profile ----------------
+
+MIG_PROFILES = DATA / "benchmarks" / "mig_profiles.csv"
+
+
+def _mig_rows() -> list[dict[str, str]]:
+    with MIG_PROFILES.open(newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.parametrize(
+    ("reported", "key"),
+    [
+        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "H100-SXM/1g.10gb"),
+        ("NVIDIA H100 80GB HBM3 MIG 1G.10GB+me", "H100-SXM/1g.10gb"),  # media engines: same SMs and memory
+        ("NVIDIA H100 PCIe MIG 3g.40gb", "H100-PCIe/3g.40gb"),
+        ("NVIDIA H200 MIG 3g.71gb", "H200-SXM/3g.71gb"),
+        ("NVIDIA H200 NVL MIG 1g.18gb", "H200-NVL/1g.18gb"),
+        ("NVIDIA A100-SXM4-80GB MIG 7c.7g.80gb", "A100-SXM-80GB/7g.80gb"),  # one CI holding the whole GI
+        ("NVIDIA B200 MIG 1g.23gb+me.all", "B200/1g.23gb"),
+    ],
+)
+def test_mig_names_resolve_to_their_own_sku_never_the_parent(
+    gpus: GpuCatalog, reported: str, key: str
+) -> None:
+    sku = gpus.resolve(reported)
+    assert sku.known and sku.is_mig
+    assert sku.key == key
+    parent = gpus.get(key.split("/", maxsplit=1)[0])
+    assert sku.parent_key == parent.key and sku != parent
+    assert sku.hbm_bytes is not None and parent.hbm_bytes is not None
+    assert sku.hbm_bytes <= parent.hbm_bytes
+
+
+def test_dcgm_exporter_names_the_parent_and_the_profile_apart(gpus: GpuCatalog) -> None:
+    """dcgm-exporter's modelName is the parent's name; GPU_I_PROFILE carries the profile."""
+    assert gpus.resolve("NVIDIA H100 80GB HBM3", mig_profile="2g.20gb").key == "H100-SXM/2g.20gb"
+    assert gpus.resolve("NVIDIA H200", mig_profile="7g.141gb").key == "H200-SXM/7g.141gb"
+    assert gpus.resolve("NVIDIA H200").key == "H200-SXM"  # the same name without a profile: the whole GPU
+
+
+@pytest.mark.parametrize("row", _mig_rows(), ids=lambda row: f"{row['gpu_key']}/{row['profile']}")
+def test_every_catalogued_profile_derives_its_figures(gpus: GpuCatalog, row: dict[str, str]) -> None:
+    """Compute x GPCs/7, bandwidth x memory slices/8, memory from the profile, for each sourced row."""
+    parent = gpus.get(row["gpu_key"])
+    sku = gpus.get(f"{row['gpu_key']}/{row['profile']}")
+    compute = int(row["compute_slices"]) / int(row["compute_slices_total"])
+    bandwidth = int(row["memory_slices"]) / int(row["memory_slices_total"])
+    assert sku.hbm_bytes == int(row["memory_gb"]) * 1_000_000_000
+    assert parent.hbm_bandwidth_bytes_per_s is not None
+    assert sku.hbm_bandwidth_bytes_per_s == pytest.approx(parent.hbm_bandwidth_bytes_per_s * bandwidth)
+    for precision in (Precision.BF16, Precision.FP8, Precision.FP4):
+        whole = parent.peak_flops(precision)
+        if whole is None:
+            assert sku.peak_flops(precision) is None  # unknown stays unknown, never 0
+        else:
+            assert sku.peak_flops(precision) == pytest.approx(whole * compute)
+    assert (sku.compute_share, sku.bandwidth_share) == (pytest.approx(compute), pytest.approx(bandwidth))
+    assert sku.tdp_w is None and sku.hourly_price_usd is None and sku.interconnect_bytes_per_s is None
+    assert parent.key in sku.sources and row["profile"] in sku.sources
+
+
+def test_the_slice_figures_of_the_issue(gpus: GpuCatalog) -> None:
+    one = gpus.get("H100-SXM/1g.10gb")
+    assert one.hbm_bytes == 10e9
+    assert one.hbm_bandwidth_bytes_per_s == pytest.approx(3.35e12 / 8)  # 1 of 8 memory slices
+    assert one.bf16_dense_flops == pytest.approx(989e12 / 7)  # 1 of 7 GPCs
+    three = gpus.get("H100-SXM/3g.40gb")
+    assert three.hbm_bandwidth_bytes_per_s == pytest.approx(3.35e12 / 2)  # 4 memory slices
+    assert three.bf16_dense_flops == pytest.approx(989e12 * 3 / 7)
+    four = gpus.get("H100-SXM/4g.40gb")
+    assert four.hbm_bandwidth_bytes_per_s == three.hbm_bandwidth_bytes_per_s  # same memory, more compute
+    assert four.bf16_dense_flops is not None and three.bf16_dense_flops is not None
+    assert four.bf16_dense_flops > three.bf16_dense_flops
+    full = gpus.get("H200-SXM/7g.141gb")
+    h200 = gpus.get("H200-SXM")
+    assert (
+        full.hbm_bytes == h200.hbm_bytes and full.hbm_bandwidth_bytes_per_s == h200.hbm_bandwidth_bytes_per_s
+    )
+    assert full.key != h200.key  # a full-size instance is still an instance (no NVLink peer-to-peer)
+    # The H200 slice of one GPC has more bandwidth per GPC than the H100's: decode's reason to prefer it.
+    assert (gpus.get("H200-SXM/1g.18gb").hbm_bandwidth_bytes_per_s or 0) > (
+        one.hbm_bandwidth_bytes_per_s or 0
+    )
+
+
+def test_the_catalog_tables_agree_with_the_sourced_rows(gpus: GpuCatalog) -> None:
+    rows = _mig_rows()
+    by_gpu: dict[str, dict[str, int]] = {}
+    for row in rows:
+        assert row["source"].strip(), row
+        by_gpu.setdefault(row["gpu_key"], {})[row["profile"]] = int(row["memory_slices"])
+        parent = gpus.get(row["gpu_key"])
+        assert parent.mig is not None and parent.hbm_bytes is not None
+        assert parent.mig.compute_slices == int(row["compute_slices_total"])
+        assert parent.mig.memory_slices == int(row["memory_slices_total"])
+        # The profile's memory is its memory slices' share of the GPU's (the names round it).
+        share = int(row["memory_gb"]) * 1e9 / parent.hbm_bytes * parent.mig.memory_slices
+        assert round(share) == int(row["memory_slices"]), row
+        # As many instances fit as the GPU has slices of both kinds for.
+        instances = int(row["max_instances"])
+        assert instances * int(row["memory_slices"]) <= parent.mig.memory_slices
+        assert instances * int(row["compute_slices"]) <= parent.mig.compute_slices
+    tables = {key: dict(sku.mig.profiles) for key, sku in gpus.skus.items() if sku.mig is not None}
+    assert tables == by_gpu
+    for key in ("H100-SXM", "H200-SXM"):
+        assert key in tables  # the issue's two: every profile it names is catalogued
+    assert set(tables["H100-SXM"]) >= {"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}
+    assert set(tables["H200-SXM"]) >= {"1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"}
+
+
+@pytest.mark.parametrize(
+    ("reported", "profile", "why"),
+    [
+        ("NVIDIA H100 80GB HBM3 MIG 5g.50gb", None, "not in the H100-SXM MIG table"),
+        ("NVIDIA H100 80GB HBM3", "1g.18gb", "not in the H100-SXM MIG table"),  # an H200 profile
+        ("NVIDIA A100-SXM4-80GB MIG 1c.3g.40gb", None, "compute instance"),
+        ("NVIDIA H20", "1g.12gb", "no MIG profile table for H20"),
+        ("NVIDIA L40S", "1g.12gb", "no MIG profile table for L40S"),
+        ("NVIDIA GH200 96GB HBM3 MIG 1g.12gb", None, "GPU the catalog does not know"),
+        ("NVIDIA H100 80GB HBM3", "half", "not a MIG profile name"),
+    ],
+)
+def test_an_unknown_profile_is_the_explicit_unknown_with_its_reason_not_the_parent(
+    reported: str, profile: str | None, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    gpus = load_catalog().gpus  # its own: the warning is logged once per name and catalog
+    with caplog.at_level(logging.WARNING, logger="fleet.gpus"):
+        sku = gpus.resolve(reported, mig_profile=profile)
+    assert sku.key == "unknown" and not sku.known
+    assert sku.is_mig  # still an instance, counted as one
+    assert why in sku.notes
+    assert sku.hbm_bytes is None and sku.hbm_bandwidth_bytes_per_s is None and sku.bf16_dense_flops is None
+    assert caplog.records and why in caplog.text
+
+
+def test_lookup_and_get_know_mig_keys(gpus: GpuCatalog) -> None:
+    assert gpus.lookup("H100-SXM") == gpus.get("H100-SXM")
+    assert (
+        gpus.lookup("H100-SXM/3g.40gb")
+        == gpus.get("H100-SXM/3g.40gb")
+        == gpus.resolve("NVIDIA H100 80GB HBM3 MIG 3g.40gb")
+    )
+    unknown = gpus.lookup("H100-SXM/9g.90gb")
+    assert unknown is not None and not unknown.known and "9g.90gb" in unknown.notes
+    with pytest.raises(KeyError, match="not in the H100-SXM MIG table"):
+        gpus.get("H100-SXM/9g.90gb")
+    assert gpus.lookup("H999/1g.10gb") is None and gpus.lookup("H999") is None
+    assert "H100-SXM/1g.10gb" not in gpus.skus  # the whole-GPU SKUs stay ten
+
+
+def test_a_catalog_key_may_not_look_like_a_mig_key() -> None:
+    with pytest.raises(ValueError, match="reserved for MIG"):
+        GpuCatalog({"A/1g.5gb": _sku("A/1g.5gb")}, mig_suffix_pattern=MIG)
+
+
+def test_a_mig_table_that_cannot_be_right_is_refused() -> None:
+    def catalog(profiles: dict[str, int]) -> GpuCatalog:
+        sku = replace(_sku("A"), hbm_bytes=80_000_000_000, mig=MigGeometry(7, 8, profiles, "test"))
+        return GpuCatalog({"A": sku}, mig_suffix_pattern=MIG)
+
+    assert catalog({"1g.10gb": 1}).get("A/1g.10gb").hbm_bytes == 10e9
+    with pytest.raises(ValueError, match="GPCs"):
+        catalog({"8g.80gb": 8})
+    with pytest.raises(ValueError, match="memory slices"):
+        catalog({"1g.10gb": 9})
+    with pytest.raises(ValueError, match="more memory"):
+        catalog({"7g.90gb": 8})
+    with pytest.raises(ValueError, match="GPU-instance name"):
+        catalog({"1g.10gb+me": 1})
+
+
+def test_parse_mig_profile() -> None:
+    assert parse_mig_profile("3g.40gb") == MigProfile("3g.40gb", 3, 40)
+    assert parse_mig_profile("1G.10GB+me") == MigProfile("1g.10gb", 1, 10, None, "+me")
+    assert parse_mig_profile("1c.3g.40gb") == MigProfile("3g.40gb", 3, 40, 1)
+    assert parse_mig_profile("3c.3g.40gb") == MigProfile("3g.40gb", 3, 40)  # the whole GPU instance
+    for text in ("", "MIG", "0g.10gb", "3g", "1g.10gb extra"):
+        assert parse_mig_profile(text) is None
+
+
+def test_skus_with_a_mig_table_stay_hashable_picklable_values(gpus: GpuCatalog) -> None:
+    h100 = gpus.get("H100-SXM")
+    again = load_catalog().gpus.get("H100-SXM")
+    assert h100 == again and hash(h100) == hash(again)
+    assert pickle.loads(pickle.dumps(h100)) == h100
+    assert len({h100, again, gpus.get("H100-SXM/1g.10gb")}) == 2

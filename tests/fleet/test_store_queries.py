@@ -33,7 +33,7 @@ def filled(store_engine: Engine) -> Engine:
     ]
     with writing(store_engine) as connection:
         write_samples(
-            connection, records, sku_resolver=lambda name: "H200-SXM" if "H200" in name else "H100-SXM"
+            connection, records, sku_resolver=lambda name, _mig: "H200-SXM" if "H200" in name else "H100-SXM"
         )
     return store_engine
 

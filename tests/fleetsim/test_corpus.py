@@ -183,7 +183,7 @@ def test_mig_slices(catalog: Catalog) -> None:
     assert all(g.gpu_name == "NVIDIA H100 80GB HBM3 MIG 3g.40gb" and g.parent_gpu_uuid for g in slices)
     assert all(g.gpu_uuid.startswith("MIG-") and g.power_w is None for g in slices)
     assert catalog.gpus.mig_profile(slices[0].gpu_name) == "3g.40gb"
-    assert catalog.gpus.resolve(slices[0].gpu_name).key == "H100-SXM"
+    assert catalog.gpus.resolve(slices[0].gpu_name).key == "H100-SXM/3g.40gb"
     assert len({g.parent_gpu_uuid for g in slices}) == 8
     assert len({g.gpu_uuid for g in slices if g.worker_id is None}) == 4
     engines = [e for e in _engines(_records("mig", catalog)) if e.deployment == "llama-8b-mig"]
