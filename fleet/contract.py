@@ -1,7 +1,10 @@
 """The data contract: typed records that cross process boundaries (DESIGN.md, "The data contract").
 
-Records are strict: an unknown field, a ratio outside 0..1, a negative count or a timestamp without a
-time zone is an error, never silently repaired.  A field a source does not provide is ``None``, never 0.
+Records are strict: an unknown field, a ratio outside 0..1, a negative count, a number sent as a string
+or a boolean, a timestamp without a time zone or outside [2000, 2100), a name with control or
+direction-changing characters is an error, never silently repaired. A field a source does not provide is
+``None``, never 0. A caller that knows "now" (the service) narrows the accepted timestamps further by
+passing ``{"ts_window": (earliest, latest)}`` as the validation context.
 """
 
 from __future__ import annotations
@@ -10,22 +13,72 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationInfo,
+)
+from pydantic_core import ErrorDetails
 
+# No C0/C1 controls, no zero-width, bidirectional or other invisible format characters: names end up in
+# labels, logs and HTML, where such characters hide or reorder text.
+_VISIBLE = (
+    r"^[^\u0000-\u001f\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    r"\ufeff\ufff9-\ufffb]+$"
+)
 # Bounded strings keep label cardinality and row sizes sane; 253 is the Kubernetes name limit.
-Name = Annotated[str, Field(min_length=1, max_length=253)]
-ShortText = Annotated[str, Field(min_length=1, max_length=64)]
-Ratio = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
-NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
-NonNegInt = Annotated[int, Field(ge=0)]
-PositiveFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
+Name = Annotated[str, Field(min_length=1, max_length=253, pattern=_VISIBLE)]
+ShortText = Annotated[str, Field(min_length=1, max_length=64, pattern=_VISIBLE)]
+# Numbers are JSON numbers (Strict: never "0.5" or true), finite and bounded.
+MAX_FLOAT = 1e15
+Ratio = Annotated[float, Strict(), Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+NonNegFloat = Annotated[float, Strict(), Field(ge=0.0, le=MAX_FLOAT, allow_inf_nan=False)]
+NonNegInt = Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
+WindowSeconds = Annotated[float, Strict(), Field(gt=0.0, le=86_400.0, allow_inf_nan=False)]
+
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)  # exclusive
 
 
-def _to_utc(value: datetime) -> datetime:
-    return value.astimezone(UTC)
+def _to_utc(value: datetime, info: ValidationInfo) -> datetime:
+    """UTC, inside [2000, 2100) and inside the caller's ``ts_window`` when it passes one."""
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"timestamp {value.isoformat()} is outside the years 2000-2099") from None
+    earliest, latest = EARLIEST, LATEST
+    context = info.context
+    if isinstance(context, dict) and "ts_window" in context:
+        earliest, latest = max(earliest, context["ts_window"][0]), min(latest, context["ts_window"][1])
+    if not earliest <= utc < latest:
+        raise ValueError(
+            f"timestamp {utc.isoformat()} is outside the accepted window "
+            f"[{earliest.isoformat()}, {latest.isoformat()})"
+        )
+    return utc
 
 
-UtcTimestamp = Annotated[AwareDatetime, AfterValidator(_to_utc)]
+def _no_number(value: object) -> object:
+    """RFC 3339 strings (or datetimes, in Python) only: a bare number is not a timestamp."""
+    if isinstance(value, int | float):
+        raise ValueError("a timestamp is an RFC 3339 string with a time zone, not a number")
+    return value
+
+
+UtcTimestamp = Annotated[AwareDatetime, BeforeValidator(_no_number), AfterValidator(_to_utc)]
+
+
+def error_message(error: ErrorDetails) -> str:
+    """A validation error in words an operator reads (the name pattern's regex is no help to them)."""
+    if error["type"] == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == _VISIBLE:
+        return "contains a control, invisible or direction-changing character"
+    return error["msg"]
 
 
 class GpuState(StrEnum):
@@ -92,7 +145,7 @@ class GpuSample(_Record):
 
     kind: Literal["gpu_sample"] = "gpu_sample"
     ts: UtcTimestamp  # window end
-    window_s: PositiveFloat
+    window_s: WindowSeconds
     node: Name
     gpu_uuid: Name
     gpu_index: NonNegInt
@@ -125,7 +178,7 @@ class EngineSample(_Record):
 
     kind: Literal["engine_sample"] = "engine_sample"
     ts: UtcTimestamp
-    window_s: PositiveFloat
+    window_s: WindowSeconds
     worker_id: Name
     node: Name
     engine: ShortText
@@ -135,7 +188,7 @@ class EngineSample(_Record):
     precision: ShortText | None = None
     # The tensor-parallel degree as the engine reports it or as the GPUs its process holds; None when
     # neither is known, never a default.
-    tp: Annotated[int, Field(ge=1, le=1024)] | None = None
+    tp: Annotated[int, Strict(), Field(ge=1, le=1024)] | None = None
     gpu_uuids: Annotated[list[Name], Field(max_length=1024)] = Field(default_factory=list)
     gpu_join: GpuJoin | None = None  # how gpu_uuids were found; None with gpu_uuids empty when they were not
     prompt_tokens: NonNegInt = 0

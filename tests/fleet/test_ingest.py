@@ -110,8 +110,16 @@ BAD_LINES = [
     (_valid(colour="red"), "colour", "Extra inputs are not permitted"),
     (_valid(kind="gpu_smaple"), "kind", "gpu_sample"),
     (_valid(kind=...), "kind", "discriminator"),
-    (_valid(gpu_uuid="GPU-\u0000"), "gpu_uuid", "NUL"),
-    (_valid(pcie_tx_bytes=2**64), "pcie_tx_bytes", "64-bit"),
+    (_valid(gpu_uuid="GPU-\u0000"), "gpu_uuid", "contains a control, invisible or direction-changing"),
+    (_valid(worker_id="node/\u202edecode"), "worker_id", "direction-changing character"),
+    (_valid(pcie_tx_bytes=2**64), "pcie_tx_bytes", "less than or equal to 9223372036854775807"),
+    (_valid(sm_active="0.5"), "sm_active", "valid number"),
+    (_valid(gpu_index=True), "gpu_index", "valid integer"),
+    (_valid(window_s=1e308), "window_s", "less than or equal to 86400"),
+    (_valid(ts=1772452800), "ts", "not a number"),
+    (_valid(ts="0001-01-01T00:00:00+05:00"), "ts", "outside the years 2000-2099"),
+    (_valid(ts="9999-12-31T23:59:59-05:00"), "ts", "outside the years 2000-2099"),
+    (_valid(ts="2100-01-01T00:00:00Z"), "ts", "outside the accepted window"),
 ]
 
 
@@ -178,7 +186,8 @@ def test_a_bad_value_in_the_latest_record_of_a_gpu_names_its_line() -> None:
     lines = [dump_record(gpu_sample(0, minute)) for minute in range(3)]
     lines.append(_valid(ts="2026-03-02T13:00:00Z", node="node\u0000"))
     errors = parse_block(("\n".join(lines) + "\n").encode(), 10, "datetime")
-    assert errors == [LineError(13, "node", "contains a NUL character")]
+    message = "contains a control, invisible or direction-changing character (got 'node\\x00')"
+    assert errors == [LineError(13, "node", message)]
 
 
 def test_parsing_processes_follow_the_idle_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
