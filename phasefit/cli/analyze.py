@@ -255,19 +255,42 @@ def unjudged_sentence(fleet: dict[str, Any]) -> str:
     )
 
 
+def judged_phrase(fleet: dict[str, Any]) -> str:
+    """ "9 judged: 7 on profiling, 2 on utilisation only" (the evidence behind the verdicts)."""
+    judged = fleet.get("judged_workers", fleet["workers"])
+    by_evidence = fleet.get("judged_by_evidence") or {}
+    if not by_evidence or list(by_evidence) == ["profiling"]:
+        return f"{judged} judged"
+    named = {"utilisation": "utilisation only"}
+    parts = (f"{n} on {named.get(how, how)}" for how, n in by_evidence.items())
+    return f"{judged} judged: " + ", ".join(parts)
+
+
+def devices_phrase(fleet: dict[str, Any]) -> str:
+    """Whole GPUs and MIG instances counted apart, and the physical GPUs behind them (or why unknown)."""
+    instances = int(fleet.get("mig_instances") or 0)
+    if not instances:
+        return f"{fleet['gpus']} GPUs"
+    whole, parents = fleet.get("whole_gpus"), fleet.get("mig_parent_gpus")
+    physical = fleet.get("physical_gpus")
+    physical_text = (
+        f"{physical} physical GPUs"
+        if physical is not None
+        else f"physical GPUs unknown ({fleet.get('physical_gpus_reason') or 'not reported'})"
+    )
+    return f"{physical_text}: {whole} whole GPUs and {instances} MIG instances on {parents} GPU(s)"
+
+
 def print_result(result: AnalysisResult, console: Console) -> None:
     """The fleet summary, the pools (with their notes) and the findings as rich tables."""
     from rich.table import Table
 
     summary = result.summary
     fleet = summary["fleet"]
-    physical = fleet.get("physical_gpus")
     console.print(
         f"[bold]phasefit analyze[/] {summary['from']} -> {summary['to']}: {fleet['pools']} pool(s), "
-        f"{fleet['workers']} workers ({fleet.get('judged_workers', fleet['workers'])} judged), "
-        f"{fleet['gpus']} GPUs"
-        + (f" ({physical} physical)" if physical is not None and physical != fleet["gpus"] else "")
-        + f" ({fleet['unattributed_gpus']} unattributed)"
+        f"{fleet['workers']} workers ({judged_phrase(fleet)}), {devices_phrase(fleet)} "
+        f"({fleet['unattributed_gpus']} unattributed)"
     )
     loss = "idle capacity (the fleet served its demand)" if fleet["demand_limited"] else "undelivered"
     if fleet.get("lost_output_tokens_per_s") is None and fleet.get("lost_tokens_per_s") is None:

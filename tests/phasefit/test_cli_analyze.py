@@ -217,3 +217,22 @@ def test_the_tables_lead_with_output_tokens_and_requests(store: str) -> None:
     assert "total tok/s" in text and "(secondary)" in text
     assert "misplacement price not set" in text and "$0" not in text  # the default catalog has no prices
     assert text.index("Lost output tokens/s now") < text.index("(secondary) lost total tokens/s")
+
+
+def test_devices_are_counted_as_whole_gpus_and_mig_instances() -> None:
+    from phasefit.cli.analyze import devices_phrase
+
+    assert devices_phrase({"gpus": 64, "mig_instances": 0}) == "64 GPUs"
+    fleet = {"gpus": 40, "whole_gpus": 24, "mig_instances": 16, "mig_parent_gpus": 8, "physical_gpus": 32}
+    assert devices_phrase(fleet) == "32 physical GPUs: 24 whole GPUs and 16 MIG instances on 8 GPU(s)"
+    unknown = fleet | {"physical_gpus": None, "physical_gpus_reason": "2 MIG instance(s) name no parent GPU"}
+    assert devices_phrase(unknown).startswith("physical GPUs unknown (2 MIG instance(s) name no parent GPU)")
+
+
+def test_judged_workers_say_what_evidence_judged_them() -> None:
+    from phasefit.cli.analyze import judged_phrase
+
+    strong = {"workers": 9, "judged_workers": 9, "judged_by_evidence": {"profiling": 9}}
+    assert judged_phrase(strong) == "9 judged"
+    weak = {"workers": 9, "judged_workers": 9, "judged_by_evidence": {"profiling": 7, "utilisation": 2}}
+    assert judged_phrase(weak) == "9 judged: 7 on profiling, 2 on utilisation only"
