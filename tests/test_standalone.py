@@ -39,6 +39,7 @@ def test_the_data_the_tests_and_benchmarks_read_is_in_the_repository() -> None:
         "data/benchmarks/published.csv",
         "data/benchmarks/gpu_specs.csv",
         "data/benchmarks/models.csv",
+        "data/benchmarks/mig_profiles.csv",
         "data/azure-llm-trace-2023/AzureLLMInferenceTrace_code.csv",
         "data/azure-llm-trace-2023/AzureLLMInferenceTrace_conv.csv",
         "tests/fixtures/metrics/dcgm-exporter_h100_standalone_digitalocean_docs_excerpt.prom",
