@@ -25,15 +25,11 @@ import numpy as np
 import yaml
 
 from analyzer.frames import EngineFrame, GpuFrame
-from analyzer.prometheus_metrics import (
-    DEFAULT_CLUSTER_LABEL,
-    DEFAULT_DEPLOYMENT_LABELS,
-    GPU_QUERIES,
-    MetricQuery,
-    plan,
-)
+from analyzer.prometheus_fleet import PrometheusFleet
+from analyzer.prometheus_labels import DEFAULT_CLUSTER_LABEL, DEFAULT_DEPLOYMENT_LABELS, Family
+from analyzer.prometheus_metrics import MetricQuery, plan
 from analyzer.prometheus_series import PrometheusPayloadError, RangeSeries, TimeGrid, parse_matrix
-from analyzer.prometheus_source import PrometheusFleet, map_fleet
+from analyzer.prometheus_source import map_fleet
 from fleet.gpus import GpuCatalog
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus: "exceeded maximum resolution of 11,000 points per timeseries"
@@ -273,13 +269,13 @@ def _require_gpu_metrics(
     start: datetime | float,
     end: datetime | float,
 ) -> None:
-    if available is None or any(q in GPU_QUERIES for q in queries):
+    if available is None or any(q.family is Family.GPU for q in queries):
         return
-    engines = sorted({q.family.value for q in queries})
+    engines = sorted({q.family.value for q in queries if q.family.is_engine})
     also = f" (engine metrics are there: {', '.join(engines)})" if engines else ""
     raise NoSeriesError(
-        f"no series found for dcgm-exporter metrics (DCGM_FI_PROF_*, DCGM_FI_DEV_GPU_UTIL) in Prometheus at "
-        f"{url} between {start} and {end}{also}: is dcgm-exporter scraped?"
+        f"no series found for dcgm-exporter metrics (DCGM_FI_*) in Prometheus at {url} between {start} and "
+        f"{end}{also}: is dcgm-exporter scraped?"
     )
 
 

@@ -2,8 +2,10 @@
 (:class:`analyzer.pools.Inventory`) and raw sample columns (as :mod:`fleet.store.queries` returns them and
 :func:`analyzer.telemetry.aggregate_gpu_samples` / ``aggregate_engine_samples`` read them).
 
-What Prometheus cannot say is left unknown: the precision (None), the engine and model of a pod whose engine
-metrics are not scraped ("unknown"). A worker's ``tp`` is the number of GPUs its pod held, its TP x DP size.
+What Prometheus cannot say is left unknown: the precision (None), the model of an engine whose series name
+none ("unknown"), the TP degree of a worker whose GPUs cannot be joined (None).
+The columns are those of the contract's records: a MIG instance's GPU rows carry ``parent_gpu_uuid`` and
+``mig_profile`` as gpu_sample does, engine rows the latency quantiles as engine_sample does.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 from analyzer.frames import ROLES, STATES
 from analyzer.pipeline import AnalysisInput, input_from_samples
 from analyzer.pools import GpuSpec, Inventory, WorkerSpec
-from analyzer.prometheus_source import PrometheusFleet
+from analyzer.prometheus_fleet import PrometheusFleet
 from analyzer.telemetry import BUCKET_S
 from fleet.contract import TelemetrySource
 
@@ -29,12 +31,12 @@ def inventory(fleet: PrometheusFleet) -> Inventory:
         WorkerSpec(
             worker_id=w.worker_id,
             node=w.node,
-            engine=w.engine or UNKNOWN,
+            engine=w.engine,
             model=w.model or UNKNOWN,
             role=w.role,
             role_source=w.role_source.value,
             precision=None,
-            tp=max(1, len(w.gpu_uuids)),
+            tp=w.tp,
             gpu_uuids=w.gpu_uuids,
             cluster=w.cluster,
             deployment=w.deployment,
@@ -52,6 +54,8 @@ def inventory(fleet: PrometheusFleet) -> Inventory:
             source=TelemetrySource.PROMETHEUS.value,
             state=gpu.state.value,
             cluster=gpu.cluster,
+            parent_gpu_uuid=gpu.parent_gpu_uuid,
+            mig_profile=gpu.mig_profile,
         )
     return Inventory(workers, tuple(latest[u] for u in sorted(latest)))
 
@@ -76,9 +80,12 @@ def sample_columns(fleet: PrometheusFleet) -> tuple[dict[str, Any], dict[str, An
         "tensor_active": g.tensor_active,
         "dram_active": g.dram_active,
         "gpu_util": g.gpu_util,
+        **fleet.gpu_row_busy,
         "mem_used_bytes": fleet.gpu_row_mem_used_bytes,
         "state": [STATES[s].value for s in g.state.tolist()],
         "source": [TelemetrySource.PROMETHEUS.value] * len(g),
+        "parent_gpu_uuid": [gpus[r].parent_gpu_uuid for r in rows],
+        "mig_profile": [gpus[r].mig_profile for r in rows],
         "cluster": [gpus[r].cluster for r in rows],
     }
     e = fleet.engine
@@ -89,12 +96,12 @@ def sample_columns(fleet: PrometheusFleet) -> tuple[dict[str, Any], dict[str, An
         "window_s": np.full(len(e), fleet.window_s),
         "worker_id": [w.worker_id for w in specs],
         "node": [w.node for w in specs],
-        "engine": [w.engine or UNKNOWN for w in specs],
+        "engine": [w.engine for w in specs],
         "model": [w.model or UNKNOWN for w in specs],
         "role": [ROLES[r].value for r in e.role.tolist()],
         "role_source": [w.role_source.value for w in specs],
         "precision": [None] * len(e),
-        "tp": [max(1, len(w.gpu_uuids)) for w in specs],
+        "tp": [w.tp for w in specs],
         "gpu_uuids": [list(w.gpu_uuids) for w in specs],
         "prompt_tokens": e.prompt_tokens,
         "generation_tokens": e.generation_tokens,
@@ -102,6 +109,7 @@ def sample_columns(fleet: PrometheusFleet) -> tuple[dict[str, Any], dict[str, An
         "requests_waiting": e.requests_waiting,
         "kv_cache_usage": e.kv_cache_usage,
         "preemptions": e.preemptions,
+        **fleet.engine_row_latency,
         "cluster": [w.cluster for w in specs],
         "deployment": [w.deployment for w in specs],
     }

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from analyzer.frames import FloatArray, IntArray
-from analyzer.prometheus_metrics import MetricQuery, Reduce, Unit
+from analyzer.prometheus_metrics import MetricQuery, Reduce
+from fleet.vocabulary.units import Unit
 
 MIB = 1024 * 1024
 
@@ -127,10 +128,18 @@ class Placements:
         self.placed[query.column].append((row, query, series))
 
     def fill(self, column: str, grid: TimeGrid, *, total: bool) -> FloatArray:
-        """Rows x grid columns of one frame column. Per cell the best-ranked alias that reports wins;
-        series of that alias on one row are summed (``total``) or averaged."""
-        out = np.full((len(self.index), grid.n), np.nan)
+        """Rows x grid columns of one frame column: its parts added up (NaN where none reports). Within a
+        part, per cell, the best-ranked alias that reports wins; series of that alias on one row are summed
+        (``total``) or averaged."""
         placed = self.placed.get(column, [])
+        out = np.full((len(self.index), grid.n), np.nan)
+        for part in sorted({query.part for _, query, _ in placed}):
+            value = self._fill_part([p for p in placed if p[1].part == part], grid, total=total)
+            out = np.where(np.isnan(out), value, np.where(np.isnan(value), out, out + value))
+        return out
+
+    def _fill_part(self, placed: list[Placement], grid: TimeGrid, *, total: bool) -> FloatArray:
+        out = np.full((len(self.index), grid.n), np.nan)
         for rank in sorted({query.rank for _, query, _ in placed}):
             sums = np.zeros_like(out)
             counts = np.zeros(out.shape, dtype=np.int64)

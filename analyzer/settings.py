@@ -12,7 +12,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from analyzer.pipeline import AnalyzerParams
-from analyzer.prometheus_metrics import DEFAULT_CLUSTER_LABEL, DEFAULT_DEPLOYMENT_LABELS
+from analyzer.prometheus_labels import DEFAULT_CLUSTER_LABEL, DEFAULT_DEPLOYMENT_LABELS
 from analyzer.recommend import RecommendParams
 
 

@@ -6,11 +6,11 @@ counter resets handled per series (a value that went down, or a changed ``_creat
 the engine restarted and the new value is what it counted since), and latency quantiles from the
 window's histogram bucket increments (as PromQL's ``histogram_quantile`` interpolates them).
 
-Metric names (telemetry.md §3): vLLM V1 ``vllm:*`` (``kv_cache_usage_perc``, older ``gpu_cache_usage_perc``;
-``inter_token_latency_seconds``, older ``time_per_output_token_seconds``); SGLang ``sglang:*`` with the
-``engine_type`` label as a role hint; TensorRT-LLM ``trtllm_*`` (trtllm-serve); Dynamo's
-``dynamo_component`` label as a role hint.  An endpoint without any token counter yields no engine sample
-(a sample of 0 tokens would read as "not serving").
+Metric names, their aliases and the parts that add up (SGLang's waiting queues) come from the table
+zero-agent mode queries too (fleet.vocabulary.engines); label names from fleet.labels: SGLang's
+``engine_type`` and Dynamo's ``dynamo_component`` as role hints, ``dynamo_namespace`` as the deployment.
+Within a part the first alias the exposition holds is read. An endpoint without any token counter yields
+no engine sample (a sample of 0 tokens would read as "not serving").
 """
 
 from __future__ import annotations
@@ -27,69 +27,34 @@ import httpx
 from collector.clock import Clock
 from collector.promtext import Exposition
 from collector.scrape import ScrapeError, scrape
+from fleet.labels import (
+    DYNAMO_COMPONENT_METRIC_LABEL,
+    DYNAMO_NAMESPACE_METRIC_LABEL,
+    ENGINE_TYPE_LABEL,
+    MODEL_NAME_LABELS,
+    PP_RANK_LABEL,
+    TP_RANK_LABEL,
+)
+from fleet.vocabulary.engines import (
+    DYNAMO_COMPONENT_METRIC_PREFIX,
+    LATENCY_QUANTILES,
+    Engine,
+    EngineField,
+    EngineMetric,
+    engine_metric,
+)
 
 log = logging.getLogger(__name__)
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (logical name, sorted labels)
+Rows = dict[str, list[tuple[Mapping[str, str], float]]]  # metric name -> (labels, value) per sample
 
-
-@dataclass(frozen=True)
-class EngineSpec:
-    engine: str
-    prefix: str
-    prompt: tuple[str, ...]
-    generation: tuple[str, ...]
-    preemptions: tuple[str, ...]
-    running: tuple[str, ...]
-    waiting: tuple[str, ...]
-    kv_usage: tuple[str, ...]
-    ttft: tuple[str, ...]  # histogram base names
-    tpot: tuple[str, ...]
-
-
-SPECS = (
-    EngineSpec(
-        engine="vllm",
-        prefix="vllm:",
-        prompt=("vllm:prompt_tokens_total",),
-        generation=("vllm:generation_tokens_total",),
-        preemptions=("vllm:num_preemptions_total",),
-        running=("vllm:num_requests_running",),
-        waiting=("vllm:num_requests_waiting",),
-        kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-        ttft=("vllm:time_to_first_token_seconds",),
-        tpot=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-    ),
-    EngineSpec(
-        engine="sglang",
-        prefix="sglang:",
-        prompt=("sglang:prompt_tokens_total",),
-        generation=("sglang:generation_tokens_total",),
-        preemptions=(),
-        running=("sglang:num_running_reqs",),
-        # requests not yet running: the scheduler queue plus, under PD disaggregation, the prealloc queues
-        waiting=(
-            "sglang:num_queue_reqs",
-            "sglang:num_prefill_prealloc_queue_reqs",
-            "sglang:num_decode_prealloc_queue_reqs",
-        ),
-        kv_usage=("sglang:token_usage",),
-        ttft=("sglang:time_to_first_token_seconds",),
-        tpot=("sglang:inter_token_latency_seconds",),
-    ),
-    EngineSpec(
-        engine="trtllm",
-        prefix="trtllm_",
-        prompt=("trtllm_prompt_tokens_total",),
-        generation=("trtllm_generation_tokens_total",),
-        preemptions=(),
-        running=("trtllm_num_requests_running", "trtllm_num_active_requests"),
-        waiting=("trtllm_num_requests_waiting", "trtllm_num_queued_requests"),
-        kv_usage=("trtllm_kv_cache_utilization",),
-        ttft=("trtllm_time_to_first_token_seconds",),
-        tpot=("trtllm_time_per_output_token_seconds",),
-    ),
+_COUNTERS = (
+    (EngineField.PROMPT_TOKENS, "prompt"),
+    (EngineField.GENERATION_TOKENS, "generation"),
+    (EngineField.PREEMPTIONS, "preempt"),
 )
+_HISTOGRAMS = ((EngineField.TTFT, "ttft"), (EngineField.TPOT, "tpot"))
 
 
 class EngineParseError(ValueError):
@@ -129,100 +94,124 @@ class EngineDelta:
     tpot_p99_s: float | None = None
 
 
-def _normalise(name: str) -> str:
-    return "trtllm_" + name[len("trtllm:") :] if name.startswith("trtllm:") else name
-
-
 def _key(logical: str, labels: Mapping[str, str], drop: tuple[str, ...] = ()) -> SeriesKey:
     return logical, tuple(sorted((k, v) for k, v in labels.items() if k not in drop))
 
 
-def _pick_spec(names: set[str]) -> EngineSpec:
-    for spec in SPECS:
-        if any(n in names for n in spec.prompt + spec.generation):
-            return spec
+def _pick_engine(names: set[str]) -> Engine:
+    for engine in Engine:
+        for token_field in (EngineField.PROMPT_TOKENS, EngineField.GENERATION_TOKENS):
+            metric = engine_metric(engine, token_field)
+            if metric is not None and any(n in names for n in metric.names):
+                return engine
     raise EngineParseError("no vLLM, SGLang or TensorRT-LLM token counter in the exposition")
+
+
+def _read_names(metric: EngineMetric | None, by_name: Rows, suffix: str = "") -> list[str]:
+    """Per part, the first alias the exposition holds (``suffix``: ``_bucket`` for a histogram)."""
+    if metric is None:
+        return []
+    found = (next((n for n in aliases if n + suffix in by_name), None) for aliases in metric.parts)
+    return [n for n in found if n is not None]
+
+
+def _created_name(counter: str) -> str:
+    """The ``_created`` sample of a counter (``x_total``) or of the histogram a ``x_sum`` belongs to."""
+    return counter.removesuffix("_total").removesuffix("_sum") + "_created"
 
 
 def _primary_rank(labels: Mapping[str, str]) -> bool:
     """SGLang reports per scheduler; keep tensor/pipeline rank 0 so a TP group is not counted N times."""
-    return labels.get("tp_rank", "0") == "0" and labels.get("pp_rank", "0") == "0"
+    return labels.get(TP_RANK_LABEL, "0") == "0" and labels.get(PP_RANK_LABEL, "0") == "0"
+
+
+def _gauge(names: list[str], by_name: Rows, *, total: bool) -> float | None:
+    values = [
+        v for n in names for labels, v in by_name.get(n, ()) if _primary_rank(labels) and math.isfinite(v)
+    ]
+    if not values:
+        return None
+    return sum(values) if total else sum(values) / len(values)
+
+
+def _model(labels: Mapping[str, str]) -> str | None:
+    return next((labels[k] for k in MODEL_NAME_LABELS if labels.get(k)), None)
+
+
+def _counters(engine: Engine, by_name: Rows) -> tuple[dict[SeriesKey, float], dict[SeriesKey, float]]:
+    """Cumulative counter values and their ``_created`` timestamps, keyed by logical name and labels."""
+    counters: dict[SeriesKey, float] = {}
+    created: dict[SeriesKey, float] = {}
+    for counter_field, logical in _COUNTERS:
+        for name in _read_names(engine_metric(engine, counter_field), by_name):
+            for labels, value in by_name[name]:
+                counters[_key(logical, labels)] = value
+            for labels, value in by_name.get(_created_name(name), ()):
+                created[_key(logical, labels)] = value
+    return counters, created
+
+
+def _buckets(engine: Engine, by_name: Rows) -> dict[str, dict[SeriesKey, dict[float, float]]]:
+    """Per latency histogram (``ttft``, ``tpot``): series -> cumulative count per bucket bound."""
+    out: dict[str, dict[SeriesKey, dict[float, float]]] = {}
+    for histogram_field, kind in _HISTOGRAMS:
+        series: dict[SeriesKey, dict[float, float]] = {}
+        for base in _read_names(engine_metric(engine, histogram_field), by_name, "_bucket"):
+            for labels, value in by_name[base + "_bucket"]:
+                le = labels.get("le")
+                if le is None:
+                    continue
+                bound = math.inf if le in ("+Inf", "Inf") else float(le)
+                series.setdefault(_key(kind, labels, ("le",)), {})[bound] = value
+        out[kind] = series
+    return out
+
+
+def _label_values(rows: list[tuple[Mapping[str, str], float]], label: str) -> frozenset[str]:
+    return frozenset(labels[label] for labels, _ in rows if labels.get(label))
 
 
 def read_engine(exposition: Exposition, url: str, taken_at: float, ts: datetime) -> EngineReading:
-    by_name: dict[str, list[tuple[Mapping[str, str], float]]] = {}
+    by_name: Rows = {}
     for sample in exposition.samples:
-        by_name.setdefault(_normalise(sample.name), []).append((sample.labels, sample.value))
-    spec = _pick_spec(set(by_name))
-    counters: dict[SeriesKey, float] = {}
-    created: dict[SeriesKey, float] = {}
-    logical_counters = (
-        ("prompt", spec.prompt),
-        ("generation", spec.generation),
-        ("preempt", spec.preemptions),
-    )
-    for logical, names in logical_counters:
-        for name in names:
-            for labels, value in by_name.get(name, ()):
-                counters[_key(logical, labels)] = value
-            for labels, value in by_name.get(name.removesuffix("_total") + "_created", ()):
-                created[_key(logical, labels)] = value
-
-    def gauge(names: tuple[str, ...], combine: str) -> float | None:
-        values = [
-            v for n in names for labels, v in by_name.get(n, ()) if _primary_rank(labels) and math.isfinite(v)
-        ]
-        if not values:
-            return None
-        return sum(values) if combine == "sum" else sum(values) / len(values)
-
-    kv_names = next((n for n in spec.kv_usage if n in by_name), None)
-    buckets: dict[str, dict[SeriesKey, dict[float, float]]] = {}
-    for kind, bases in (("ttft", spec.ttft), ("tpot", spec.tpot)):
-        base = next((b for b in bases if b + "_bucket" in by_name), None)
-        series: dict[SeriesKey, dict[float, float]] = {}
-        for labels, value in by_name.get(base + "_bucket", ()) if base else ():
-            le = labels.get("le")
-            if le is None:
-                continue
-            bound = math.inf if le in ("+Inf", "Inf") else float(le)
-            series.setdefault(_key(kind, labels, ("le",)), {})[bound] = value
-        buckets[kind] = series
-    models = Counter(
-        labels.get("model_name") or labels.get("model")
-        for names in (spec.prompt, spec.generation, spec.running)
-        for n in names
-        for labels, _ in by_name.get(n, ())
-    )
-    models.pop(None, None)
-    engine_types = {
-        labels["engine_type"] for rows in by_name.values() for labels, _ in rows if "engine_type" in labels
-    }
-    if spec.engine == "trtllm":
-        engine_types.discard("trtllm")  # a backend tag there, not a phase role
-    dynamo_rows = [
-        labels for name, rows in by_name.items() if name.startswith("dynamo_component") for labels, _ in rows
+        by_name.setdefault(sample.name, []).append((sample.labels, sample.value))
+    engine = _pick_engine(set(by_name))
+    counters, created = _counters(engine, by_name)
+    running = _read_names(engine_metric(engine, EngineField.REQUESTS_RUNNING), by_name)
+    waiting = _read_names(engine_metric(engine, EngineField.REQUESTS_WAITING), by_name)
+    kv_usage = _read_names(engine_metric(engine, EngineField.KV_CACHE_USAGE), by_name)
+    tokens = [
+        n
+        for token_field in (EngineField.PROMPT_TOKENS, EngineField.GENERATION_TOKENS)
+        for n in _read_names(engine_metric(engine, token_field), by_name)
     ]
-    components = {labels["dynamo_component"] for labels in dynamo_rows if labels.get("dynamo_component")}
-    namespaces = {labels["dynamo_namespace"] for labels in dynamo_rows if labels.get("dynamo_namespace")}
-    tp_ranks = {
-        labels["tp_rank"] for n in spec.running for labels, _ in by_name.get(n, ()) if "tp_rank" in labels
-    }
+    models = Counter(_model(labels) for n in (*tokens, *running) for labels, _ in by_name[n])
+    models.pop(None, None)
+    engine_types = set(_label_values([row for rows in by_name.values() for row in rows], ENGINE_TYPE_LABEL))
+    if engine is Engine.TRTLLM:
+        engine_types.discard("trtllm")  # a backend tag there, not a phase role
+    dynamo = [
+        row
+        for name, rows in by_name.items()
+        if name.startswith(DYNAMO_COMPONENT_METRIC_PREFIX)
+        for row in rows
+    ]
+    tp_ranks = _label_values([row for n in running for row in by_name[n]], TP_RANK_LABEL)
     return EngineReading(
         url=url,
-        engine=spec.engine,
+        engine=engine.value,
         model=models.most_common(1)[0][0] if models else None,
         taken_at=taken_at,
         ts=ts,
         counters=counters,
         created=created,
-        running=gauge(spec.running, "sum"),
-        waiting=gauge(spec.waiting, "sum"),
-        kv_usage=gauge((kv_names,), "mean") if kv_names else None,
-        buckets=buckets,
+        running=_gauge(running, by_name, total=True),
+        waiting=_gauge(waiting, by_name, total=True),
+        kv_usage=_gauge(kv_usage, by_name, total=False),
+        buckets=_buckets(engine, by_name),
         engine_types=frozenset(engine_types),
-        dynamo_components=frozenset(components),
-        dynamo_namespaces=frozenset(namespaces),
+        dynamo_components=_label_values(dynamo, DYNAMO_COMPONENT_METRIC_LABEL),
+        dynamo_namespaces=_label_values(dynamo, DYNAMO_NAMESPACE_METRIC_LABEL),
         tp_ranks=max(1, len(tp_ranks)),
     )
 
@@ -282,12 +271,21 @@ def _window_buckets(prev: EngineReading, cur: EngineReading, kind: str) -> dict[
     return out
 
 
+def _quantiles(prev: EngineReading, cur: EngineReading) -> dict[str, float | None]:
+    """The contract's latency quantiles (``ttft_p50_s``, ...) of the window's histogram increments."""
+    out: dict[str, float | None] = {}
+    for histogram_field, kind in _HISTOGRAMS:
+        window = _window_buckets(prev, cur, kind)
+        for column, q in LATENCY_QUANTILES[histogram_field].items():
+            out[column] = quantile(q, window)
+    return out
+
+
 def window_delta(prev: EngineReading, cur: EngineReading) -> EngineDelta:
     prompt, r1 = _counter_delta(prev, cur, "prompt")
     generation, r2 = _counter_delta(prev, cur, "generation")
     preemptions, _ = _counter_delta(prev, cur, "preempt")
-    ttft = _window_buckets(prev, cur, "ttft")
-    tpot = _window_buckets(prev, cur, "tpot")
+    latency = _quantiles(prev, cur)
     return EngineDelta(
         reading=cur,
         window_s=max(cur.taken_at - prev.taken_at, 1e-3),
@@ -295,10 +293,10 @@ def window_delta(prev: EngineReading, cur: EngineReading) -> EngineDelta:
         generation_tokens=max(generation or 0, 0),
         preemptions=max(preemptions, 0) if preemptions is not None else None,
         restarted=r1 or r2,
-        ttft_p50_s=quantile(0.5, ttft),
-        ttft_p99_s=quantile(0.99, ttft),
-        tpot_p50_s=quantile(0.5, tpot),
-        tpot_p99_s=quantile(0.99, tpot),
+        ttft_p50_s=latency["ttft_p50_s"],
+        ttft_p99_s=latency["ttft_p99_s"],
+        tpot_p50_s=latency["tpot_p50_s"],
+        tpot_p99_s=latency["tpot_p99_s"],
     )
 
 

@@ -17,55 +17,37 @@ Order (issue 4, telemetry.md §3.5):
    mode), and llm-d's convention that a pod in an llm-d deployment without ``llm-d.ai/role`` is
    decode-capable                                                -> cmdline / engine / pod-label
 7. otherwise ``unknown`` with role_source ``none``.
+
+The role words and label keys are the vocabulary zero-agent mode reads too (fleet.vocabulary.roles,
+fleet.labels); the order of evidence is this module's.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleet.contract import Role, RoleSource
+from fleet.labels import (
+    DYNAMO_COMPONENT,
+    DYNAMO_COMPONENT_TYPE,
+    DYNAMO_WORKER_TYPE,
+    LLMD_LABEL_PREFIX,
+    ROLE_POD_LABELS,
+    sanitise_label,
+)
+from fleet.vocabulary.roles import role_from_component_names, role_from_text
 
-LLMD_ROLE = "llm-d.ai/role"
-DYNAMO_SUB_COMPONENT = "nvidia.com/dynamo-sub-component-type"
-DYNAMO_COMPONENT_TYPE = "nvidia.com/dynamo-component-type"
-DYNAMO_COMPONENT = "nvidia.com/dynamo-component"
-
-_WORDS: dict[str, Role] = {
-    "prefill": Role.PREFILL,
-    "encode-prefill": Role.PREFILL,
-    "context": Role.PREFILL,  # TensorRT-LLM disaggregated "context" servers
-    "ctx": Role.PREFILL,
-    "kv_producer": Role.PREFILL,
-    "decode": Role.DECODE,
-    "generation": Role.DECODE,  # TensorRT-LLM "generation" servers
-    "gen": Role.DECODE,
-    "kv_consumer": Role.DECODE,
-    "prefill-decode": Role.MIXED,
-    "encode-prefill-decode": Role.MIXED,
-    "both": Role.MIXED,
-    "agg": Role.MIXED,
-    "aggregated": Role.MIXED,
-    "unified": Role.MIXED,
-    "mixed": Role.MIXED,
-    "colocated": Role.MIXED,
-    "null": Role.MIXED,  # SGLang's default disaggregation mode
-}
-
-
-def sanitise_label(key: str) -> str:
-    """dcgm-exporter's SanitizeLabelName: every character outside [a-zA-Z0-9_] becomes ``_``."""
-    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
-
-
-def role_from_text(value: str | None) -> Role | None:
-    if not value:
-        return None
-    word = value.strip().lower()
-    return _WORDS.get(word) or _WORDS.get(word.replace("_", "-"))
+__all__ = [
+    "RoleEvidence",
+    "engine_of_cmdline",
+    "flag_value",
+    "resolve_role",
+    "role_from_text",
+    "sanitise_label",
+]
 
 
 def _label(labels: Mapping[str, str], key: str) -> str | None:
@@ -120,31 +102,22 @@ class RoleEvidence:
 
 
 def _from_pod_labels(labels: Mapping[str, str], operator_key: str | None) -> Role | None:
-    role = role_from_text(_label(labels, LLMD_ROLE))
-    if role is not None:
-        return role
-    role = role_from_text(_label(labels, DYNAMO_SUB_COMPONENT))
-    if role is not None:
-        return role
+    for key in ROLE_POD_LABELS:
+        role = role_from_text(_label(labels, key))
+        if role is not None:
+            return role
     if operator_key:
         role = role_from_text(_label(labels, operator_key))
         if role is not None:
             return role
-    if (_label(labels, DYNAMO_COMPONENT_TYPE) or "").lower() == "worker":
+    if (_label(labels, DYNAMO_COMPONENT_TYPE) or "").lower() == DYNAMO_WORKER_TYPE:
         return Role.MIXED  # a Dynamo worker without a sub-component type is aggregated
     return None
 
 
 def _from_components(components: frozenset[str], labels: Mapping[str, str]) -> Role | None:
-    names = {c.lower() for c in components}
     named = _label(labels, DYNAMO_COMPONENT)
-    if named:
-        names.add(named.lower())
-    prefill = any("prefill" in n for n in names)
-    decode = any("decode" in n for n in names)
-    if prefill != decode:
-        return Role.PREFILL if prefill else Role.DECODE
-    return None
+    return role_from_component_names([*components, named] if named else components)
 
 
 def _from_cmdline(argv: Sequence[str]) -> tuple[Role | None, Role | None]:
@@ -189,8 +162,8 @@ def resolve_role(evidence: RoleEvidence, operator_key: str | None = None) -> tup
         return evidence.mapped_role, RoleSource.CONFIG
     if weak is not None:
         return weak, RoleSource.CMDLINE
-    if "unified" in evidence.engine_types:
+    if any(role_from_text(t) is Role.MIXED for t in evidence.engine_types):  # "unified": weak
         return Role.MIXED, RoleSource.ENGINE
-    if any(k.startswith(("llm-d.ai/", "llm_d_ai_")) for k in evidence.pod_labels):
+    if any(k.startswith((LLMD_LABEL_PREFIX, sanitise_label(LLMD_LABEL_PREFIX))) for k in evidence.pod_labels):
         return Role.DECODE, RoleSource.POD_LABEL  # llm-d's router treats an unlabelled pod as decode-capable
     return Role.UNKNOWN, RoleSource.NONE

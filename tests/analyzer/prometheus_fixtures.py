@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,15 +33,19 @@ DCGM_FIELDS = {
     "sm_active": "DCGM_FI_PROF_SM_ACTIVE",
     "tensor_active": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
     "dram_active": "DCGM_FI_PROF_DRAM_ACTIVE",
+    "gr_engine_active": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
     "gpu_util": "DCGM_FI_DEV_GPU_UTIL",
     "fb_used_mib": "DCGM_FI_DEV_FB_USED",
+    "power_w": "DCGM_FI_DEV_POWER_USAGE",
 }
 _HELP = {
     "DCGM_FI_PROF_SM_ACTIVE": ("gauge", "The ratio of cycles an SM has at least 1 warp assigned."),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
     "DCGM_FI_PROF_DRAM_ACTIVE": ("gauge", "Ratio of cycles the device memory interface is active."),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gauge", "Ratio of time the graphics engine is active."),
     "DCGM_FI_DEV_GPU_UTIL": ("gauge", "GPU utilization (in %)."),
     "DCGM_FI_DEV_FB_USED": ("gauge", "Framebuffer memory used (in MiB)."),
+    "DCGM_FI_DEV_POWER_USAGE": ("gauge", "Power draw (in W)."),
 }
 
 
@@ -121,6 +125,31 @@ def dcgm_exposition(
             rendered = f"{value:.6f}" if metric.startswith("DCGM_FI_PROF") else str(round(value))
             lines.append(f"{metric}{{{_render(labels)}}} {rendered}")
     return "\n".join(lines) + "\n"
+
+
+def dcgm_capture(labels: Mapping[str, str]) -> str:
+    """The real H100 capture verbatim (its clock fields only: no activity field), every series given
+    ``labels`` besides its own (Kubernetes mapping: pod, namespace, container, pod labels)."""
+    extra = "".join(f',{k}="{v}"' for k, v in labels.items())
+    return re.sub(
+        r"^(DCGM_\w+\{[^}]*)\}", rf"\1{extra}}}", DCGM_FIXTURE.read_text(encoding="utf-8"), flags=re.M
+    )
+
+
+def add_observations(text: str, histogram: str, value: float, count: float) -> str:
+    """``count`` more observations of ``value`` in every series of ``histogram`` (buckets, _count, _sum)."""
+
+    def bucket(match: re.Match[str]) -> str:
+        le = float("inf") if match.group(2) == "+Inf" else float(match.group(2))
+        return f"{match.group(1)} {float(match.group(3)) + (count if value <= le else 0.0)!r}"
+
+    def add(amount: float) -> Callable[[re.Match[str]], str]:
+        return lambda match: f"{match.group(1)} {float(match.group(2)) + amount!r}"
+
+    name = re.escape(histogram)
+    text = re.sub(rf'^({name}_bucket\{{[^}}]*le="([^"]+)"[^}}]*\}}) (\S+)$', bucket, text, flags=re.M)
+    text = re.sub(rf"^({name}_count\{{[^}}]*\}}) (\S+)$", add(count), text, flags=re.M)
+    return re.sub(rf"^({name}_sum\{{[^}}]*\}}) (\S+)$", add(count * value), text, flags=re.M)
 
 
 def _set_values(text: str, values: Mapping[str, float]) -> str:

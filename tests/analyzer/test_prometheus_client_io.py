@@ -88,16 +88,32 @@ class ScriptedPrometheus:
                     "error": "query processing would load too many samples into memory in query execution",
                 },
             )
-        match = re.fullmatch(r"\w+\(([\w:]+)\[\w+\]\)", params["query"])
-        assert match, params["query"]
         times = start + step * np.arange(points)
-        return httpx.Response(
-            200,
-            json=matrix(
-                (labels, [(float(t), value(float(t))) for t in times])
-                for labels, value in self.series.get(match.group(1), [])
-            ),
-        )
+        return httpx.Response(200, json=matrix(self._answer(params["query"], times)))
+
+    def _answer(self, query: str, times: Any) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """A range function of one metric; every series whose name matches, its labels only (value 1);
+        a histogram quantile (no buckets are scripted: an empty answer)."""
+        listing = re.fullmatch(r'group without \(__name__\) \(\{__name__=~"(.+)"\}\)', query)
+        if listing:
+            pattern = re.compile(listing.group(1))
+            label_sets = {
+                tuple(sorted(labels.items()))
+                for name, series in self.series.items()
+                if pattern.fullmatch(name)
+                for labels, _ in series
+            }
+            return [(dict(labels), [(float(t), 1.0) for t in times]) for labels in sorted(label_sets)]
+        if query.startswith("histogram_quantile("):
+            return []
+        match = re.fullmatch(r"\w+\(([\w:]+)(\{[^}]*\})?\[\w+\]\)", query)
+        assert match, query
+        wanted = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2) or ""))
+        return [
+            (labels, [(float(t), value(float(t))) for t in times])
+            for labels, value in self.series.get(match.group(1), [])
+            if all(labels.get(k) == v for k, v in wanted.items())
+        ]
 
 
 def constant(value: float) -> Callable[[float], float]:
@@ -142,7 +158,9 @@ def test_load_frames_returns_the_two_frames_and_honours_range_s() -> None:
             URL, T0.timestamp(), T0.timestamp() + 300, timedelta(seconds=30), client=http, range_s=90
         )
     assert len(gpu) == 2 * 10 and len(engine) == 2 * 10
-    assert all("[90s]" in r.url.params["query"] for r in prometheus.requests[1:])
+    asked = [r.url.params["query"] for r in prometheus.requests[1:]]
+    listing = 'group without (__name__) ({__name__=~"DCGM_FI_.+|DCGM_EXP_.+|dcgm_.+"})'  # instant: no range
+    assert listing in asked and all("[90s]" in q for q in asked if q != listing)
 
 
 def test_long_ranges_are_queried_in_chunks_under_the_points_limit() -> None:

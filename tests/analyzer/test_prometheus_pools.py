@@ -11,9 +11,10 @@ import pytest
 
 from analyzer.pools import build_pools
 from analyzer.prometheus_client_io import read_fleet
+from analyzer.prometheus_fleet import PrometheusFleet
 from analyzer.prometheus_inventory import inventory
-from analyzer.prometheus_metrics import resolve_deployment
-from analyzer.prometheus_source import PrometheusFleet, map_fleet
+from analyzer.prometheus_labels import resolve_deployment
+from analyzer.prometheus_source import map_fleet
 from analyzer.settings import AnalyzerSettings
 from fleet.catalog import load_catalog
 from tests.analyzer.prometheus_fixtures import H200_UUID

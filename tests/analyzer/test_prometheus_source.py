@@ -10,14 +10,14 @@ import pytest
 
 from analyzer.bottleneck import classify
 from analyzer.frames import ROLES, SOURCES, STATES
+from analyzer.prometheus_fleet import PrometheusFleet
+from analyzer.prometheus_labels import Family, resolve_role
 from analyzer.prometheus_metrics import (
     ALL_QUERIES,
     GPU_QUERIES,
-    Family,
     MetricQuery,
     format_duration,
     plan,
-    resolve_role,
 )
 from analyzer.prometheus_series import (
     MIB,
@@ -26,7 +26,7 @@ from analyzer.prometheus_series import (
     TimeGrid,
     parse_matrix,
 )
-from analyzer.prometheus_source import PrometheusFleet, map_fleet
+from analyzer.prometheus_source import map_fleet
 from fleet.catalog import load_catalog
 from fleet.contract import Bottleneck, GpuState, Role, RoleSource, TelemetrySource
 from tests.analyzer.prometheus_fixtures import (
@@ -270,7 +270,9 @@ def test_exported_pod_labels_win_and_the_exporter_pod_attributes_nothing() -> No
     result = map_fleet(answers_to_results(answers), GRID)
     assert result.gpu.workers == (DECODE,)
     assert result.unattributed_gpus == (H100_SPARE_UUID,)
-    assert {w.worker_id for w in result.workers} == {DECODE}
+    # No engine series name the pod: its GPU stays attributed to it, but it is no worker (as in the store).
+    assert result.workers == ()
+    assert any(note.startswith("1 pod(s) hold GPUs but no vLLM") for note in result.notes)
 
 
 def test_mig_instances_are_gpus_of_their_own() -> None:
@@ -285,7 +287,7 @@ def test_mig_instances_are_gpus_of_their_own() -> None:
     assert gpu.gpu_uuid == f"{H100_UUID}/7"
     assert (gpu.parent_gpu_uuid, gpu.mig_profile) == (H100_UUID, "1g.10gb")
     assert gpu.gpu_name == f"{H100_NAME} MIG 1g.10gb"
-    assert gpu.sku == "H100-SXM"
+    assert gpu.sku == load_catalog().gpus.resolve(gpu.gpu_name).key  # as the catalog resolves MIG names
     assert np.isnan(result.gpu.gpu_util).all()  # GPU_UTIL is not supported on MIG: unknown
 
 
@@ -366,7 +368,7 @@ def test_sglang_ranks_are_deduplicated_and_vllm_dp_engines_summed() -> None:
     np.testing.assert_allclose(engine.requests_running[worker_rows(engine, PREFILL)], 4.0)
     np.testing.assert_allclose(engine.requests_running[worker_rows(engine, DECODE)], 8.0)
     np.testing.assert_allclose(engine.kv_cache_usage[worker_rows(engine, DECODE)], 0.4)
-    assert any("no vLLM or SGLang" in note for note in result.notes) is False
+    assert any("no vLLM, SGLang or TensorRT-LLM" in note for note in result.notes) is False
     assert result.gpu.workers == ()  # no GPU series: the engine workers are engine-only
 
 
@@ -447,7 +449,7 @@ def test_pod_reassignment_splits_a_gpu_between_workers() -> None:
 def test_empty_results_give_empty_frames() -> None:
     result = map_fleet({}, GRID)
     assert len(result.gpu) == 0 and len(result.engine) == 0 and result.workers == ()
-    assert any("no vLLM or SGLang" in note for note in result.notes)
+    assert any("no vLLM, SGLang or TensorRT-LLM" in note for note in result.notes)
 
 
 def test_parse_matrix_rejects_what_is_not_a_matrix_and_reads_special_values() -> None:
@@ -491,7 +493,16 @@ def test_time_grid_places_points_and_rejects_off_grid_ones() -> None:
 def test_query_plan_and_promql() -> None:
     assert plan(None) == ALL_QUERIES
     chosen = plan({"DCGM_FI_PROF_DRAM_ACTIVE", "vllm:prompt_tokens_total", "up"})
-    assert [q.name for q in chosen] == ["DCGM_FI_PROF_DRAM_ACTIVE", "vllm:prompt_tokens_total"]
+    assert [q.name for q in chosen] == [
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_.+|DCGM_EXP_.+|dcgm_.+",  # every dcgm-exporter series, for the GPU inventory
+        "vllm:prompt_tokens_total",
+    ]
+    assert query("vllm:time_to_first_token_seconds").promql(60.0) == (
+        "histogram_quantile(0.5, sum without (engine, tp_rank, pp_rank, dp_rank, moe_ep_rank, pid) "
+        "(rate(vllm:time_to_first_token_seconds_bucket[60s])))"
+    )
+    assert query("vllm:time_to_first_token_seconds").reads({"vllm:time_to_first_token_seconds_bucket"})
     assert query("DCGM_FI_PROF_DRAM_ACTIVE").promql(120.0) == "avg_over_time(DCGM_FI_PROF_DRAM_ACTIVE[120s])"
     assert query("vllm:prompt_tokens_total").promql(2.5) == "rate(vllm:prompt_tokens_total[2500ms])"
     assert query("DCGM_FI_DEV_XID_ERRORS").promql(60) == "max_over_time(DCGM_FI_DEV_XID_ERRORS[60s])"

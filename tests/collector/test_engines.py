@@ -175,3 +175,40 @@ def test_scraper_endpoint_down_or_garbage_counts_errors_and_keeps_counts(clock: 
     assert not errors
     [delta] = deltas
     assert delta.generation_tokens == 300 and delta.window_s == pytest.approx(30.0)  # the gap is covered
+
+
+def test_sglang_retractions_are_its_preemptions() -> None:
+    """num_retractions is a histogram of retractions per finished request: its _sum counts retractions."""
+    histogram = (
+        "# TYPE sglang:num_retractions histogram\n"
+        'sglang:num_retractions_bucket{{le="0.0",model_name="Qwen/Qwen3-0.6B"}} 10.0\n'
+        'sglang:num_retractions_bucket{{le="+Inf",model_name="Qwen/Qwen3-0.6B"}} 12.0\n'
+        'sglang:num_retractions_sum{{model_name="Qwen/Qwen3-0.6B"}} {total}\n'
+        'sglang:num_retractions_created{{model_name="Qwen/Qwen3-0.6B"}} 1.7e9\n'
+    )
+    base = fixture_text(SGLANG_FIXTURE)
+    delta = window_delta(
+        reading(base + histogram.format(total=3.0), 0.0), reading(base + histogram.format(total=8.0), 10.0)
+    )
+    assert delta.preemptions == 5
+    assert window_delta(reading(base, 0.0), reading(base, 10.0)).preemptions is None  # not exposed: unknown
+
+
+def test_older_sglang_time_per_output_token_histogram_is_its_tpot() -> None:
+    base = fixture_text(SGLANG_FIXTURE).replace(
+        "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"
+    )
+    later = add_to_buckets(base, "sglang:time_per_output_token_seconds", 0.01, 50.0)
+    delta = window_delta(reading(base, 0.0), reading(later, 10.0))
+    assert delta.tpot_p50_s is not None and delta.tpot_p50_s > 0.01
+
+
+def test_tensorrt_llm_colon_spelling_and_aliases_read_once() -> None:
+    text = (
+        'trtllm:generation_tokens_total{model_name="llama"} 50\n'
+        'trtllm:num_requests_running{model_name="llama"} 4\n'
+        'trtllm:num_active_requests{model_name="llama"} 4\n'  # an alias of the same gauge: not added
+    )
+    r = reading(text, 0.0)
+    assert r.engine == "trtllm" and r.running == 4
+    assert sum(v for k, v in r.counters.items() if k[0] == "generation") == 50

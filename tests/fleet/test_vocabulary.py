@@ -1,0 +1,226 @@
+"""One vocabulary: the collector and zero-agent mode read the same metric names, units and role words.
+
+The engine and DCGM tables in ``fleet/vocabulary`` are checked four ways: the collector's parsers read every
+name in them and nothing else; zero-agent mode queries every name in them and nothing else; the real captures
+in tests/fixtures/metrics carry the names (with the kinds) the tables expect; and a role word or label means
+the same role to both readers. A name added to one reader only fails here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from analyzer.prometheus_labels import Family
+from analyzer.prometheus_labels import resolve_role as zero_agent_role
+from analyzer.prometheus_metrics import ENGINE_QUERIES, GPU_COLUMNS, GPU_QUERIES, Reduce
+from collector.dcgm_source import ALIASES
+from collector.engines import EngineParseError, EngineReading, read_engine
+from collector.promtext import parse
+from collector.roles import RoleEvidence
+from collector.roles import resolve_role as collector_role
+from fleet.contract import GpuSample, Role
+from fleet.labels import ROLE_POD_LABELS, sanitise_label
+from fleet.vocabulary.dcgm import (
+    DCGM_FIELDS,
+    DCGM_NAME_PATTERN,
+    GPU_INDEX_LABEL,
+    HOSTNAME_LABELS,
+    MODEL_NAME_LABELS,
+    UUID_LABELS,
+)
+from fleet.vocabulary.engines import (
+    ENGINE_METRICS,
+    LATENCY_QUANTILES,
+    PREFIXES,
+    Engine,
+    EngineField,
+    EngineMetric,
+    engine_metric,
+)
+from fleet.vocabulary.roles import ROLE_WORDS
+from fleet.vocabulary.units import Kind
+from tests.analyzer.prometheus_fixtures import DCGM_FIXTURE, SGLANG_FIXTURE, VLLM_FIXTURE
+
+NOW = datetime(2026, 1, 13, tzinfo=UTC)
+CAPTURES = {Engine.VLLM: VLLM_FIXTURE, Engine.SGLANG: SGLANG_FIXTURE}
+# Fields a real capture lacks, and why (a missing name otherwise means the table or the capture is wrong).
+ABSENT = {
+    (Engine.SGLANG, EngineField.PREEMPTIONS): "the capture's excerpt omits the num_retractions histogram"
+}
+
+
+def exposition_of(metric: EngineMetric, name: str) -> str:
+    """Minimal /metrics text with ``name`` (as ``metric``'s kind exposes it) and a token counter."""
+    labels = '{model_name="m"}'
+    if metric.kind is Kind.HISTOGRAM:
+        body = f'{name}_bucket{{model_name="m",le="0.1"}} 3\n{name}_bucket{{model_name="m",le="+Inf"}} 4\n'
+    else:
+        body = f"{name}{labels} 7\n"
+    token = engine_metric(metric.engine, EngineField.GENERATION_TOKENS)
+    assert token is not None
+    if metric.field is not EngineField.GENERATION_TOKENS:
+        body += f"{token.parts[0][0]}{labels} 1\n"
+    return body
+
+
+def read(text: str) -> EngineReading:
+    return read_engine(parse(text), "http://127.0.0.1:8000/metrics", 0.0, NOW)
+
+
+def value_read(reading: EngineReading, field: EngineField) -> bool:
+    """Whether the collector read anything for ``field`` (a gauge's 0 counts: it was read)."""
+    logical = {EngineField.PROMPT_TOKENS: "prompt", EngineField.GENERATION_TOKENS: "generation",
+               EngineField.PREEMPTIONS: "preempt"}  # fmt: skip
+    if field in logical:
+        return any(name == logical[field] for name, _ in reading.counters)
+    if field in (EngineField.TTFT, EngineField.TPOT):
+        return bool(reading.buckets[field.value])
+    attribute = {EngineField.REQUESTS_RUNNING: "running", EngineField.REQUESTS_WAITING: "waiting",
+                 EngineField.KV_CACHE_USAGE: "kv_usage"}  # fmt: skip
+    return getattr(reading, attribute[field]) is not None
+
+
+def every_name() -> Iterator[tuple[EngineMetric, str]]:
+    for metric in ENGINE_METRICS:
+        for name in metric.names:
+            yield metric, name
+
+
+@pytest.mark.parametrize(("metric", "name"), list(every_name()), ids=[n for _, n in every_name()])
+def test_the_collector_reads_every_name_of_the_table(metric: EngineMetric, name: str) -> None:
+    reading = read(exposition_of(metric, name))
+    assert reading.engine == metric.engine.value
+    assert value_read(reading, metric.field), f"the collector does not read {name} as {metric.field}"
+
+
+def table_lines(text: str) -> str:
+    """``text`` without the samples of any name in the engine table (histograms: every sample of theirs)."""
+    names = {n for metric in ENGINE_METRICS for n in metric.names}
+    kept = []
+    for line in text.splitlines():
+        sample = re.match(r"[^#\s{]+", line)
+        base = re.sub(r"_(bucket|count|sum|created)$", "", sample.group(0)) if sample else ""
+        if sample and (sample.group(0) in names or base in names):
+            continue
+        kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+@pytest.mark.parametrize("engine", list(CAPTURES))
+def test_the_collector_reads_nothing_outside_the_table(engine: Engine) -> None:
+    text = CAPTURES[engine].read_text(encoding="utf-8")
+    with pytest.raises(EngineParseError):  # the token counters are the table's: without them, no engine
+        read(table_lines(text))
+    token = engine_metric(engine, EngineField.GENERATION_TOKENS)
+    assert token is not None
+    kept = table_lines(text) + f'{token.parts[0][0]}{{model_name="m"}} 1\n'
+    reading = read(kept)
+    for field in EngineField:
+        if field is not EngineField.GENERATION_TOKENS:
+            assert not value_read(reading, field), f"{engine}: {field} read from a name outside the table"
+
+
+def test_zero_agent_queries_exactly_the_table() -> None:
+    expected = set()
+    for metric in ENGINE_METRICS:
+        family = Family(metric.engine.value)
+        columns = LATENCY_QUANTILES.get(metric.field, {metric.field.value: 0.0})
+        for part, aliases in enumerate(metric.parts):
+            for rank, name in enumerate(aliases):
+                expected |= {(family, column, name, part, rank) for column in columns}
+    queried = {(q.family, q.column, q.name, q.part, q.rank) for q in ENGINE_QUERIES}
+    assert queried == expected
+    reduce = {Kind.COUNTER: Reduce.RATE, Kind.GAUGE: Reduce.AVG, Kind.HISTOGRAM: Reduce.QUANTILE}
+    kinds = {(m.engine.value, n): m.kind for m, n in every_name()}
+    assert all(q.reduce is reduce[kinds[(q.family.value, q.name)]] for q in ENGINE_QUERIES)
+
+
+def capture_types(engine: Engine) -> dict[str, str]:
+    """Metric name -> its TYPE in the real capture (a histogram's ``_sum`` is its histogram's)."""
+    out: dict[str, str] = {}
+    for family in text_string_to_metric_families(CAPTURES[engine].read_text(encoding="utf-8")):
+        for sample in family.samples:
+            out.setdefault(sample.name, family.type)
+        out.setdefault(family.name, family.type)
+    return out
+
+
+@pytest.mark.parametrize("engine", list(CAPTURES))
+def test_the_real_captures_carry_every_field_with_the_tables_kind(engine: Engine) -> None:
+    types = capture_types(engine)
+    for field in EngineField:
+        metric = engine_metric(engine, field)
+        assert metric is not None
+        present = [n for n in metric.names if n in types]
+        if (engine, field) in ABSENT:
+            assert not present, f"{engine} {field} is in the capture now: drop it from ABSENT"
+            continue
+        assert present, f"no name of {engine} {field} in the capture: {metric.names}"
+        expected = (
+            "histogram" if metric.kind is Kind.HISTOGRAM or present[0].endswith("_sum") else metric.kind
+        )
+        assert {types[n] for n in present} == {expected}, (field, present)
+
+
+def test_the_table_spells_every_name_with_its_engines_prefixes() -> None:
+    for metric, name in every_name():
+        assert name.startswith(PREFIXES[metric.engine]), name
+    for engine, prefixes in PREFIXES.items():
+        for metric in (m for m in ENGINE_METRICS if m.engine is engine):
+            for aliases in metric.parts:
+                stems = {n.removeprefix(p) for n in aliases for p in prefixes if n.startswith(p)}
+                assert len(aliases) == len(stems) * len(prefixes)  # each stem in every spelling
+
+
+def test_the_collectors_dcgm_names_are_the_table() -> None:
+    table = {
+        name.lower(): (f.field, unit.value)
+        for f in DCGM_FIELDS
+        if f.field in GpuSample.model_fields
+        for name, unit in f.names
+    }
+    assert table == ALIASES
+
+
+def test_zero_agent_queries_the_dcgm_table_for_its_columns() -> None:
+    table = {(f.field, name, unit) for f in DCGM_FIELDS if f.field in GPU_COLUMNS for name, unit in f.names}
+    queried = {(q.column, q.name, q.unit) for q in GPU_QUERIES if q.column in {f.field for f in DCGM_FIELDS}}
+    assert queried == table
+    assert all(DCGM_NAME_PATTERN.fullmatch(name) for f in DCGM_FIELDS for name, _ in f.names)
+
+
+def test_the_real_dcgm_capture_is_listed_and_named_by_the_tables_labels() -> None:
+    text = DCGM_FIXTURE.read_text(encoding="utf-8")
+    series = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    assert series and all(DCGM_NAME_PATTERN.fullmatch(s.name) for s in series)
+    for labels in (s.labels for s in series):
+        assert {UUID_LABELS[0], GPU_INDEX_LABEL, MODEL_NAME_LABELS[0], HOSTNAME_LABELS[0]} <= set(labels)
+
+
+@pytest.mark.parametrize("key", ROLE_POD_LABELS)
+@pytest.mark.parametrize("word", sorted(ROLE_WORDS))
+def test_a_role_word_means_the_same_to_both_readers(key: str, word: str) -> None:
+    collected = collector_role(RoleEvidence(pod_labels={sanitise_label(key): word}))
+    read_back = zero_agent_role([], [(1.0, {sanitise_label(key): word})], None)
+    assert collected == read_back
+    assert collected[0] is ROLE_WORDS[word]
+
+
+@pytest.mark.parametrize("engine_type", ["prefill", "decode", "unified", "null", "bogus"])
+def test_sglang_engine_type_means_the_same_to_both_readers(engine_type: str) -> None:
+    collected = collector_role(RoleEvidence(engine_types=frozenset({engine_type})))
+    read_back = zero_agent_role([(1.0, Family.SGLANG, {"engine_type": engine_type})], [], None)
+    assert collected == read_back
+
+
+@pytest.mark.parametrize("component", ["prefill", "VllmDecodeWorker", "backend"])
+def test_dynamo_component_names_mean_the_same_to_both_readers(component: str) -> None:
+    collected = collector_role(RoleEvidence(dynamo_components=frozenset({component})))
+    read_back = zero_agent_role([(1.0, Family.DYNAMO, {"dynamo_component": component})], [], None)
+    assert collected == read_back
+    assert (collected[0] is Role.UNKNOWN) == (component == "backend")
