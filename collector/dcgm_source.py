@@ -3,17 +3,34 @@
 Tolerant of the label drift in real fleets (telemetry.md §2.3): ``UUID``/``uuid``/``gpu_uuid``,
 ``modelName``/``model_name``, ``Hostname``/``hostname``, Kubernetes ``pod``/``namespace``/``container``
 (and the ``-o`` names ``pod_name``/``pod_namespace``/``container_name``), sanitised pod labels (kept for
-role resolution), MIG ``GPU_I_PROFILE``/``GPU_I_ID``.  Field names are matched case-insensitively, with the
-1.x compatibility names and the DCGM 4.6 renames as aliases.  A field the exporter does not expose (its
-default set mutes SM_ACTIVE) stays null.  "Profiling fields read 0 while GPU_UTIL > 0" is broken telemetry
-(NVIDIA/dcgm-exporter#635, NVIDIA/DCGM#303): those ratios are nulled and the GPU marked degraded, never
-reported as idle.  The node on records is the collector's own (a containerised exporter's ``Hostname`` is
-its container id).
+role resolution).  Field names are matched case-insensitively, with the 1.x compatibility names and the
+DCGM 4.6 renames as aliases.  A field the exporter does not expose (its default set mutes SM_ACTIVE) stays
+null.  "Profiling fields read 0 while GPU_UTIL > 0" is broken telemetry (NVIDIA/dcgm-exporter#635,
+NVIDIA/DCGM#303): those ratios are nulled and the GPU marked degraded, never reported as idle.  The node on
+records is the collector's own (a containerised exporter's ``Hostname`` is its container id).
+
+Activity evidence: ``profiling`` when SM, tensor or DRAM activity is exposed; ``utilisation`` when only the
+busy-time counters are (``GPU_UTIL``, ``MEM_COPY_UTIL``, ``GR_ENGINE_ACTIVE``: dcgm-exporter's shipped
+``etc/default-counters.csv`` selects no profiling field); none when neither is.
+
+MIG: dcgm-exporter renders a MIG instance's series with the parent's ``UUID`` and ``GPU_I_PROFILE`` /
+``GPU_I_ID`` (``gpu="0",UUID="GPU-…",pci_bus_id=…,device=…,modelName=…,GPU_I_PROFILE="1g.10gb",``
+``GPU_I_ID="1"``: NVIDIA/dcgm-exporter ``internal/pkg/rendermetrics/render_metrics.go``).  Each instance is a
+GPU record of its own, keyed ``<parent UUID>/<GPU_I_ID>`` unless a MIG device UUID label is present (DRA's
+``dra_mig_device_uuid``), with ``parent_gpu_uuid`` and ``mig_profile``.  Series of the parent itself (no
+``GPU_I_ID``: power, temperatures, Xid) never become a whole-GPU record when the parent has instances.
+
+Lost GPUs: ``DCGM_FI_DEV_XID_ERRORS`` is the value of the last Xid; 79 ("GPU has fallen off the bus")
+marks the GPU, and a MIG parent's instances, ``state=lost``.  The exporter does not reset that value after
+the GPU recovers (NVIDIA/dcgm-exporter#500), so when the exporter also exposes its windowed
+``DCGM_EXP_XID_ERRORS_COUNT{xid}`` (NVIDIA/dcgm-exporter#239), that count decides instead: no Xid 79 in
+the window, not lost.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +39,7 @@ from typing import Any
 import httpx
 
 from collector.clock import Clock
+from collector.failures import REASON_NO_GPU_SERIES, STAGE_DCGM, Failure
 from collector.promtext import Exposition
 from collector.scrape import ScrapeError, scrape
 from collector.window import (
@@ -32,37 +50,43 @@ from collector.window import (
     PodRef,
     SourceWindow,
 )
-from fleet.contract import GpuSample, GpuState, TelemetrySource
+from fleet.contract import ActivityEvidence, GpuSample, GpuState, TelemetrySource
+from fleet.vocabulary.dcgm import (
+    DCGM_FIELDS,
+    DCGM_NAME_PATTERN,
+    GPU_INDEX_LABEL,
+    MIG_DEVICE_UUID_LABEL,
+    MIG_INSTANCE_LABEL,
+    MIG_PROFILE_LABELS,
+    MODEL_NAME_LABELS,
+    POD_LABEL_SETS,
+    PROFILING_FIELDS,
+    STUCK_CHECK_FIELDS,
+    UUID_LABELS,
+    XID_COUNT_NAME,
+    XID_GPU_FALLEN_OFF_BUS,
+    XID_LABEL,
+    dcgm_field,
+    mig_gpu_name,
+    mig_key,
+)
 
 MIB = 1024 * 1024
 
-# Exporter metric name (lower case) -> (contract field, unit).  Units: ratio (0-1), percent (0-100),
-# ratio_or_percent (DCGM 4.6 renamed GPU_UTIL to GPU_UTIL_RATIO; the scale of its values is not documented,
-# so a value above 1 is read as percent), mib (-> bytes), watts, mhz, rate (bytes/s -> bytes in the window).
+# Exporter metric name (lower case) -> (contract field, unit), from the vocabulary zero-agent mode reads too.
+# Units: ratio (0-1), percent (0-100), ratio_or_percent (a value above 1 is a percent), mib (-> bytes), watts,
+# mhz, rate (bytes/s -> bytes in the window).
 ALIASES: dict[str, tuple[str, str]] = {
-    "dcgm_fi_prof_sm_active": ("sm_active", "ratio"),
-    "dcgm_fi_prof_sm_util_ratio": ("sm_active", "ratio"),
-    "dcgm_fi_prof_pipe_tensor_active": ("tensor_active", "ratio"),
-    "dcgm_fi_prof_tensor_util_ratio": ("tensor_active", "ratio"),
-    "dcgm_fi_prof_pipe_tensor_util_ratio": ("tensor_active", "ratio"),
-    "dcgm_fi_prof_dram_active": ("dram_active", "ratio"),
-    "dcgm_fi_prof_dram_util_ratio": ("dram_active", "ratio"),
-    "dcgm_fi_dev_gpu_util": ("gpu_util", "percent"),
-    "dcgm_gpu_utilization": ("gpu_util", "percent"),
-    "dcgm_fi_dev_gpu_util_ratio": ("gpu_util", "ratio_or_percent"),
-    "dcgm_fi_dev_fb_used": ("mem_used_bytes", "mib"),
-    "dcgm_fb_used": ("mem_used_bytes", "mib"),
-    "dcgm_fi_dev_power_usage": ("power_w", "watts"),
-    "dcgm_power_usage": ("power_w", "watts"),
-    "dcgm_fi_dev_sm_clock": ("sm_clock_mhz", "mhz"),
-    "dcgm_sm_clock": ("sm_clock_mhz", "mhz"),
-    "dcgm_fi_prof_pcie_tx_bytes": ("pcie_tx_bytes", "rate"),
-    "dcgm_fi_prof_pcie_rx_bytes": ("pcie_rx_bytes", "rate"),
-    "dcgm_fi_prof_nvlink_tx_bytes": ("nvlink_tx_bytes", "rate"),
-    "dcgm_fi_prof_nvlink_rx_bytes": ("nvlink_rx_bytes", "rate"),
+    name.lower(): (spec.field, unit.value)
+    for spec in DCGM_FIELDS
+    if spec.field != "xid"
+    for name, unit in spec.names
 }
-_GR_ENGINE = ("dcgm_fi_prof_gr_engine_active", "dcgm_fi_prof_gr_engine_util_ratio")
-PROFILING_FIELDS = ("sm_active", "tensor_active", "dram_active")
+UTILISATION_FIELDS = ("gpu_util", "mem_copy_util", "gr_engine_active")
+XID_LAST = frozenset(name.lower() for name, _ in dcgm_field("xid").names)
+XID_COUNT = XID_COUNT_NAME.lower()  # Xid errors within the exporter's window, label ``xid``
+XID_GPU_LOST = XID_GPU_FALLEN_OFF_BUS  # "GPU has fallen off the bus": lost until reset
+_DCGM_NAME = re.compile(DCGM_NAME_PATTERN.pattern.lower())
 
 # Labels dcgm-exporter sets itself; any other label on a GPU series is a (sanitised) pod label or a CSV label.
 _OWN_LABELS = frozenset(
@@ -71,7 +95,7 @@ _OWN_LABELS = frozenset(
         "gpu_i_profile", "gpu_i_id", "dcgm_fi_driver_version", "container", "namespace", "pod", "pod_name",
         "pod_namespace", "container_name", "pod_uid", "err_code", "err_msg", "hpc_job", "dra_claim_name",
         "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name", "dra_mig_profile",
-        "dra_mig_device_uuid", "nvlink", "nvswitch", "cpu", "cpucore",
+        "dra_mig_device_uuid", "nvlink", "nvswitch", "cpu", "cpucore", XID_LABEL, "window_size_in_ms",
     }
 )  # fmt: skip
 
@@ -92,26 +116,27 @@ class _Gpu:
     parent_uuid: str | None = None
     mig_profile: str | None = None
     values: dict[str, tuple[str, float]] = field(default_factory=dict)  # field -> (unit, raw value)
-    gr_engine: float | None = None
+    last_xid: float | None = None
+    xid_counts: dict[str, float] | None = None  # xid -> errors in the exporter's window
     pod: PodRef | None = None
     pod_labels: dict[str, str] = field(default_factory=dict)
 
 
 def _gpu_key(labels: Mapping[str, str]) -> _Gpu | None:
-    uuid = _label(labels, "UUID", "uuid", "gpu_uuid")
+    uuid = _label(labels, *UUID_LABELS)
     if uuid is None:
         return None
-    index_text = _label(labels, "gpu") or "0"
-    name = _label(labels, "modelName", "model_name") or "unknown"
-    gi_id = _label(labels, "GPU_I_ID")
+    index_text = _label(labels, GPU_INDEX_LABEL) or "0"
+    index = int(index_text) if index_text.isdigit() else 0
+    name = _label(labels, *MODEL_NAME_LABELS) or "unknown"
+    gi_id = _label(labels, MIG_INSTANCE_LABEL)
     if gi_id is None:
-        return _Gpu(uuid=uuid, index=int(index_text) if index_text.isdigit() else 0, name=name)
-    profile = _label(labels, "GPU_I_PROFILE", "dra_mig_profile")
-    mig_uuid = _label(labels, "dra_mig_device_uuid") or f"{uuid}/{gi_id}"
+        return _Gpu(uuid=uuid, index=index, name=name)
+    profile = _label(labels, *MIG_PROFILE_LABELS)
     return _Gpu(
-        uuid=mig_uuid,
-        index=int(index_text) if index_text.isdigit() else 0,
-        name=f"{name} MIG {profile}" if profile and "MIG" not in name else name,
+        uuid=_label(labels, MIG_DEVICE_UUID_LABEL) or mig_key(uuid, gi_id),
+        index=index,
+        name=mig_gpu_name(name, profile),
         parent_uuid=uuid,
         mig_profile=profile,
     )
@@ -126,11 +151,11 @@ def _gpu_of(labels: Mapping[str, str], gpus: dict[str, _Gpu]) -> _Gpu | None:
     if key is None:
         return None
     gpu = gpus.setdefault(key.uuid, key)
-    if gpu.pod is None:
-        pod = _label(labels, "pod", "pod_name")
-        namespace = _label(labels, "namespace", "pod_namespace")
+    for pod_label, namespace_label, container_label in POD_LABEL_SETS if gpu.pod is None else ():
+        pod, namespace = labels.get(pod_label), labels.get(namespace_label)
         if pod and namespace:
-            gpu.pod = PodRef(namespace, pod, _label(labels, "container", "container_name"))
+            gpu.pod = PodRef(namespace, pod, labels.get(container_label) or None)
+            break
     for label, value in labels.items():
         if label.lower() not in _OWN_LABELS and not label.startswith("DCGM_") and value:
             gpu.pod_labels[label] = value
@@ -151,15 +176,28 @@ def _convert(unit: str, value: float, window_s: float) -> float | int | None:
     return value
 
 
-def dcgm_window(exposition: Exposition, node: str, ts: datetime, window_s: float) -> SourceWindow:
-    """Pure mapping of one scrape to records and per-GPU status (no I/O)."""
+def _is_lost(gpu: _Gpu, windowed: bool) -> bool:
+    """Xid 79 in the exporter's Xid window when it counts one (a GPU without a series there had none),
+    else in the last-Xid field."""
+    if windowed:
+        return (gpu.xid_counts or {}).get(str(XID_GPU_LOST), 0.0) > 0
+    return gpu.last_xid is not None and round(gpu.last_xid) == XID_GPU_LOST
+
+
+def _counts_xids(exposition: Exposition) -> bool:
+    if any(name.lower() == XID_COUNT for name in exposition.types):
+        return True
+    return any(sample.name.lower() == XID_COUNT for sample in exposition.samples)
+
+
+def _read_samples(exposition: Exposition) -> dict[str, _Gpu]:
     gpus: dict[str, _Gpu] = {}
     by_labels: dict[int, _Gpu | None] = {}  # the parser shares one label mapping across a GPU's series
     for sample in exposition.samples:
         lower = sample.name.lower()
         alias = ALIASES.get(lower)
-        if alias is None and lower not in _GR_ENGINE:
-            continue
+        if alias is None and lower not in XID_LAST and lower != XID_COUNT and not _DCGM_NAME.match(lower):
+            continue  # not a dcgm-exporter series (its own go_* metrics, ...)
         labels = sample.labels
         gpu = by_labels.get(id(labels), _UNSEEN)
         if gpu is _UNSEEN:
@@ -169,21 +207,64 @@ def dcgm_window(exposition: Exposition, node: str, ts: datetime, window_s: float
             continue
         if alias is not None:
             gpu.values[alias[0]] = (alias[1], sample.value)
-        else:
-            gpu.gr_engine = sample.value
+        elif lower not in XID_LAST and lower != XID_COUNT:
+            continue  # a field we do not read (clocks, temperatures): the GPU is still a GPU
+        elif lower == XID_COUNT:
+            counts = gpu.xid_counts if gpu.xid_counts is not None else {}
+            xid = labels.get(XID_LABEL)
+            if xid and math.isfinite(sample.value):
+                counts[xid] = counts.get(xid, 0.0) + sample.value
+            gpu.xid_counts = counts
+        elif math.isfinite(sample.value):
+            gpu.last_xid = sample.value
+    return gpus
+
+
+def _evidence(fields: Mapping[str, Any]) -> ActivityEvidence | None:
+    if any(fields.get(name) is not None for name in PROFILING_FIELDS):
+        return ActivityEvidence.PROFILING
+    if any(fields.get(name) is not None for name in UTILISATION_FIELDS):
+        return ActivityEvidence.UTILISATION
+    return None
+
+
+def dcgm_window(exposition: Exposition, node: str, ts: datetime, window_s: float) -> SourceWindow:
+    """Pure mapping of one scrape to records and per-GPU status (no I/O)."""
+    gpus = _read_samples(exposition)
+    windowed = _counts_xids(exposition)
+    mig_parents = {gpu.parent_uuid for gpu in gpus.values() if gpu.parent_uuid is not None}
+    lost_parents = {uuid for uuid in mig_parents if uuid in gpus and _is_lost(gpus[uuid], windowed)}
     window = SourceWindow()
     for gpu in gpus.values():
+        if gpu.uuid in mig_parents:
+            continue  # the parent of MIG instances: its instances are the GPUs, never the parent as well
+        base: dict[str, Any] = {
+            "ts": ts,
+            "window_s": window_s,
+            "node": node,
+            "gpu_uuid": gpu.uuid,
+            "gpu_index": gpu.index,
+            "gpu_name": gpu.name,
+            "parent_gpu_uuid": gpu.parent_uuid,
+            "mig_profile": gpu.mig_profile,
+            "source": TelemetrySource.DCGM,
+        }
+        if _is_lost(gpu, windowed) or gpu.parent_uuid in lost_parents:
+            window.gpu_samples.append(GpuSample(**base, state=GpuState.LOST))
+            why = f"Xid {XID_GPU_LOST} (GPU has fallen off the bus) on {gpu.parent_uuid or gpu.uuid}"
+            window.gpu_status[gpu.uuid] = GpuStatus(
+                gpu.uuid, frozenset(), (why,), pod=gpu.pod, pod_labels=dict(gpu.pod_labels)
+            )
+            continue
         sample_fields: dict[str, Any] = {}
         for field_name, (unit, raw) in gpu.values.items():
             sample_fields[field_name] = _convert(unit, raw, window_s)
         reasons: set[str] = set()
         util = sample_fields.get("gpu_util")
-        profiling = [sample_fields.get(f) for f in PROFILING_FIELDS if f in sample_fields]
-        if gpu.gr_engine is not None:
-            profiling.append(gpu.gr_engine)
+        profiling = [sample_fields.get(f) for f in STUCK_CHECK_FIELDS if f in sample_fields]
         if util is not None and util > 0 and profiling and all(v == 0 for v in profiling):
             reasons.add(REASON_PROFILING_ZERO)
-            for name in PROFILING_FIELDS:
+            for name in STUCK_CHECK_FIELDS:
                 sample_fields[name] = None
         degraded = (
             bool(reasons)
@@ -191,16 +272,9 @@ def dcgm_window(exposition: Exposition, node: str, ts: datetime, window_s: float
             or (sample_fields.get("dram_active") is None)
         )
         record = GpuSample(
-            ts=ts,
-            window_s=window_s,
-            node=node,
-            gpu_uuid=gpu.uuid,
-            gpu_index=gpu.index,
-            gpu_name=gpu.name,
-            parent_gpu_uuid=gpu.parent_uuid,
-            mig_profile=gpu.mig_profile,
+            **base,
             state=GpuState.DEGRADED if degraded else GpuState.OK,
-            source=TelemetrySource.DCGM,
+            activity_evidence=_evidence(sample_fields),
             **{k: v for k, v in sample_fields.items() if v is not None},
         )
         if degraded and not reasons:
@@ -251,11 +325,16 @@ class DcgmSource:
             exposition = scrape(self.client, self.url, self.timeout_s)
         except ScrapeError as exc:
             window = SourceWindow()
-            window.errors["dcgm_scrape"] += 1
+            window.failures.append(Failure(STAGE_DCGM, self.url, exc.reason, exc.detail, exc.status))
             for uuid in self._known:
                 window.gpu_status[uuid] = GpuStatus(uuid, frozenset({REASON_SCRAPE_FAILED}), (str(exc),))
             return window
         window = dcgm_window(exposition, self.node, self.clock.now(), max(window_s, 1e-3))
+        if window.gpu_samples:
+            window.reached.append((STAGE_DCGM, self.url))
+        else:
+            detail = f"answered with {len(exposition.samples)} samples and no per-GPU DCGM field we read"
+            window.failures.append(Failure(STAGE_DCGM, self.url, REASON_NO_GPU_SERIES, detail, 200))
         self._known = {s.gpu_uuid for s in window.gpu_samples}
         return window
 

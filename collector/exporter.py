@@ -4,8 +4,15 @@ Names and labels are the ones agreed in the team brief (base units, ratios 0..1,
 publishes an immutable :class:`ExporterState` after each window; a scrape renders the latest one, so a
 scrape never blocks on collection.  A value the source did not provide is absent, never 0.  Cardinality
 is bounded: at most ``max_series`` series per family (the rest are dropped and counted in
-``phasefit_collector_errors_total{stage="exporter_truncated"}``), label values cut to 128 characters, and
-the ``reason`` label takes values from a fixed set.
+``phasefit_collector_errors_total{stage="exporter",reason="truncated"}``), label values cut to 128
+characters, and every ``reason`` label takes values from a fixed set.
+
+What failed: ``phasefit_collector_errors_total{stage,target,reason}`` counts failures since start, by the
+part of the collector (``stage``: ``dcgm_scrape``, ``engine_scrape``, ``nvml``, ``ship``, ...), what it was
+talking to (``target``: the URL, socket, file or GPU UUID, bounded by the configuration) and a short class
+(``reason``: ``http_401``, ``connect_refused``, ``timeout``, ``parse_error``, ... from
+:data:`collector.failures.REASONS`); ``phasefit_collector_target_up{stage,target}`` is 1 when that target's
+last attempt succeeded and 0 when it failed (``up`` for each thing the collector reads or ships to).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from collector.failures import REASON_TRUNCATED, STAGE_EXPORTER
 from collector.window import DEGRADED_REASONS
 from fleet.contract import GpuSample, GpuState
 
@@ -59,7 +67,8 @@ class ExporterState:
     up: bool = False
     gpus: Sequence[GpuView] = ()
     workers: Sequence[WorkerView] = ()
-    errors: Mapping[str, int] = field(default_factory=dict)  # stage -> count since start
+    errors: Mapping[tuple[str, str, str], int] = field(default_factory=dict)  # (stage, target, reason) -> n
+    targets_up: Mapping[tuple[str, str], bool] = field(default_factory=dict)  # (stage, target) -> last ok
     last_collect_unix: float | None = None
     spool_records: int | None = None
     spool_dropped: Mapping[str, int] = field(default_factory=dict)  # reason -> count
@@ -138,6 +147,16 @@ class PhasefitCollector(Collector):
                 "Fraction of time a kernel was running (not compute pressure)",
                 labels=GPU_LABELS,
             ),
+            "gr_engine_active": GaugeMetricFamily(
+                "phasefit_gpu_graphics_engine_active_ratio",
+                "Fraction of time the graphics/compute engine was busy (not compute pressure)",
+                labels=GPU_LABELS,
+            ),
+            "mem_copy_util": GaugeMetricFamily(
+                "phasefit_gpu_memory_copy_utilization_ratio",
+                "Fraction of time device memory was being read or written (busy time, not bandwidth)",
+                labels=GPU_LABELS,
+            ),
             "mem_used_bytes": GaugeMetricFamily(
                 "phasefit_gpu_memory_used_bytes", "GPU memory in use", labels=GPU_LABELS
             ),
@@ -201,12 +220,25 @@ class PhasefitCollector(Collector):
         yield GaugeMetricFamily(
             "phasefit_collector_up", "1 while the last window was collected", value=1.0 if state.up else 0.0
         )
-        errors = CounterMetricFamily("phasefit_collector_errors", "Errors by stage", None, ["stage"])
-        for stage, count in sorted(state.errors.items()):
-            errors.add_metric([_cut(stage)], count)
+        errors = CounterMetricFamily(
+            "phasefit_collector_errors",
+            "Collector failures by stage, target (URL, socket, file or GPU) and reason class",
+            None,
+            ["stage", "target", "reason"],
+        )
+        for (stage, target, reason), count in sorted(state.errors.items()):
+            errors.add_metric([_cut(stage), _cut(target), _cut(reason)], count)
         if bound.truncated:
-            errors.add_metric(["exporter_truncated"], bound.truncated)
+            errors.add_metric([STAGE_EXPORTER, "", REASON_TRUNCATED], bound.truncated)
         yield errors
+        targets = GaugeMetricFamily(
+            "phasefit_collector_target_up",
+            "1 when the last attempt at this target succeeded, 0 when it failed",
+            labels=["stage", "target"],
+        )
+        for (stage, target), ok in sorted(state.targets_up.items()):
+            targets.add_metric([_cut(stage), _cut(target)], 1.0 if ok else 0.0)
+        yield targets
         if state.last_collect_unix is not None:
             yield GaugeMetricFamily(
                 "phasefit_collector_last_collect_timestamp_seconds",

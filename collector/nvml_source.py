@@ -4,6 +4,10 @@ Per window and GPU: GPM metrics (Hopper and newer) from two sample buffers swapp
 ``nvmlGpmQueryDeviceSupport`` said yes, honouring each metric's own return code; else
 ``nvmlDeviceGetUtilizationRates`` marked ``source=nvml-basic`` ("a kernel was running" is not compute
 pressure, so the ratios stay null); memory used, power, SM clock; the host PIDs of compute processes.
+Busy-time counters beside them: GPM graphics utilisation -> ``gr_engine_active`` (per MIG slice too) and
+``nvmlDeviceGetUtilizationRates().memory`` -> ``mem_copy_util`` (whole GPUs only: NVML does not support it
+on MIG).  ``activity_evidence`` is ``profiling`` when GPM measured SM, tensor or DRAM activity,
+``utilisation`` when only busy-time counters were read, none when neither.
 
 Failures stay local (reliability.md §3): GPU_IS_LOST / RESET_REQUIRED mark that GPU lost and it is only
 re-probed slowly; NOT_SUPPORTED (and FUNCTION_NOT_FOUND, version mismatches) is cached per (GPU, call)
@@ -23,6 +27,7 @@ from typing import Any
 from collector import nvml_api as nv
 from collector.call_guard import Call, CallGuard, CallTimeoutError, DriverUnresponsiveError
 from collector.clock import Clock
+from collector.failures import REASON_NO_GPUS, STAGE_NVML, Failure
 from collector.window import (
     REASON_CALL_TIMEOUT,
     REASON_DRIVER_UNRESPONSIVE,
@@ -33,11 +38,12 @@ from collector.window import (
     GpuStatus,
     SourceWindow,
 )
-from fleet.contract import GpuSample, GpuState, TelemetrySource
+from fleet.contract import ActivityEvidence, GpuSample, GpuState, TelemetrySource
 
 log = logging.getLogger(__name__)
 
 GPM_METRICS = (
+    nv.GPM_GRAPHICS_UTIL,
     nv.GPM_SM_UTIL,
     nv.GPM_ANY_TENSOR_UTIL,
     nv.GPM_DRAM_BW_UTIL,
@@ -62,6 +68,11 @@ CAPABILITIES: dict[str, str] = {
     "nvmlDeviceGetUtilizationRates": "reading utilization rates",
     "nvmlDeviceGetClockInfo": "reading clocks",
 }
+
+
+# Degradation reasons that are collector failures (counted, exported with the GPU as target), not limits.
+_FAILURE_REASONS = (REASON_DRIVER_UNRESPONSIVE, REASON_CALL_TIMEOUT, REASON_NVML_ERROR)
+_UNREAD_REASONS = frozenset({REASON_DRIVER_UNRESPONSIVE, REASON_CALL_TIMEOUT})  # the GPU's window is empty
 
 
 class NvmlStartError(RuntimeError):
@@ -108,6 +119,7 @@ class _Gpu:
 class _Reading:
     gpm: dict[int, float] = field(default_factory=dict)
     util_gpu: float | None = None
+    util_mem: float | None = None
     mem_used: int | None = None
     power_w: float | None = None
     sm_clock: float | None = None
@@ -291,13 +303,28 @@ class NvmlSource:
     def collect(self) -> SourceWindow:
         readings = self._run_all(self._read)
         window = SourceWindow()
+        failed: list[Failure] = []
         for gpu in self._gpus:
             reading = readings[gpu.inv.uuid]
             sample, status = self._to_record(gpu, reading)
             window.gpu_samples.append(sample)
             window.gpu_status[sample.gpu_uuid] = status
-            if reading.reasons & {REASON_CALL_TIMEOUT, REASON_DRIVER_UNRESPONSIVE, REASON_NVML_ERROR}:
-                window.errors["nvml"] += 1
+            faults = [r for r in _FAILURE_REASONS if r in reading.reasons]
+            if faults:
+                detail = "; ".join(dict.fromkeys(reading.details)) or faults[0]
+                failed.append(Failure(STAGE_NVML, gpu.inv.uuid, faults[0], detail, partial=True))
+            else:
+                window.reached.append((STAGE_NVML, gpu.inv.uuid))
+        window.failures.extend(failed)
+        if not self._gpus:
+            window.failures.append(
+                Failure(STAGE_NVML, "nvml", REASON_NO_GPUS, "NVML lists no GPU on this node")
+            )
+        elif sum(f.reason in _UNREAD_REASONS for f in failed) == len(self._gpus):
+            detail = f"no GPU could be read this window ({failed[0].detail})"
+            window.failures.append(Failure(STAGE_NVML, "nvml", failed[0].reason, detail))
+        else:
+            window.reached.append((STAGE_NVML, "nvml"))
         return window
 
     def _run_all(self, work: Callable[[_Gpu, Call, _Reading], None]) -> dict[str, _Reading]:
@@ -366,6 +393,7 @@ class NvmlSource:
         if not gpu.inv.mig_enabled:  # "not currently supported" on MIG GPUs: do not even ask
             util = self._field(gpu, call, reading, api.nvmlDeviceGetUtilizationRates, gpu.handle)
             reading.util_gpu = util.gpu / 100.0 if util is not None else None
+            reading.util_mem = util.memory / 100.0 if util is not None else None
             power = self._field(gpu, call, reading, api.nvmlDeviceGetPowerUsage, gpu.handle)
             reading.power_w = power / 1000.0 if power is not None else None
             clock = self._field(gpu, call, reading, api.nvmlDeviceGetClockInfo, gpu.handle, nv.NVML_CLOCK_SM)
@@ -483,12 +511,26 @@ class NvmlSource:
             lost = GpuSample(**base, state=GpuState.LOST, source=source)
             return lost, GpuStatus(inv.uuid, frozenset(r.reasons), tuple(r.details))
         gpm = r.gpm
+        sm, tensor, dram = (
+            _ratio(gpm.get(m)) for m in (nv.GPM_SM_UTIL, nv.GPM_ANY_TENSOR_UTIL, nv.GPM_DRAM_BW_UTIL)
+        )
+        busy = (_ratio(gpm.get(nv.GPM_GRAPHICS_UTIL)), _clamp(r.util_gpu), _clamp(r.util_mem))
+        evidence = (
+            ActivityEvidence.PROFILING
+            if any(v is not None for v in (sm, tensor, dram))
+            else ActivityEvidence.UTILISATION
+            if any(v is not None for v in busy)
+            else None
+        )
         sample = GpuSample(
             **base,
-            sm_active=_ratio(gpm.get(nv.GPM_SM_UTIL)),
-            tensor_active=_ratio(gpm.get(nv.GPM_ANY_TENSOR_UTIL)),
-            dram_active=_ratio(gpm.get(nv.GPM_DRAM_BW_UTIL)),
-            gpu_util=_clamp(r.util_gpu),
+            sm_active=sm,
+            tensor_active=tensor,
+            dram_active=dram,
+            gr_engine_active=busy[0],
+            gpu_util=busy[1],
+            mem_copy_util=busy[2],
+            activity_evidence=evidence,
             mem_used_bytes=r.mem_used,
             power_w=r.power_w,
             sm_clock_mhz=r.sm_clock,

@@ -138,6 +138,8 @@ def build_runtime(
             batch_max_bytes=settings.batch_max_bytes,
         )
     holder = StateHolder(ExporterState(node=settings.node))
+    # command lines, parents and listening sockets: the host's processes behind GPUs and engine ports
+    procfs = ProcFs(settings.proc_root)
     agent = Agent(
         node=settings.node,
         clock=clock,
@@ -148,8 +150,10 @@ def build_runtime(
         mapping=mapping,
         role_label_key=settings.role_label_key,
         pod_resources=pod_resources,
+        pod_resources_target=str(settings.pod_resources_socket or "pod-resources"),
         pod_lookup=pod_lookup,
-        procs=ProcFs(settings.proc_root) if "nvml" in sources else None,
+        procs=procfs,
+        sockets=procfs,
         spool=spool,
         holder=holder,
     )

@@ -7,7 +7,9 @@ give-up timer; the spool bound is the only loss, and it is counted).  413 -> hal
 record too large is rejected.  422 -> the records its ``detail`` names are rejected and the rest resent
 (nothing was stored); without indexes, the batch is rejected.  401/403 -> retried with backoff and counted
 as errors, never dropped: a bad token is a configuration fault, not bad data.  Any other 4xx -> the batch is
-rejected and counted.  Sampling never waits on shipping: the shipper runs on its own thread.
+rejected and counted.  Sampling never waits on shipping: the shipper runs on its own thread.  Every failed
+send is kept in ``failures`` with the sink's target (the ingest URL or the file), the HTTP status and a reason
+class (``http_401``, ``connect_refused``, ``rejected``, ...).
 """
 
 from __future__ import annotations
@@ -27,6 +29,17 @@ from typing import Literal, Protocol
 import httpx
 
 from collector.clock import Clock
+from collector.failures import (
+    REASON_EXCEPTION,
+    REASON_IO_ERROR,
+    REASON_REJECTED,
+    REASON_TOO_LARGE,
+    STAGE_SHIP,
+    Failure,
+    FailureLog,
+    exception_reason,
+    http_reason,
+)
 from collector.spool import Spool, SpooledRecord
 
 log = logging.getLogger(__name__)
@@ -41,9 +54,13 @@ class SendResult:
     detail: str = ""
     retry_after_s: float | None = None
     rejected_indexes: frozenset[int] | None = None  # for 422: which records of the batch are bad
+    reason: str = ""  # the failure's class (collector.failures.REASONS); "" when it succeeded
+    status: int | None = None  # the HTTP status, when there was a response
 
 
 class Sink(Protocol):
+    target: str  # where records go: the ingest URL or the file, named in failures
+
     def send(self, payloads: list[bytes]) -> SendResult: ...
 
 
@@ -80,6 +97,7 @@ class HttpSink:
     ) -> None:
         self.client = client
         self.url = base_url.rstrip("/") + "/v1/ingest"
+        self.target = self.url
         self.clock = clock
         self.compress = compress
         self.headers = {"Content-Type": "application/json"}
@@ -95,21 +113,24 @@ class HttpSink:
         try:
             response = self.client.post(self.url, content=body, headers=self.headers)
         except httpx.HTTPError as exc:
-            return SendResult("retry", f"{type(exc).__name__}: {exc}")
+            return SendResult("retry", f"{type(exc).__name__}: {exc}", reason=exception_reason(exc))
         status = response.status_code
         if 200 <= status < 300:
-            return SendResult("ok")
+            return SendResult("ok", status=status)
+        reason = http_reason(status)
         retry_after = parse_retry_after(response.headers.get("Retry-After"), self.clock.now())
         if status in (429, 503) or status >= 500 or status == 408:
-            return SendResult("retry", f"HTTP {status}", retry_after)
+            return SendResult("retry", f"HTTP {status}", retry_after, reason=reason, status=status)
         if status in (401, 403):
-            return SendResult("auth", f"HTTP {status}: the ingest API refused the token")
+            detail = f"HTTP {status}: the ingest API refused the token"
+            return SendResult("auth", detail, reason=reason, status=status)
         if status == 413:
-            return SendResult("split", "HTTP 413: batch too large")
+            return SendResult("split", "HTTP 413: batch too large", reason=reason, status=status)
         if status == 422:
             bad = _rejected_indexes(response)
-            return SendResult("reject", "HTTP 422: validation failed", rejected_indexes=bad)
-        return SendResult("reject", f"HTTP {status}: {response.text[:200]}")
+            detail = "HTTP 422: validation failed"
+            return SendResult("reject", detail, rejected_indexes=bad, reason=reason, status=status)
+        return SendResult("reject", f"HTTP {status}: {response.text[:200]}", reason=reason, status=status)
 
 
 class FileSink:
@@ -117,6 +138,7 @@ class FileSink:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.target = str(path)
 
     def send(self, payloads: list[bytes]) -> SendResult:
         try:
@@ -126,7 +148,7 @@ class FileSink:
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as exc:
-            return SendResult("retry", f"cannot write {self.path}: {exc.strerror}")
+            return SendResult("retry", f"cannot write {self.path}: {exc.strerror}", reason=REASON_IO_ERROR)
         return SendResult("ok")
 
 
@@ -142,10 +164,15 @@ class Shipper:
     batch_max_bytes: int = 4 * 1024 * 1024
     idle_s: float = 1.0
     next_attempt_at: float = 0.0
-    failures: int = 0
+    failed_sends: int = 0  # in a row
     shipped: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
+    failures: FailureLog = field(default_factory=FailureLog)
     _limit: int = 0
+
+    @property
+    def errors(self) -> Counter[str]:
+        """Failed sends by stage (all ``ship``; the reasons are in ``failures``)."""
+        return self.failures.by_stage()
 
     def __post_init__(self) -> None:
         self._limit = self.batch_max_records
@@ -162,16 +189,20 @@ class Shipper:
 
     def _settle(self, batch: list[SpooledRecord], result: SendResult) -> bool:
         seqs = [r.seq for r in batch]
+        target = self.sink.target
         if result.outcome == "ok":
             self.spool.ack(seqs)
             self.shipped += len(seqs)
-            self.failures = 0
+            self.failed_sends = 0
+            self.failures.ok(STAGE_SHIP, target)
             self._limit = min(self.batch_max_records, self._limit * 2)
             return True
         if result.outcome == "split":
             if len(batch) == 1:
                 size = len(batch[0].payload)
-                log.error("a record of %d bytes is too large for the ingest API: dropped", size)
+                detail = f"a record of {size} bytes is too large for the ingest API: dropped"
+                log.error("%s", detail)
+                self.failures.fail(Failure(STAGE_SHIP, target, REASON_TOO_LARGE, detail, result.status))
                 self.spool.reject(seqs)
             else:
                 self._limit = max(1, len(batch) // 2)
@@ -179,22 +210,24 @@ class Shipper:
         if result.outcome == "reject":
             bad = result.rejected_indexes
             rejected = [s for i, s in enumerate(seqs) if bad is None or i in bad]
-            log.error("ingest rejected %d record(s) for good: %s", len(rejected), result.detail)
+            detail = f"ingest rejected {len(rejected)} record(s) for good: {result.detail}"
+            log.error("%s", detail)
             self.spool.reject(rejected)
-            self.errors["ship_rejected"] += 1
+            self.failures.fail(Failure(STAGE_SHIP, target, REASON_REJECTED, detail, result.status))
             return True
         # retry or auth: back off, keep everything
-        self.errors["ship_auth" if result.outcome == "auth" else "ship"] += 1
-        self.failures += 1
+        reason = result.reason or REASON_IO_ERROR
+        self.failures.fail(Failure(STAGE_SHIP, target, reason, result.detail, result.status))
+        self.failed_sends += 1
         self.next_attempt_at = self.clock.monotonic() + self._delay(result.retry_after_s)
-        if self.failures in (1, 10) or self.failures % 100 == 0:
-            log.warning("shipping failed (%d in a row): %s", self.failures, result.detail)
+        if self.failed_sends in (1, 10) or self.failed_sends % 100 == 0:
+            log.warning("shipping to %s failed (%d in a row): %s", target, self.failed_sends, result.detail)
         return False
 
     def _delay(self, retry_after_s: float | None) -> float:
         if retry_after_s is not None:
             return min(retry_after_s, MAX_RETRY_AFTER_S) * self.rng.uniform(1.0, 1.1)
-        ceiling = min(self.backoff_max_s, self.backoff_min_s * 2.0 ** min(self.failures - 1, 30))
+        ceiling = min(self.backoff_max_s, self.backoff_min_s * 2.0 ** min(self.failed_sends - 1, 30))
         return ceiling / 2 + self.rng.uniform(0.0, ceiling / 2)  # "equal jitter": never a thundering zero
 
     def drain(self, max_attempts: int = 1000) -> bool:
@@ -216,7 +249,8 @@ class Shipper:
                 progressed = self.step()
             except Exception as exc:  # an unexpected fault must not kill shipping for good
                 log.exception("shipper step failed: %s", exc)
-                self.errors["ship"] += 1
+                detail = f"{type(exc).__name__}: {exc}"
+                self.failures.fail(Failure(STAGE_SHIP, self.sink.target, REASON_EXCEPTION, detail))
                 progressed = False
             if progressed:
                 continue

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from collector.failures import Failure
 from fleet.contract import EngineSample, GpuSample
 
 # Why a GPU's telemetry is degraded: a fixed set, so the exporter's {reason} label stays bounded.
@@ -58,7 +59,13 @@ class SourceWindow:
     gpu_samples: list[GpuSample] = field(default_factory=list)
     gpu_status: dict[str, GpuStatus] = field(default_factory=dict)
     engine_samples: list[EngineSample] = field(default_factory=list)  # finished records (the sim source)
-    errors: Counter[str] = field(default_factory=Counter)  # stage -> count
+    failures: list[Failure] = field(default_factory=list)  # what failed this window, where and why
+    reached: list[tuple[str, str]] = field(default_factory=list)  # (stage, target) that answered this window
+
+    @property
+    def errors(self) -> Counter[str]:
+        """Failures this window by stage."""
+        return Counter(f.stage for f in self.failures)
 
     def merge(self, other: SourceWindow) -> None:
         """Add another source's window.  A GPU both sources report keeps the first source's sample and
@@ -77,7 +84,8 @@ class SourceWindow:
                     pod_labels={**status.pod_labels, **mine.pod_labels},
                 )
         self.engine_samples.extend(other.engine_samples)
-        self.errors.update(other.errors)
+        self.failures.extend(other.failures)
+        self.reached.extend(other.reached)
 
 
 class GpuSource(Protocol):

@@ -1,8 +1,12 @@
 """``phasefit collect``: the per-node collector (a plain command function; the app registers it with
-``app.command()(collect)``).  Heavy imports happen inside the command so ``phasefit --help`` stays fast."""
+``app.command()(collect)``).  Heavy imports happen inside the command so ``phasefit --help`` stays fast.
+
+``--once`` says what failed: one line per failure on stderr (stage, URL/socket/GPU, status, reason class)
+and an exit status (:data:`EXIT_OK` ... :data:`EXIT_SOURCE`, documented in ``--help``)."""
 
 from __future__ import annotations
 
+import contextlib
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,13 +15,22 @@ import typer
 from phasefit.cli.output import fail, human
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
+
+    from rich.console import Console
 
     from collector.clock import Clock
+    from collector.failures import Failure
     from collector.runtime import Runtime
     from collector.settings import CollectorSettings
     from collector.window import GpuSource
     from fleet.contract import EngineSample, GpuSample
+
+EXIT_OK = 0  # every source yielded data and every record was delivered
+EXIT_CONFIG = 1  # configuration or start-up error (bad value, missing URL, NVML not loadable, port taken)
+EXIT_USAGE = 2  # the command line itself is wrong (unknown option): Click's own status
+EXIT_SHIP = 3  # --once: shipping failed; the records wait in the spool (or were rejected)
+EXIT_SOURCE = 4  # --once: a source yielded nothing (an endpoint, NVML or the pod-resources socket failed)
 
 
 class SourceName(StrEnum):
@@ -58,7 +71,14 @@ def collect(
     interval: Annotated[
         float | None, typer.Option("--interval", min=0.2, help="Window length in seconds (default 10).")
     ] = None,
-    once: Annotated[bool, typer.Option("--once", help="Collect one window, output it, and exit.")] = False,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once",
+            help="Collect one window, output it, and exit; failures are listed on stderr and set the exit "
+            "status (below).",
+        ),
+    ] = False,
     output: Annotated[
         OutputKind,
         typer.Option(
@@ -86,7 +106,22 @@ def collect(
         ),
     ] = None,
 ) -> None:
-    """Collect GPU and serving-engine telemetry on this node: export it to Prometheus and ship it."""
+    """Collect GPU and serving-engine telemetry on this node: export it to Prometheus and ship it.
+
+    Failures name their stage, target (URL, socket, file or GPU), HTTP status
+    and reason class (http_401, connect_refused, timeout, parse_error, ...),
+    on stderr and on /metrics: phasefit_collector_errors_total{stage,target,
+    reason} and phasefit_collector_target_up{stage,target}.
+
+    Exit status:
+    0  every source yielded data and every record was delivered
+    1  configuration or start-up error
+    2  usage error (unknown option, bad option value)
+    3  --once: shipping failed (records left in the spool, or rejected)
+    4  --once: a source yielded nothing (dcgm-exporter, an engine, NVML,
+       pod-resources: failed or empty)
+    When shipping and a source both failed: 3.
+    """
     from pydantic import ValidationError
 
     from collector.clock import SystemClock
@@ -119,20 +154,41 @@ def collect(
     except (RuntimeConfigError, ValueError, ImportError) as exc:
         fail(str(exc))
         return
+    quiet = _quiet_failure_logs() if once else contextlib.nullcontext()
     try:
-        try:
-            runtime.agent.start()
-        except NvmlStartError as exc:
-            fail(str(exc))
-        if once:
-            _run_once(runtime, clock, settings, output)
-        else:
-            _run_forever(runtime, settings, output)
+        with quiet:
+            try:
+                runtime.agent.start()
+            except NvmlStartError as exc:
+                fail(str(exc))
+            if once:
+                code = _run_once(runtime, clock, settings, output)
+                if code != EXIT_OK:
+                    raise typer.Exit(code)
+            else:
+                _run_forever(runtime, settings, output)
     finally:
         runtime.close()
 
 
-def _run_once(runtime: Runtime, clock: Clock, settings: CollectorSettings, output: OutputKind) -> None:
+@contextlib.contextmanager
+def _quiet_failure_logs() -> Iterator[None]:
+    """--once lists every failure once, at the end: the log's warnings of them would repeat each."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("collector.failures", "collector.engines")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _run_once(runtime: Runtime, clock: Clock, settings: CollectorSettings, output: OutputKind) -> int:
+    """One window, output, and the exit status (``EXIT_*``); every failure is listed on stderr."""
     import sys
 
     from fleet.contract import dump_record
@@ -140,21 +196,49 @@ def _run_once(runtime: Runtime, clock: Clock, settings: CollectorSettings, outpu
     primed = [s for s in runtime.agent.gpu_sources if s.name != "sim"] or runtime.agent.engines is not None
     if primed:
         clock.sleep(settings.interval_s)  # one whole window: GPM and engine counters need two samples
-    records = runtime.agent.collect_window()
+    try:
+        records = runtime.agent.collect_window()
+    except Exception as exc:
+        fail(f"the window failed: {type(exc).__name__}: {exc}")
+        return EXIT_CONFIG
     console = human()
     if output is OutputKind.JSON:
         sys.stdout.write("".join(dump_record(r) + "\n" for r in records))
         sys.stdout.flush()
-    elif output is OutputKind.SHIP and runtime.shipper is not None and runtime.spool is not None:
+    ship_failures: list[Failure] = []
+    left = 0
+    if output is OutputKind.SHIP and runtime.shipper is not None and runtime.spool is not None:
         drained = runtime.shipper.drain()
         left = runtime.spool.count()
-        if drained:
+        ship_failures = runtime.shipper.failures.last_failures()
+        if runtime.shipper.shipped:
             console.print(f"shipped {runtime.shipper.shipped} records")
-        else:
+        if not drained or left:
             where = settings.spool_path
             console.print(f"[yellow]could not ship yet:[/] {left} records wait in the spool {where}")
-    errors = dict(runtime.agent.errors)
-    console.print(f"collected {len(records)} records" + (f"; errors {errors}" if errors else ""))
+    from collector.failures import STAGE_SPOOL
+
+    current = runtime.agent.failures.current()
+    source_failures = [f for f in current if f.stage != STAGE_SPOOL and not f.partial]
+    ship_failures += [f for f in current if f.stage == STAGE_SPOOL]
+    for failure in current:
+        if failure.partial:
+            _say(console, "warning", failure)
+    for failure in [*source_failures, *ship_failures]:
+        _say(console, "error", failure)
+    console.print(f"collected {len(records)} records")
+    if ship_failures or left:
+        return EXIT_SHIP
+    if source_failures:
+        return EXIT_SOURCE
+    return EXIT_OK
+
+
+def _say(console: Console, level: str, failure: Failure) -> None:
+    from rich.markup import escape
+
+    colour = "bold red" if level == "error" else "yellow"
+    console.print(f"[{colour}]{level}:[/] {escape(failure.describe())}", soft_wrap=True)
 
 
 def _run_forever(runtime: Runtime, settings: CollectorSettings, output: OutputKind) -> None:

@@ -120,7 +120,18 @@ def test_one_window_end_to_end(tmp_path: Path, clock: FakeClock) -> None:
     assert (
         'phasefit_worker_generation_tokens_total{model="Qwen/Qwen3-0.6B",node="node-a",role="mixed"' in text
     )
-    assert 'phasefit_collector_errors_total{stage="engine_scrape"} 4.0' in text
+    assert (
+        'phasefit_collector_errors_total{reason="connect_refused",stage="engine_scrape",'
+        'target="http://127.0.0.1:9999/metrics"} 2.0' in text
+    )
+    assert (
+        'phasefit_collector_errors_total{reason="parse_error",stage="engine_scrape",'
+        'target="http://127.0.0.1:9998/metrics"} 2.0' in text
+    )
+    assert (
+        'phasefit_collector_target_up{stage="engine_scrape",target="http://127.0.0.1:8100/metrics"} 1.0'
+        in text
+    )
     assert "phasefit_collector_up 1.0" in text
 
 
@@ -143,7 +154,10 @@ def test_a_failing_source_costs_only_its_own_samples(clock: FakeClock) -> None:
     agent.start()
     clock.advance(5.0)
     assert len(agent.collect_window()) == 2
-    assert agent.errors["source_broken"] == 1
+    assert agent.errors["source"] == 1
+    [failure] = agent.failures.current()
+    assert (failure.stage, failure.target, failure.reason) == ("source", "broken", "exception")
+    assert "RuntimeError: boom" in failure.detail
 
 
 def test_nvml_and_dcgm_together_keep_one_sample_per_gpu_and_merge_pod_labels(clock: FakeClock) -> None:

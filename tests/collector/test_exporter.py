@@ -44,7 +44,10 @@ def state(**fields: object) -> ExporterState:
         ),
     )
     values: dict[str, object] = {
-        "node": "node-a", "up": True, "gpus": views, "workers": workers, "errors": {"nvml": 2},
+        "node": "node-a", "up": True, "gpus": views, "workers": workers,
+        "errors": {("nvml", "GPU-2", "call_timeout"): 2, ("engine_scrape", "http://127.0.0.1:8000/metrics",
+                                                             "http_401"): 1},
+        "targets_up": {("engine_scrape", "http://127.0.0.1:8000/metrics"): False, ("nvml", "GPU-0"): True},
         "last_collect_unix": 1.7e9, "spool_records": 5, "spool_dropped": {"spool_full": 3, "rejected": 0},
     }  # fmt: skip
     values.update(fields)
@@ -67,6 +70,7 @@ def test_agreed_names_and_labels() -> None:
         "phasefit_worker_requests_running", "phasefit_worker_requests_waiting", "phasefit_collector_up",
         "phasefit_collector_errors_total", "phasefit_collector_last_collect_timestamp_seconds",
         "phasefit_collector_spool_records", "phasefit_collector_spool_dropped_records_total",
+        "phasefit_collector_target_up",
     ):  # fmt: skip
         assert name in metrics, name
     assert all(":" not in name for name in metrics)
@@ -81,13 +85,23 @@ def test_agreed_names_and_labels() -> None:
         "sku": "H200-SXM",
     }
     assert metrics["phasefit_worker_prompt_tokens_total"][0][1] == 1000.0
-    assert metrics["phasefit_collector_errors_total"] == [({"stage": "nvml"}, 2.0)]
+    errors = {
+        (m[0]["stage"], m[0]["target"], m[0]["reason"]): m[1]
+        for m in metrics["phasefit_collector_errors_total"]
+    }
+    assert errors == {
+        ("nvml", "GPU-2", "call_timeout"): 2.0,
+        ("engine_scrape", "http://127.0.0.1:8000/metrics", "http_401"): 1.0,
+    }
+    up = {(m[0]["stage"], m[0]["target"]): m[1] for m in metrics["phasefit_collector_target_up"]}
+    assert up == {("engine_scrape", "http://127.0.0.1:8000/metrics"): 0.0, ("nvml", "GPU-0"): 1.0}
     dropped = {m[0]["reason"]: m[1] for m in metrics["phasefit_collector_spool_dropped_records_total"]}
     assert dropped == {"spool_full": 3.0, "rejected": 0.0}
 
 
 def test_missing_values_are_absent_not_zero() -> None:
     metrics = scrape(StateHolder(state()))
+    assert "phasefit_gpu_graphics_engine_active_ratio" not in metrics  # no GPU has it: absent, not 0
     assert {m[0]["gpu"] for m in metrics["phasefit_gpu_tensor_active_ratio"]} == {"GPU-0"}
     assert {m[0]["gpu"] for m in metrics["phasefit_gpu_utilization_ratio"]} == {"GPU-0", "GPU-2"}
     lost = {m[0]["gpu"]: m[1] for m in metrics["phasefit_gpu_lost"]}
@@ -110,8 +124,8 @@ def test_cardinality_is_bounded() -> None:
     metrics = scrape(StateHolder(state(gpus=views, workers=())), max_series=10)
     assert len(metrics["phasefit_gpu_sm_active_ratio"]) == 10
     assert len(metrics["phasefit_gpu_info"][0][0]["worker"]) == 128
-    truncated = {m[0]["stage"]: m[1] for m in metrics["phasefit_collector_errors_total"]}
-    assert truncated["exporter_truncated"] > 0
+    truncated = {(m[0]["stage"], m[0]["reason"]): m[1] for m in metrics["phasefit_collector_errors_total"]}
+    assert truncated[("exporter", "truncated")] > 0
 
 
 def test_served_over_http() -> None:

@@ -18,7 +18,7 @@ from collector.fake_nvml import (
     fake_uuid,
     fleet_node,
 )
-from collector.nvml_api import GPM_DRAM_BW_UTIL, GPM_SM_UTIL
+from collector.nvml_api import GPM_DRAM_BW_UTIL, GPM_GRAPHICS_UTIL, GPM_SM_UTIL
 from collector.nvml_source import NvmlSource, NvmlStartError, normalise_bus_id
 from collector.window import (
     REASON_CALL_TIMEOUT,
@@ -27,7 +27,7 @@ from collector.window import (
     REASON_METRIC_MISSING,
     REASON_NO_PERMISSION,
 )
-from fleet.contract import GpuState, TelemetrySource
+from fleet.contract import ActivityEvidence, GpuState, TelemetrySource
 
 DECODE_LIKE = Load(
     sm_util=70.0, tensor_util=12.0, dram_bw_util=85.0, util_gpu_pct=100, power_mw=550_000,
@@ -279,3 +279,78 @@ def test_gpm_metric_ids_requested(clock: FakeClock) -> None:
     mg = source._gpus[0].metrics_get
     ids = {mg.metrics[i].metricId for i in range(mg.numMetrics)}
     assert GPM_SM_UTIL in ids and GPM_DRAM_BW_UTIL in ids
+
+
+# --- busy-time counters, activity evidence, failures (issue 15) ---------------------------------------------
+BUSY = Load(
+    sm_util=55.0, tensor_util=30.0, dram_bw_util=40.0, graphics_util=91.0, util_gpu_pct=97, util_mem_pct=38
+)
+
+
+def test_graphics_and_memory_utilisation_beside_gpm(clock: FakeClock) -> None:
+    source = started(fleet_node(1, clock.monotonic, load=BUSY), clock)
+    clock.advance(10.0)
+    [sample] = source.collect().gpu_samples
+    assert sample.gr_engine_active == pytest.approx(0.91)  # GPM graphics util, percent -> ratio
+    assert sample.mem_copy_util == pytest.approx(0.38)  # nvmlDeviceGetUtilizationRates().memory
+    assert sample.activity_evidence is ActivityEvidence.PROFILING
+    mg = source._gpus[0].metrics_get
+    assert GPM_GRAPHICS_UTIL in {mg.metrics[i].metricId for i in range(mg.numMetrics)}
+
+
+def test_without_gpm_only_busy_time_is_evidence(clock: FakeClock) -> None:
+    gpu = FakeGpu(0, fake_uuid(0), gpm_supported=False, architecture=7, timeline=[(0.0, BUSY)])
+    source = started(FakeNvml([gpu], clock=clock.monotonic), clock)
+    clock.advance(10.0)
+    [sample] = source.collect().gpu_samples
+    assert sample.gpu_util == pytest.approx(0.97) and sample.mem_copy_util == pytest.approx(0.38)
+    assert sample.gr_engine_active is None and sample.sm_active is None
+    assert sample.activity_evidence is ActivityEvidence.UTILISATION
+
+
+def test_mig_slices_get_graphics_activity_but_no_memory_utilisation(clock: FakeClock) -> None:
+    migs = [FakeMigInstance(1, "MIG-cccc", "1g.10gb", timeline=[(0.0, BUSY)])]
+    source = started(FakeNvml([FakeGpu(0, fake_uuid(0), mig_instances=migs)], clock=clock.monotonic), clock)
+    clock.advance(10.0)
+    [sample] = source.collect().gpu_samples
+    assert sample.gr_engine_active == pytest.approx(0.91)  # nvmlGpmMigSampleGet: per slice
+    assert sample.mem_copy_util is None and sample.gpu_util is None  # not supported on MIG: unknown, not 0
+    assert sample.activity_evidence is ActivityEvidence.PROFILING
+
+
+def test_lost_gpu_has_no_activity_evidence(clock: FakeClock) -> None:
+    lost = Fault(code=pynvml.NVML_ERROR_GPU_IS_LOST, gpu=0, start=1001.0)
+    source = started(fleet_node(1, clock.monotonic, load=BUSY, faults=[lost]), clock)
+    clock.advance(10.0)
+    window = source.collect()
+    [sample] = window.gpu_samples
+    assert sample.state is GpuState.LOST and sample.activity_evidence is None
+    assert window.failures == []  # a lost GPU is data (state=lost), not a collector failure
+
+
+def test_failures_name_the_gpu_and_the_reason(clock: FakeClock, release_hangs: list[FakeNvml]) -> None:
+    fault = Fault(code=pynvml.NVML_ERROR_UNKNOWN, function="nvmlDeviceGetMemoryInfo", gpu=1, start=1001.0)
+    source = started(fleet_node(2, clock.monotonic, load=BUSY, faults=[fault]), clock)
+    clock.advance(10.0)
+    window = source.collect()
+    [failure] = window.failures
+    assert (failure.stage, failure.target, failure.reason) == ("nvml", fake_uuid(1), "nvml_error")
+    assert failure.partial and "nvmlDeviceGetMemoryInfo" in failure.detail
+    assert ("nvml", fake_uuid(0)) in window.reached and ("nvml", "nvml") in window.reached
+    hang = Fault(hang=True, function="nvmlDeviceGetPowerUsage", start=1015.0)
+    fake = fleet_node(1, clock.monotonic, load=BUSY, faults=[hang])
+    release_hangs.append(fake)
+    source = started(fake, clock, call_timeout_s=0.2)
+    clock.advance(10.0)
+    window = source.collect()
+    reasons = {(f.target, f.reason, f.partial) for f in window.failures}
+    assert reasons == {(fake_uuid(0), "call_timeout", True), ("nvml", "call_timeout", False)}  # nothing read
+
+
+def test_no_gpus_is_a_failure(clock: FakeClock) -> None:
+    source = started(FakeNvml([], clock=clock.monotonic), clock)
+    clock.advance(10.0)
+    window = source.collect()
+    assert window.gpu_samples == []
+    [failure] = window.failures
+    assert (failure.target, failure.reason, failure.partial) == ("nvml", "no_gpus", False)

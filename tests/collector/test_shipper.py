@@ -157,7 +157,12 @@ def test_other_4xx_is_dropped_and_counted_but_auth_errors_keep_the_data(
     assert spool.count() == 0 and spool.dropped()[DROP_REJECTED] == 2
     spool.append(payloads(2, start=2))
     assert not shipper.step()
-    assert spool.count() == 2 and shipper.errors["ship_auth"] == 1
+    assert spool.count() == 2 and shipper.errors["ship"] == 2
+    counts = shipper.failures.counts()
+    assert counts == {("ship", "http://ingest.local/v1/ingest", "rejected"): 1,
+                      ("ship", "http://ingest.local/v1/ingest", "http_401"): 1}  # fmt: skip
+    [current] = shipper.failures.current()
+    assert current.status == 401 and "refused the token" in current.detail
     clock.advance(60.0)
     assert shipper.step() and [r["n"] for r in ingest.stored] == [2, 3]
 
