@@ -144,6 +144,8 @@ def roofline_point(
     pool: Pool, grid: WorkerGrid, row: int, first: int, last: int, *, isl: float, osl: float
 ) -> Evidence:
     """Achieved FLOP/s and HBM bytes/s per GPU, their ratio, and the SKU's ridge point."""
+    if row in pool.unsized:
+        return {"roofline": "unavailable: the worker's GPUs and TP degree are unknown"}
     group = pool.group_of(row)
     d = group.deployment
     if d is None or not (math.isfinite(isl) and math.isfinite(osl)) or isl < 1 or osl < 0:

@@ -140,7 +140,7 @@ def analyze(
     for analysis in analyses:
         findings += placement_findings(analysis, grid, bottlenecks, p.findings)
     context = {
-        row: WorkerContext(pool.key, pool.group_of(row).sku.key, inventory.workers[row].role)
+        row: WorkerContext(pool.key, pool.sku_of(row).key, inventory.workers[row].role)
         for pool in pools
         for row in pool.members
     }

@@ -183,12 +183,21 @@ class Pool:
     groups: tuple[SkuGroup, ...]
     notes: tuple[str, ...]
     deployment: str | None = None
+    # Members that report neither a TP degree nor their GPUs: in no SKU group, kept in place, not judged.
+    unsized: tuple[int, ...] = ()
+    unsized_sku: GpuSku | None = None  # the catalog's explicit unknown for them
 
     def group_of(self, row: int) -> SkuGroup:
         for group in self.groups:
             if row in group.members:
                 return group
-        raise KeyError(f"row {row} is not in pool {self.key}")
+        raise KeyError(f"row {row} is not in any SKU group of pool {self.key}")
+
+    def sku_of(self, row: int) -> GpuSku:
+        """The SKU of a member's group, or the explicit unknown for an unsized member."""
+        if row in self.unsized and self.unsized_sku is not None:
+            return self.unsized_sku
+        return self.group_of(row).sku
 
 
 def gpu_sku(gpu: GpuSpec, catalog: Catalog) -> GpuSku:
@@ -308,18 +317,19 @@ def build_pools(
         precision = _pool_precision(workers, notes)
         grouped: dict[tuple[str, int], list[int]] = {}
         skus: dict[str, GpuSku] = {}
-        unsized = 0
+        unsized: list[int] = []
         for worker in sorted(workers, key=lambda w: w.worker_id):
             tp = worker.tp or len(worker.gpu_uuids)
             if not tp:
-                unsized += 1
+                unsized.append(rows[worker.worker_id])
                 continue
             sku = worker_sku(worker, gpus, catalog)
             skus[sku.key] = sku
             grouped.setdefault((sku.key, tp), []).append(rows[worker.worker_id])
         if unsized:
             notes.append(
-                f"{unsized} worker(s) report neither a TP degree nor their GPUs: kept in place, not judged"
+                f"{len(unsized)} worker(s) report neither a TP degree nor their GPUs: kept in place, "
+                "not judged"
             )
         groups = []
         for (sku_key, tp), members in sorted(grouped.items()):
@@ -360,6 +370,8 @@ def build_pools(
                 groups=tuple(groups),
                 notes=tuple(notes),
                 deployment=serving or None,
+                unsized=tuple(sorted(unsized)),
+                unsized_sku=catalog.gpus.resolve("unreported GPU") if unsized else None,
             )
         )
     return pools

@@ -233,7 +233,7 @@ def _pool_summary(
     mine = [f for f in findings if f.pool == pool.key and f.status is FindingStatus.OPEN]
     counts: Counter[tuple[str, str]] = Counter()
     for row in pool.members:
-        counts[(pool.group_of(row).sku.key, str(grid_role(grid, row)))] += 1
+        counts[(pool.sku_of(row).key, str(grid_role(grid, row)))] += 1
     by_sku: dict[str, dict[str, int]] = {}
     for (sku, role), n in sorted(counts.items()):
         by_sku.setdefault(sku, {})[role] = n
@@ -443,7 +443,7 @@ def build_summary(
                     "worker_id": worker,
                     "pool": pool.key,
                     "cluster": pool.cluster,
-                    "sku": pool.group_of(row).sku.key,
+                    "sku": pool.sku_of(row).key,
                     "role": str(grid_role(grid, row)),
                     "model": pool.model_id,
                     "bottleneck": str(bottleneck),

@@ -250,3 +250,23 @@ def test_pool_notes_and_a_callers_warnings_reach_the_summary() -> None:
     pool = result.summary["pools"][0]["pool"]
     assert f"{pool}: no worker reports its precision: assumed bf16" in warnings
     assert warnings[-1] == "prometheus: 3 series dropped"
+
+
+def test_a_worker_with_no_tp_and_no_gpus_is_kept_and_left_unjudged() -> None:
+    """An engine the collector could not join to GPUs (tp and gpu_uuids unknown) neither crashes the
+    analysis nor gets a TP degree by default: it stays in its pool, outside every SKU group, unjudged."""
+    spec = workers([("node00", H100, 4, 0), ("node01", H200, 2, 2)])
+    gpu, engine = Fleet(spec, hours=24, rate_rps=lambda h: 40.0).columns()
+    lonely = engine["worker_id"][0]
+    for i, worker_id in enumerate(engine["worker_id"]):
+        if worker_id == lonely:
+            engine["tp"][i], engine["gpu_uuids"][i] = None, []
+    gpu["worker_id"] = [None if w == lonely else w for w in gpu["worker_id"]]
+    result = analyze(input_from_samples(gpu, engine), CATALOG)
+    row = next(w for w in result.summary["workers"] if w["worker_id"] == lonely)
+    assert row["misplaced"] is None and row["unjudged_reason"]
+    assert row["sku"] == "unknown"
+    pool = result.summary["pools"][0]
+    assert any("neither a TP degree nor their GPUs" in note for note in pool["notes"])
+    fleet_summary = result.summary["fleet"]
+    assert fleet_summary["judged_workers"] + fleet_summary["unjudged_workers"] == fleet_summary["workers"]
