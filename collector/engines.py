@@ -25,6 +25,7 @@ from datetime import datetime
 import httpx
 
 from collector.clock import Clock
+from collector.engine_ids import EngineIdentity, engine_identity
 from collector.promtext import Exposition
 from collector.scrape import ScrapeError, scrape
 from fleet.labels import (
@@ -77,7 +78,8 @@ class EngineReading:
     engine_types: frozenset[str] = frozenset()  # SGLang engine_type label values
     dynamo_components: frozenset[str] = frozenset()  # Dynamo dynamo_component label values
     dynamo_namespaces: frozenset[str] = frozenset()  # Dynamo dynamo_namespace label values (deployment)
-    tp_ranks: int = 1  # distinct SGLang tp_rank values seen (1 unless all schedulers report)
+    tp_ranks: int | None = None  # distinct tp_rank label values seen; None when no series carries one
+    identity: EngineIdentity = field(default_factory=EngineIdentity)  # GPU UUIDs / PIDs it reports
 
 
 @dataclass(frozen=True)
@@ -212,7 +214,8 @@ def read_engine(exposition: Exposition, url: str, taken_at: float, ts: datetime)
         engine_types=frozenset(engine_types),
         dynamo_components=_label_values(dynamo, DYNAMO_COMPONENT_METRIC_LABEL),
         dynamo_namespaces=_label_values(dynamo, DYNAMO_NAMESPACE_METRIC_LABEL),
-        tp_ranks=max(1, len(tp_ranks)),
+        tp_ranks=len(tp_ranks) or None,
+        identity=engine_identity(exposition),
     )
 
 

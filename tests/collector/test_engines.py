@@ -56,6 +56,8 @@ def test_vllm_real_capture() -> None:
     assert sum(v for k, v in r.counters.items() if k[0] == "generation") == 600
     assert sum(v for k, v in r.counters.items() if k[0] == "prompt") == 66
     assert r.buckets["ttft"] and r.buckets["tpot"]
+    # Nothing in it names a TP degree or the engine's GPUs: unknown, not 1.
+    assert r.tp_ranks is None and r.identity.gpu_uuids == frozenset() and r.identity.pids == frozenset()
 
 
 def test_sglang_real_capture() -> None:
@@ -64,6 +66,8 @@ def test_sglang_real_capture() -> None:
     assert r.engine_types == frozenset({"unified"})
     assert r.kv_usage == 0.0 and r.running == 0.0 and r.waiting == 0.0
     assert sum(v for k, v in r.counters.items() if k[0] == "prompt") == 33
+    # Its scheduler's PID (its own PID namespace) is evidence for the engine-labels join.
+    assert r.identity.pids == frozenset({697544}) and r.tp_ranks == 1
 
 
 def test_vllm_window_counts_and_latency_quantiles() -> None:
