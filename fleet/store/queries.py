@@ -197,11 +197,17 @@ def engine_rollups(
     )
 
 
-def sample_time_range(connection: Connection) -> tuple[datetime, datetime] | None:
-    """First and last raw sample timestamps over both sample tables, or None when there are none."""
+def sample_time_range(
+    connection: Connection, *, before: datetime | None = None
+) -> tuple[datetime, datetime] | None:
+    """First and last raw sample timestamps over both sample tables (only those before ``before`` when
+    given: a sample stamped in the future by a skewed clock must not move a default range), or None."""
     bounds = []
     for row_type in (GpuSampleRow, EngineSampleRow):
-        first, last = connection.execute(select(func.min(row_type.ts), func.max(row_type.ts))).one()
+        statement = select(func.min(row_type.ts), func.max(row_type.ts))
+        if before is not None:
+            statement = statement.where(row_type.ts < before)
+        first, last = connection.execute(statement).one()
         if first is not None:
             bounds.append((first, last))
     if not bounds:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from fleet.contract import Finding
 
 DEFAULT_SPAN = timedelta(days=7)
+FUTURE_SLACK = timedelta(hours=1)  # how far past now the default range may reach (clock skew)
 
 
 def parse_time(text: str, *, option: str) -> datetime:
@@ -177,7 +178,8 @@ def run_store_analysis(
         params = AnalyzerSettings().params()
         with engine.connect() as connection:
             if until is None or since is None:
-                span = sample_time_range(connection)
+                # A sample stamped in the future (a skewed clock) must not move the range past the data.
+                span = sample_time_range(connection, before=datetime.now(UTC) + FUTURE_SLACK)
                 if span is None:
                     die("the store holds no samples yet: ingest some first (phasefit ingest or demo)")
                 assert span is not None

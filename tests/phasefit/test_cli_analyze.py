@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from analyzer.pipeline import AnalysisResult, input_from_samples
 from analyzer.pipeline import analyze as run_pipeline
 from fleet.catalog import load_catalog
-from fleet.contract import EngineSample, GpuSample
+from fleet.contract import EngineSample, GpuSample, TelemetrySource
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import make_engine, writing
 from fleet.store.migrate import upgrade
@@ -236,3 +236,18 @@ def test_judged_workers_say_what_evidence_judged_them() -> None:
     assert judged_phrase(strong) == "9 judged"
     weak = {"workers": 9, "judged_workers": 9, "judged_by_evidence": {"profiling": 7, "utilisation": 2}}
     assert judged_phrase(weak) == "9 judged: 7 on profiling, 2 on utilisation only"
+
+
+def test_a_sample_stamped_far_in_the_future_does_not_empty_the_default_range(store: str) -> None:
+    """A skewed clock stored one sample in 2099: the default range still ends near now, not there."""
+    engine = make_engine(store)
+    future = GpuSample(
+        ts=datetime(2099, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), window_s=60.0, node="node-skewed",
+        gpu_uuid="GPU-skewed", gpu_index=0, gpu_name=H100, source=TelemetrySource.DCGM,
+    )  # fmt: skip
+    with writing(engine) as connection:
+        write_samples(connection, [future], sku_resolver=catalog_sku_resolver())
+    engine.dispose()
+    result = _runner().invoke(app, ["--database-url", store, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["summary"]["fleet"]["workers"] == 4
