@@ -44,6 +44,7 @@ class WorkerSpec:
     gpu_uuids: tuple[str, ...]
     cluster: str | None = None
     deployment: str | None = None
+    kv_capacity_tokens: int | None = None  # as the engine reports it (None: not reported)
 
 
 @dataclass(frozen=True)

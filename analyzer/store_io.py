@@ -60,6 +60,7 @@ def read_inventory(connection: Connection, since: datetime, until: datetime) -> 
             gpu_uuids=tuple(w.gpu_uuids or ()),
             cluster=w.cluster,
             deployment=w.deployment,
+            kv_capacity_tokens=w.kv_capacity_tokens,
         )
         for w in list_workers(connection)
         if w.last_seen >= since and w.first_seen < until

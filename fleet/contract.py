@@ -205,6 +205,9 @@ class EngineSample(_Record):
     # The serving deployment or router group: Dynamo namespace, llm-d InferencePool, KServe
     # InferenceService, else "<namespace>/<owner>". With the cluster and the served model it names the pool.
     deployment: Name | None = None
+    # The KV cache the engine holds, in tokens, as it reports it (vLLM's cache_config_info num_gpu_blocks x
+    # block_size, SGLang's max_total_num_tokens, TensorRT-LLM's KV-cache statistics); None when it does not.
+    kv_capacity_tokens: NonNegInt | None = None
 
 
 class Bottleneck(StrEnum):

@@ -66,6 +66,7 @@ class WorkerInfo:
     gpu_join: str | None
     cluster: str | None
     deployment: str | None
+    kv_capacity_tokens: int | None
     first_seen: datetime
     last_seen: datetime
 

@@ -81,6 +81,7 @@ class WorkerDim:
     gpu_join: str | None
     cluster: str | None
     deployment: str | None
+    kv_capacity_tokens: int | None
     first_seen: datetime
     last_seen: datetime
 
@@ -160,7 +161,8 @@ class RowBatch:
             worker = WorkerDim(
                 values["node"], values["engine"], values["model"], values["role"]._value_,
                 values["role_source"]._value_, values["precision"], values["tp"], list(values["gpu_uuids"]),
-                _value(values["gpu_join"]), values["cluster"], values["deployment"], first, last,
+                _value(values["gpu_join"]), values["cluster"], values["deployment"],
+                values["kv_capacity_tokens"], first, last,
             )  # fmt: skip
             self.workers[worker_id] = _newer(self.workers.get(worker_id), worker)
             self._fold_node(worker.node, first, last)

@@ -101,6 +101,7 @@ class WorkerRow(Base):
     gpu_join: Mapped[str | None] = mapped_column(String(ENUM))  # how gpu_uuids were found
     cluster: Mapped[str | None] = mapped_column(String(NAME))
     deployment: Mapped[str | None] = mapped_column(String(NAME))
+    kv_capacity_tokens: Mapped[int | None] = mapped_column(BigInteger)  # as the engine last reported it
     first_seen: Mapped[datetime]
     last_seen: Mapped[datetime]
 

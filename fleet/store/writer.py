@@ -48,7 +48,7 @@ _SAMPLE_TABLES = (("gpu_samples", GPU_SAMPLE_COLUMNS), ("engine_samples", ENGINE
 _GPU_ATTRS = ("node", "gpu_index", "gpu_name", "sku", "parent_gpu_uuid", "mig_profile", "cluster",
               "worker_id", "state", "source")  # fmt: skip
 _WORKER_ATTRS = ("node", "engine", "model", "role", "role_source", "precision", "tp", "gpu_uuids", "gpu_join",
-                 "cluster", "deployment")  # fmt: skip
+                 "cluster", "deployment", "kv_capacity_tokens")  # fmt: skip
 _DIMENSIONS = {
     "nodes": ("name", ()),
     "gpus": ("gpu_uuid", _GPU_ATTRS),

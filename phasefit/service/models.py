@@ -92,6 +92,9 @@ class Worker(BaseModel):
     deployment: str | None = Field(
         description="The serving deployment or router group its labels name (null: not known)."
     )
+    kv_capacity_tokens: int | None = Field(
+        default=None, description="The KV cache the engine reports holding, in tokens (null: not reported)."
+    )
     first_seen: datetime
     last_seen: datetime
 
