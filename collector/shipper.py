@@ -4,8 +4,9 @@ Ingest contract (team brief): ``POST <url>/v1/ingest``, body ``{"records": [...]
 200 -> acknowledged.  429 and 503 -> wait ``Retry-After`` (seconds or an HTTP date), else back off; other
 5xx, 408 and network errors -> exponential backoff with jitter, retried forever (reliability.md §1.6: no
 give-up timer; the spool bound is the only loss, and it is counted).  413 -> halve the batch; a single
-record too large is rejected.  422 -> the records its ``detail`` names are rejected and the rest resent
-(nothing was stored); without indexes, the batch is rejected.  401/403 -> retried with backoff and counted
+record too large is rejected.  422 (invalid) and 409 (a sample key stored with other content) -> the records
+its ``detail`` names are rejected and the rest resent (nothing was stored); without indexes, the batch is
+rejected.  401/403 -> retried with backoff and counted
 as errors, never dropped: a bad token is a configuration fault, not bad data.  Any other 4xx -> the batch is
 rejected and counted.  Sampling never waits on shipping: the shipper runs on its own thread.  Every failed
 send is kept in ``failures`` with the sink's target (the ingest URL or the file), the HTTP status and a reason
@@ -126,9 +127,11 @@ class HttpSink:
             return SendResult("auth", detail, reason=reason, status=status)
         if status == 413:
             return SendResult("split", "HTTP 413: batch too large", reason=reason, status=status)
-        if status == 422:
+        if status in (409, 422):  # 409: a re-sent key with other content; both name the records
             bad = _rejected_indexes(response)
-            detail = "HTTP 422: validation failed"
+            detail = f"HTTP {status}: " + (
+                "validation failed" if status == 422 else "conflicts with stored samples"
+            )
             return SendResult("reject", detail, rejected_indexes=bad, reason=reason, status=status)
         return SendResult("reject", f"HTTP {status}: {response.text[:200]}", reason=reason, status=status)
 

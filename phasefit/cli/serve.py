@@ -57,7 +57,7 @@ def serve(
     ] = None,
 ) -> None:
     """Run the phasefit service: POST /v1/ingest, the /v1 query API, POST /v1/alerts/alertmanager, /metrics,
-    /healthz and /readyz (OpenAPI at /docs and /openapi.json).
+    /healthz and /readyz (OpenAPI at /docs and /openapi.json, behind the same read access as the API).
 
     Collector tokens come from PHASEFIT_INGEST_TOKENS_FILE (one NAME:SHA256HEX or plain token per line,
     re-read when it changes) or PHASEFIT_INGEST_TOKENS; without one the service refuses to start unless
@@ -78,6 +78,8 @@ def serve(
         os.environ["PHASEFIT_DEV"] = "true"
     if database_url:
         os.environ["PHASEFIT_DATABASE_URL"] = database_url
+    # The settings refuse open reads on a network address; they must know the address to do so.
+    os.environ["PHASEFIT_SERVICE_BIND_HOST"] = host
     try:
         settings = ServiceSettings()
     except ValidationError as exc:
@@ -86,11 +88,6 @@ def serve(
     if settings.dev and not is_loopback(host):
         fail(f"PHASEFIT_DEV serves without credentials and is refused on {host}: bind 127.0.0.1")
     console = human()
-    if settings.read_access == "open" and not is_loopback(host):
-        console.print(
-            f"note: read access is open on {host} (PHASEFIT_READ_ACCESS=token guards it with read tokens)",
-            markup=False,
-        )
     console.print(f"phasefit service on {host}:{port} ({workers} worker(s))", markup=False)
     uvicorn.run(
         "phasefit.service.app:app_from_environment",

@@ -4,6 +4,11 @@
 service starts, ``/readyz`` answers 503 and writes answer 503 (collectors keep their spools) until the store
 is back; an empty store is given the schema when ``create_schema`` is on, a store at another revision is
 left alone and reported.
+
+Read access (``settings.read_mode``) guards the query API, ``/metrics``, ``/openapi.json``, ``/docs`` and
+``/redoc`` alike; only ``/healthz`` and ``/readyz`` (probes), ingest and the Alertmanager receiver (their
+own credentials) are outside it. A client that goes away before its body arrived is answered (to no one)
+with 499, counted in ``phasefit_service_client_disconnects_total`` and logged in one line.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from functools import partial
 from typing import Any
 
 import anyio.to_thread
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
@@ -25,6 +30,7 @@ from pydantic.json_schema import models_json_schema
 from sqlalchemy import Engine
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.requests import ClientDisconnect
 
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import make_engine
@@ -35,10 +41,10 @@ from phasefit.service.analyzer_gauges import AnalyzerCollector
 from phasefit.service.batches import BatchValidator
 from phasefit.service.clock import Clock, SystemClock
 from phasefit.service.deps import ReadAuth
-from phasefit.service.guards import CardinalityGuard, WriteGate
+from phasefit.service.guards import CardinalityGuard, TokenSlots, WriteGate
 from phasefit.service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from phasefit.service.models import AlertmanagerPayload
-from phasefit.service.routers import alerts, findings, fleet, health, ingest, reports
+from phasefit.service.routers import alerts, docs, findings, fleet, health, ingest, reports
 from phasefit.service.routers.common import no_nul_characters
 from phasefit.service.settings import ServiceSettings
 from phasefit.service.state import (
@@ -84,18 +90,21 @@ def create_app(
         version=__version__,
         summary="Ingest, query API and Alertmanager receiver of phasefit (GPU placement for LLM inference).",
         lifespan=lifespan,
+        openapi_url=None,  # served by routers/docs.py, behind the read access
+        docs_url=None,
         redoc_url=None,
     )
     app.state.phasefit = state
     app.add_middleware(RequestMetricsMiddleware, metrics=state.metrics)
-    read_guard = [ReadAuth] if settings.read_access == "token" else []
+    read_guard = [ReadAuth] if settings.read_mode == "token" else []
     read_guard.append(Depends(no_nul_characters))
     app.include_router(health.router)
     app.include_router(ingest.router)
     app.include_router(alerts.router)
-    for router in (fleet.router, findings.router, reports.router, metrics_module.router):
+    for router in (fleet.router, findings.router, reports.router, metrics_module.router, docs.router):
         app.include_router(router, dependencies=read_guard)
     _store_error_handlers(app, state)
+    _disconnect_handler(app, state)
     app.openapi = partial(_openapi, app, state)  # type: ignore[method-assign]
     return app
 
@@ -123,6 +132,7 @@ def _state(
     registry.register(AnalyzerCollector(engine))
     sqlite = engine.dialect.name == "sqlite"
     gate = WriteGate(max_pending=settings.max_pending_ingests, retry_after_s=settings.retry_after_s)
+    token_slots = TokenSlots(limit=settings.ingest_limit_per_token, retry_after_s=settings.retry_after_s)
     cache = SeriesCache(refresh_s=settings.dimension_refresh_s)
     cardinality = CardinalityGuard(settings.max_new_series_per_token_per_hour, clock.monotonic)
     sku_resolver = catalog_sku_resolver(settings.catalog_path)
@@ -163,6 +173,7 @@ def _state(
         validator=BatchValidator(
             max_records=settings.max_records_per_batch, max_string_length=settings.max_string_length
         ),
+        token_slots=token_slots,
         gate=gate,
         cardinality=cardinality,
         schema=SchemaWatch(engine, clock),
@@ -222,6 +233,28 @@ def _store_error_handlers(app: FastAPI, state: ServiceState) -> None:
     for error in (OperationalError, InterfaceError, DisconnectionError, PoolTimeoutError,
                   dbapi.OperationalError, dbapi.InterfaceError):  # fmt: skip
         app.add_exception_handler(error, unavailable)
+
+
+def _disconnect_handler(app: FastAPI, state: ServiceState) -> None:
+    """A client that went away mid-body is its own doing, not a server error: one log line, no traceback,
+    code 499 in ``phasefit_service_requests_total`` and a count in ``phasefit_service_client_disconnects``."""
+
+    async def client_gone(request: Request, _: Exception) -> Response:
+        route = getattr(request.scope.get("route"), "path", None) or "unmatched"
+        state.metrics.client_disconnects.labels(request.method, route).inc()
+        peer = f"{request.client.host}:{request.client.port}" if request.client is not None else "a client"
+        log.info(
+            "%s disconnected before its %s %s body arrived whole; nothing stored (counted as 499)",
+            peer,
+            request.method,
+            request.url.path,
+        )
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+    app.add_exception_handler(ClientDisconnect, client_gone)
+
+
+CLIENT_CLOSED_REQUEST = 499  # nginx's code for "the client closed the connection before the answer"
 
 
 def _openapi(app: FastAPI, state: ServiceState) -> dict[str, Any]:

@@ -1,19 +1,23 @@
-"""Request bodies read under limits: bytes on the wire counted as they stream, gzip decoded under a ceiling.
+"""Request bodies read under limits: a deadline, bytes on the wire counted as they stream, gzip decoded under
+a ceiling.
 
 A ``Content-Length`` check alone is false security (starlette #2350): the stream itself is counted, and the
 gzip decoder never produces more than the decoded limit plus one byte, so a bomb costs at most that much
-memory before it is answered 413.
+memory before it is answered 413. The whole body must arrive within ``timeout_s`` (408 otherwise), so a
+client trickling a byte at a time holds its connection for that long at most. A client that goes away
+mid-body raises starlette's ``ClientDisconnect``, which the app counts as a disconnect (``create_app``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 
 from starlette.requests import Request
 
 
 class BodyError(Exception):
-    """A body refused before parsing: ``status`` 400, 413 or 415, and why."""
+    """A body refused before parsing: ``status`` 400, 408, 413 or 415, and why."""
 
     def __init__(self, status: int, message: str, reason: str) -> None:
         super().__init__(message)
@@ -27,7 +31,7 @@ _SLICE = 256 * 1024
 _IDENTITY = ("", "identity")
 
 
-async def read_body(request: Request, *, max_bytes: int, max_decoded_bytes: int) -> bytes:
+async def read_body(request: Request, *, max_bytes: int, max_decoded_bytes: int, timeout_s: float) -> bytes:
     """The decoded body, or :class:`BodyError`."""
     encoding = request.headers.get("content-encoding", "").strip().lower()
     if encoding not in _GZIP + _IDENTITY:
@@ -41,11 +45,17 @@ async def read_body(request: Request, *, max_bytes: int, max_decoded_bytes: int)
         )
     chunks: list[bytes] = []
     received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > max_bytes:
-            raise BodyError(413, f"body exceeds the limit of {max_bytes} bytes", "too_large")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received > max_bytes:
+                    raise BodyError(413, f"body exceeds the limit of {max_bytes} bytes", "too_large")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise BodyError(
+            408, f"the body did not arrive within {timeout_s:g} s ({received} bytes received)", "body_timeout"
+        ) from None
     raw = b"".join(chunks)
     if encoding in _GZIP:
         return gunzip_limited(raw, max_decoded_bytes)

@@ -2,7 +2,8 @@
 
 - Ingest: ``Authorization: Bearer <collector token>``; 401 when missing, unknown or revoked, 403 for a read
   token (it authenticates, but may not write).
-- Read (query API, ``/metrics``): attached by ``create_app`` only when ``read_access`` is ``token``.
+- Read (query API, ``/metrics``, ``/openapi.json``, ``/docs``, ``/redoc``): attached by ``create_app`` only
+  when the read mode in force (``settings.read_mode``) is ``token``, the default on a non-loopback address.
 - Alertmanager: bearer or basic auth, as Alertmanager's ``http_config`` sends them.
 
 In development mode a kind of auth with no credentials configured lets everything through.

@@ -1,8 +1,12 @@
-"""Ingest protection: bounded admission (backpressure) and the per-token cardinality budget.
+"""Ingest protection: per-token concurrency, bounded admission (backpressure) and the cardinality budget.
 
-Backpressure is decided before a body is read: at most ``max_pending`` ingest requests are admitted at once;
-one more gets 429 with ``Retry-After`` instead of joining an unbounded queue. (The write queue behind it,
-:class:`phasefit.service.writes.BatchWriter`, is bounded in size and in waiting time the same way.)
+- :class:`TokenSlots`: at most ``limit`` ingest requests of one token in progress at once, counted from the
+  moment its credentials are checked (before the body is read) until it is answered; one more gets 429.
+  A holder of one token, however many connections it opens, keeps at most that many requests alive.
+- :class:`WriteGate`: at most ``max_pending`` ingest requests admitted at once, taken only once a body
+  has been read whole (within its deadline, under its size limit), so a slow body never holds a slot; one
+  more gets 429 with ``Retry-After`` instead of joining an unbounded queue. (The write queue behind it,
+  :class:`phasefit.service.writes.BatchWriter`, is bounded in size and in waiting time the same way.)
 """
 
 from __future__ import annotations
@@ -22,6 +26,41 @@ class OverloadedError(Exception):
         super().__init__(reason)
         self.reason = reason
         self.retry_after_s = retry_after_s
+
+
+class TokenBusyError(OverloadedError):
+    """One token already has as many ingest requests in progress as it may."""
+
+
+class TokenSlots:
+    """In-progress ingest requests per token name (used from the event loop only)."""
+
+    def __init__(self, *, limit: int, retry_after_s: int) -> None:
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self._held: dict[str, int] = {}
+
+    def held(self, token: str) -> int:
+        return self._held.get(token, 0)
+
+    @asynccontextmanager
+    async def taken(self, token: str) -> AsyncIterator[None]:
+        held = self._held.get(token, 0)
+        if held >= self.limit:
+            raise TokenBusyError(
+                f"token {token!r} already has {held} ingest requests in progress (at most {self.limit} "
+                "per token: PHASEFIT_MAX_PENDING_INGESTS_PER_TOKEN)",
+                self.retry_after_s,
+            )
+        self._held[token] = held + 1
+        try:
+            yield
+        finally:
+            left = self._held[token] - 1
+            if left:
+                self._held[token] = left
+            else:
+                del self._held[token]
 
 
 class WriteGate:

@@ -66,9 +66,17 @@ class ServiceMetrics:
         )
         self.ingest_rejections = Counter(
             "phasefit_service_ingest_rejections",
-            "Ingest requests refused, by reason (auth, too_large, invalid, forbidden_node, cardinality, "
-            "overload, store_unavailable, encoding, bad_gzip, too_many_records).",
+            "Ingest requests refused, by reason (token_busy, body_timeout, too_large, encoding, bad_gzip, "
+            "overload, invalid, too_many_records, forbidden_node, foreign_series, conflict, cardinality, "
+            "concurrent_write, store_unavailable).",
             ["reason"],
+            registry=registry,
+        )
+        self.client_disconnects = Counter(
+            "phasefit_service_client_disconnects",
+            "Requests whose client went away before their body arrived whole (also counted as code 499 in "
+            "phasefit_service_requests_total), by route template.",
+            ["method", "route"],
             registry=registry,
         )
         self.write_seconds = Histogram(

@@ -1,12 +1,19 @@
 """Service settings (environment prefix ``PHASEFIT_``), validated at start so an unsafe setup never runs.
 
 Refused outside development mode (``--dev``, the demo): no ingest token at all, read access guarded by
-tokens that do not exist, a token file that does not parse. Tokens are kept only as SHA-256 digests
+tokens that do not exist, open reads on a non-loopback address unless explicitly accepted, a token file that
+does not parse, a per-token ingest limit that would let one token take every admission slot. Development
+mode itself is refused on a non-loopback address. Tokens are kept only as SHA-256 digests
 (:mod:`phasefit.service.tokens`); the values of secret settings are never logged.
+
+Read access is closed by default wherever the service is reachable from the network: unset, it is
+``token`` unless ``bind_host`` (``PHASEFIT_SERVICE_BIND_HOST``, the address given to ``phasefit serve
+--host``) is a loopback address or unknown.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal, Self
 
@@ -17,6 +24,18 @@ from fleet.settings import Settings
 from phasefit.service.tokens import TokenFormatError, parse_tokens, read_token_file
 
 MiB = 1024 * 1024
+ReadMode = Literal["open", "token"]
+_LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``, IPv6 possibly in brackets) serves this machine only."""
+    if host.strip().lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False  # any other name may resolve to a routable address
 
 
 class ServiceSettings(Settings):
@@ -39,10 +58,26 @@ class ServiceSettings(Settings):
         default=None,
         description="Collector tokens in the token-file format, separated by spaces or newlines (a secret).",
     )
-    read_access: Literal["open", "token"] = Field(
-        default="open",
-        description="'open': the query API and /metrics need no token (bind to loopback or a private "
-        "network); 'token': they need a read token.",
+    bind_host: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PHASEFIT_SERVICE_BIND_HOST"),
+        description="The address the service listens on: the --host given to `phasefit serve` (or to "
+        "uvicorn). Any address but loopback makes token reads the default and refuses open reads and "
+        "development mode. Unset, it is taken for loopback (serve's default): set it wherever the service "
+        "listens on the network (the container image and the Kubernetes Deployment do).",
+    )
+    read_access: ReadMode | None = Field(
+        default=None,
+        description="'token': the query API, /metrics, /docs, /redoc and /openapi.json need a read token; "
+        "'open': they need none. Unset: 'token' on any non-loopback bind_host, 'open' on loopback. 'open' "
+        "on a non-loopback address is refused unless PHASEFIT_SERVICE_ALLOW_OPEN_READS_ON_NETWORK=true.",
+    )
+    allow_open_reads_on_network: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("PHASEFIT_SERVICE_ALLOW_OPEN_READS_ON_NETWORK"),
+        description="Accept PHASEFIT_READ_ACCESS=open on a non-loopback address (anyone who reaches the "
+        "port reads the fleet, the findings, /metrics and the API document). Only behind a network "
+        "boundary you trust.",
     )
     read_tokens_file: Path | None = Field(
         default=None, description="File of read tokens (dashboard, analyzer, Prometheus), token-file format."
@@ -97,8 +132,24 @@ class ServiceSettings(Settings):
     max_pending_ingests: int = Field(
         default=256,
         ge=1,
-        description="Ingest requests admitted at once (reading, validating, waiting or writing); more get "
-        "429 with Retry-After before their body is read.",
+        description="Ingest requests admitted at the same time, each once its body has arrived whole "
+        "(validating, waiting or writing); more get 429 with Retry-After. A body still arriving holds no "
+        "admission slot.",
+    )
+    max_pending_ingests_per_token: int | None = Field(
+        default=None,
+        ge=1,
+        description="Ingest requests one token may have in progress at once, its body still arriving "
+        "included (429 with Retry-After beyond it), so one holder cannot take every slot. Unset: a quarter "
+        "of max_pending_ingests (64 by default). A DaemonSet's shared token sends one request per node at "
+        "a time.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Longest time to receive a whole ingest or Alertmanager request body, from the end of "
+        "its headers (408 and the connection closed beyond it).",
     )
     write_wait_s: float = Field(
         default=5.0, gt=0, description="Longest a validated batch waits for a writer before 429."
@@ -154,19 +205,63 @@ class ServiceSettings(Settings):
             raise ValueError("set both PHASEFIT_ALERTMANAGER_USERNAME and a password (or neither)")
         if self.max_decompressed_bytes < self.max_body_bytes:
             raise ValueError("max_decompressed_bytes must be at least max_body_bytes")
+        per_token = self.max_pending_ingests_per_token
+        if per_token is not None and per_token > self.max_pending_ingests:
+            raise ValueError(
+                f"PHASEFIT_MAX_PENDING_INGESTS_PER_TOKEN={per_token} exceeds PHASEFIT_MAX_PENDING_INGESTS="
+                f"{self.max_pending_ingests}: one token could take every admission slot"
+            )
         if self.dev:
+            if self.on_network:
+                raise ValueError(
+                    f"PHASEFIT_DEV serves without credentials and is refused on {self.bind_host} "
+                    "(PHASEFIT_SERVICE_BIND_HOST): bind 127.0.0.1, or configure tokens and drop --dev"
+                )
             return self
         if ingest == 0:
             raise ValueError(
                 "no ingest token configured: set PHASEFIT_INGEST_TOKENS_FILE (one NAME:SHA256HEX or plain "
                 "token per line) or PHASEFIT_INGEST_TOKENS, or run with --dev for a local demo"
             )
-        if self.read_access == "token" and read == 0:
+        if self.read_mode == "token" and read == 0:
+            raise ValueError(self._no_read_token_message())
+        if self.read_mode == "open" and self.on_network and not self.allow_open_reads_on_network:
             raise ValueError(
-                "PHASEFIT_READ_ACCESS=token but no read token is configured: set PHASEFIT_READ_TOKENS_FILE "
-                "or PHASEFIT_READ_TOKENS, or PHASEFIT_READ_ACCESS=open"
+                f"PHASEFIT_READ_ACCESS=open is refused on the non-loopback address {self.bind_host}: anyone "
+                "who reaches it would read the fleet, the findings, /metrics and the API document. Set "
+                "PHASEFIT_READ_ACCESS=token with PHASEFIT_READ_TOKENS_FILE, or bind 127.0.0.1, or set "
+                "PHASEFIT_SERVICE_ALLOW_OPEN_READS_ON_NETWORK=true to accept open reads on this network"
             )
         return self
+
+    @property
+    def on_network(self) -> bool:
+        """Whether the service is known to listen on a non-loopback address."""
+        return self.bind_host is not None and not is_loopback(self.bind_host)
+
+    @property
+    def read_mode(self) -> ReadMode:
+        """The read access in force: the explicit setting, else ``token`` on a non-loopback address."""
+        if self.read_access is not None:
+            return self.read_access
+        return "token" if self.on_network else "open"
+
+    @property
+    def ingest_limit_per_token(self) -> int:
+        """Ingest requests one token may have in progress: the setting, else a quarter of the admissions."""
+        if self.max_pending_ingests_per_token is not None:
+            return self.max_pending_ingests_per_token
+        return max(1, self.max_pending_ingests // 4)
+
+    def _no_read_token_message(self) -> str:
+        how = "set PHASEFIT_READ_TOKENS_FILE (NAME:SHA256HEX per line) or PHASEFIT_READ_TOKENS"
+        if self.read_access == "token":
+            return f"PHASEFIT_READ_ACCESS=token but no read token is configured: {how}"
+        return (
+            f"read access defaults to 'token' on the non-loopback address {self.bind_host} "
+            f"(PHASEFIT_SERVICE_BIND_HOST) but no read token is configured: {how} (the dashboard, the "
+            "analyzer and Prometheus send one as 'Authorization: Bearer'), or bind 127.0.0.1"
+        )
 
     @staticmethod
     def _count_tokens(path: Path | None, secret: SecretStr | None, what: str) -> int:

@@ -18,7 +18,7 @@ from fleet.store.rows import TimeEncoding
 from fleet.store.writer import SkuResolver
 from phasefit.service.batches import BatchValidator
 from phasefit.service.clock import Clock
-from phasefit.service.guards import CardinalityGuard, WriteGate
+from phasefit.service.guards import CardinalityGuard, TokenSlots, WriteGate
 from phasefit.service.settings import ServiceSettings
 from phasefit.service.tokens import TokenRegistry
 from phasefit.service.writes import BatchWriter, SeriesCache
@@ -94,6 +94,7 @@ class ServiceState:
     alertmanager_tokens: TokenRegistry
     alertmanager_basic: BasicCredential | None
     validator: BatchValidator
+    token_slots: TokenSlots
     gate: WriteGate
     cardinality: CardinalityGuard
     schema: SchemaWatch

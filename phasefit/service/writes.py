@@ -1,4 +1,5 @@
-"""Storing one validated batch: whole or nothing, idempotent, inside the token's cardinality budget.
+"""Storing one validated batch: whole or nothing, idempotent, inside the token's node binding and its
+cardinality budget.
 
 Each process remembers what it last wrote to ``gpus``, ``workers`` and ``nodes`` (:class:`SeriesCache`).
 A batch upserts only the rows whose attributes changed, that this process has not written yet, or whose
@@ -6,6 +7,11 @@ A batch upserts only the rows whose attributes changed, that this process has no
 steady fleet's write to two statements per batch, and ``last_seen`` in those tables accurate to
 ``refresh_s``. The ids this process has not seen cost one lookup: those the store does not hold either are
 what the batch would create, and they are reserved against the token's hourly budget before any write.
+
+In the same transaction, before anything is written (:mod:`phasefit.service.claims`): a node-bound token's
+batch is refused (403) when it names a GPU or worker the store holds on a node outside the token's patterns
+(one lookup per table per group), and a batch that met a stored sample key is refused (409) unless every
+such key comes back with the same values (compared only on that rare path).
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,10 +38,31 @@ from fleet.store.writer import (
     write_dimensions,
     write_sample_rows,
 )
+from phasefit.service.batches import BatchRejectedError
+from phasefit.service.claims import (
+    AnyRecord,
+    References,
+    check_known_nodes,
+    check_repeats,
+    distinct_keys,
+    known_nodes,
+    resend_conflicts,
+)
 from phasefit.service.guards import CardinalityExceededError, CardinalityGuard, OverloadedError, Reservation
+from phasefit.service.tokens import Token
 
 _LOOKUP_CHUNK = 500
+_RESEND_ATTEMPTS = 3
 log = logging.getLogger(__name__)
+
+
+class ConcurrentWriteError(OverloadedError):
+    """Another transaction stored some of this batch's keys between the comparison and the insert, every
+    time it was tried; the client retries after ``retry_after_s`` (its values are then compared)."""
+
+
+class _KeysTakenMeanwhileError(Exception):
+    """Internal: a key compared as new was stored by another transaction before this one inserted it."""
 
 
 @dataclass(frozen=True)
@@ -125,15 +152,19 @@ def _existing(connection: Connection, column: InstrumentedAttribute[str], ids: l
 @dataclass
 class _Pending:
     batch: RowBatch
-    token: str
+    token: Token
     done: Callable[[WriteCounts | BaseException], None]
     queued_at: float
+    records: Sequence[AnyRecord] = ()  # to name a refused record's index
+    references: References | None = None  # the GPUs and workers a node-bound token's batch names
+    outcome: WriteCounts | BaseException = field(default_factory=WriteCounts)
 
 
 class BatchWriter:
     """Writer threads that commit several queued ingest batches per transaction (group commit).
 
-    Each request still gets its own outcome: its records' stored/duplicate counts, a 429 for its token's
+    Each request still gets its own outcome: its records' stored/duplicate counts, a 403 for a GPU or worker
+    its node-bound token may not write, a 409 for a re-sent key with other values, a 429 for its token's
     cardinality budget, or the store's error; one commit (one fsync) serves every batch of the group. A
     group that fails for any reason but an unavailable store is retried batch by batch, so one batch can
     never fail another. The queue is bounded (:meth:`submit` raises :class:`OverloadedError` when it is
@@ -175,12 +206,23 @@ class BatchWriter:
         return self._queue.qsize()
 
     def submit(
-        self, batch: RowBatch, token: str, done: Callable[[WriteCounts | BaseException], None]
+        self,
+        batch: RowBatch,
+        token: Token,
+        done: Callable[[WriteCounts | BaseException], None],
+        *,
+        records: Sequence[AnyRecord] = (),
+        references: References | None = None,
     ) -> None:
-        """Queue ``batch``; ``done`` is called from a writer thread with its counts or its error."""
+        """Queue ``batch`` (of ``records``); ``done`` is called from a writer thread with its counts or its
+        error. A node-bound ``token`` needs the batch's ``references``."""
+        if token.nodes and references is None:
+            raise ValueError(f"token {token.name!r} is bound to nodes: pass the batch's references")
         self._start()
         try:
-            self._queue.put_nowait(_Pending(batch, token, done, self.monotonic()))
+            self._queue.put_nowait(
+                _Pending(batch, token, done, self.monotonic(), records=records, references=references)
+            )
         except queue.Full:
             raise OverloadedError(
                 f"{self._queue.maxsize} batches already wait for the store", self.retry_after_s
@@ -258,40 +300,109 @@ class BatchWriter:
     def _transaction(self, group: list[_Pending]) -> list[WriteCounts | BaseException]:
         """Write ``group`` in one transaction: first as new rows (one COPY per table for the whole group);
         if any row was already stored (a collector re-sent it), the transaction is rolled back and written
-        again batch by batch the idempotent way, which tells each batch's duplicates apart. Re-sends are
-        rare, so the common case is one transaction of a few statements, without a savepoint."""
+        again batch by batch, comparing each batch's stored keys with what it sends (409 on a difference)
+        and counting its duplicates. Re-sends are rare, so the common case is one transaction of a few
+        statements, without a savepoint."""
         try:
             return self._attempt(group, assume_new=True)
         except DuplicateKeyError:
-            return self._attempt(group, assume_new=False)
+            pass
+        for _ in range(_RESEND_ATTEMPTS):
+            try:
+                return self._attempt(group, assume_new=False)
+            except _KeysTakenMeanwhileError:
+                continue  # another writer stored some of the keys meanwhile: compare them this time
+        refused = ConcurrentWriteError(
+            f"other writers kept storing keys of this batch meanwhile ({_RESEND_ATTEMPTS} attempts)",
+            self.retry_after_s,
+        )
+        return [refused] * len(group)
 
     def _attempt(self, group: list[_Pending], *, assume_new: bool) -> list[WriteCounts | BaseException]:
-        outcomes: list[WriteCounts | BaseException] = []
         reservations: list[Reservation | None] = []
+        written: list[RowBatch] = []
+        for item in group:
+            item.outcome = WriteCounts()
         try:
             with writing(self.engine) as connection:
-                accepted: list[_Pending] = []
-                claimed: set[str] = set()
-                for item in group:
-                    try:
-                        reservations.append(self._reserve(connection, item, claimed))
-                        accepted.append(item)
-                        outcomes.append(WriteCounts())
-                    except CardinalityExceededError as exc:
-                        outcomes.append(exc)
-                dimensions = _stale_dimensions(self.cache, [item.batch for item in accepted])
-                if dimensions is not None:
-                    write_dimensions(connection, dimensions, sku_resolver=self.sku_resolver)
-                batches = [item.batch for item in accepted]
-                write = _write_new if assume_new else _write_each
-                counts = iter(write(connection, batches))
+                if assume_new:
+                    self._write_group_new(connection, group, reservations, written)
+                else:
+                    self._write_group_each(connection, group, reservations, written)
         except BaseException:
             for reservation in reservations:
                 self.guard.release(reservation)
             raise
-        if dimensions is not None:
+        for dimensions in written:
             self.cache.written(dimensions)
-        return [next(counts) if isinstance(outcome, WriteCounts) else outcome for outcome in outcomes]
+        return [item.outcome for item in group]
+
+    def _write_group_new(
+        self,
+        connection: Connection,
+        group: list[_Pending],
+        reservations: list[Reservation | None],
+        written: list[RowBatch],
+    ) -> None:
+        """Every batch's samples as new rows, in one statement per table (raises DuplicateKeyError)."""
+        bound = [item for item in group if item.token.nodes]
+        known = None
+        if bound:
+            wanted = References()
+            for item in bound:
+                assert item.references is not None
+                wanted.merge(item.references)
+            known = known_nodes(connection, wanted.gpus, wanted.workers)
+        accepted: list[_Pending] = []
+        claimed: set[str] = set()
+        for item in group:
+            try:
+                if item.token.nodes:
+                    assert item.references is not None and known is not None
+                    check_known_nodes(item.token, item.references, known)
+                reservations.append(self._reserve(connection, item, claimed))
+                accepted.append(item)
+            except (BatchRejectedError, CardinalityExceededError) as exc:
+                item.outcome = exc
+        dimensions = _stale_dimensions(self.cache, [item.batch for item in accepted])
+        if dimensions is not None:
+            write_dimensions(connection, dimensions, sku_resolver=self.sku_resolver)
+            written.append(dimensions)
+        for item, counts in zip(
+            accepted, _write_new(connection, [item.batch for item in accepted]), strict=True
+        ):
+            item.outcome = counts
+
+    def _write_group_each(
+        self,
+        connection: Connection,
+        group: list[_Pending],
+        reservations: list[Reservation | None],
+        written: list[RowBatch],
+    ) -> None:
+        """Batch by batch, each seeing the ones before it: its node binding, its repeated and already stored
+        keys compared (403/409, nothing of it written), its budget, then its rows written idempotently."""
+        claimed: set[str] = set()
+        for item in group:
+            try:
+                if item.token.nodes:
+                    assert item.references is not None
+                    refs = item.references
+                    check_known_nodes(item.token, refs, known_nodes(connection, refs.gpus, refs.workers))
+                check_repeats(item.records)
+                collisions = resend_conflicts(connection, item.batch, item.records)
+                reservations.append(self._reserve(connection, item, claimed))
+            except (BatchRejectedError, CardinalityExceededError) as exc:
+                item.outcome = exc
+                continue
+            dimensions = self.cache.stale(item.batch)
+            if dimensions.gpus or dimensions.workers or dimensions.nodes:
+                write_dimensions(connection, dimensions, sku_resolver=self.sku_resolver)
+                written.append(dimensions)
+            counts = write_sample_rows(connection, item.batch)
+            if counts.stored != distinct_keys(item.batch) - collisions:
+                raise _KeysTakenMeanwhileError()
+            item.outcome = counts
 
     def _reserve(self, connection: Connection, item: _Pending, claimed: set[str]) -> Reservation | None:
         new_gpus, new_workers = self.cache.unseen(item.batch)
@@ -299,7 +410,7 @@ class BatchWriter:
         new_workers = [worker for worker in new_workers if "worker:" + worker not in claimed]
         if not new_gpus and not new_workers:
             return None
-        reservation = self.guard.reserve(item.token, _created(connection, new_gpus, new_workers))
+        reservation = self.guard.reserve(item.token.name, _created(connection, new_gpus, new_workers))
         claimed.update("gpu:" + uuid for uuid in new_gpus)
         claimed.update("worker:" + worker for worker in new_workers)
         return reservation
@@ -327,11 +438,6 @@ def _write_new(connection: Connection, batches: list[RowBatch]) -> list[WriteCou
     if written.stored != len(merged):  # SQLite ignores assume_new and skips duplicates itself
         raise DuplicateKeyError(f"{len(merged) - written.stored} rows of the group were already stored")
     return [WriteCounts(stored=len(batch)) for batch in batches]
-
-
-def _write_each(connection: Connection, batches: list[RowBatch]) -> list[WriteCounts]:
-    """Each batch's sample rows written idempotently (``ON CONFLICT DO NOTHING``), with its own counts."""
-    return [write_sample_rows(connection, batch) for batch in batches]
 
 
 def _stale_dimensions(cache: SeriesCache, batches: list[RowBatch]) -> RowBatch | None:

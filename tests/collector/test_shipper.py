@@ -134,10 +134,12 @@ def test_413_splits_the_batch(tmp_path: Path, clock: FakeClock) -> None:
     assert [r["n"] for r in ingest.stored] == list(range(10)) and spool.count() == 0
 
 
-def test_422_rejects_only_the_named_records(tmp_path: Path, clock: FakeClock) -> None:
+@pytest.mark.parametrize("status", [422, 409])
+def test_422_and_409_reject_only_the_named_records(tmp_path: Path, clock: FakeClock, status: int) -> None:
+    """422: invalid records; 409: keys stored with other content. Either way the rest are resent."""
     ingest = Ingest()
     detail = {"detail": [{"index": 1, "field": "ts", "message": "no time zone"}]}
-    ingest.script = [lambda r: httpx.Response(422, json=detail)]
+    ingest.script = [lambda r: httpx.Response(status, json=detail)]
     spool, shipper = make(tmp_path, ingest, clock)
     spool.append(payloads(3))
     shipper.step()

@@ -8,6 +8,7 @@ compiles in the shipped stage.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -127,6 +128,19 @@ def test_collector_image_installs_only_the_collector_extra() -> None:
     assert "-c constraints.txt" in command, "pins must come from constraints.txt"
     extras = re.findall(r"'\.\[([^\]]*)\]'", command)
     assert extras == ["collector"], f"collector image installs extras {extras}"
+
+
+def test_service_image_is_closed_by_default_on_the_address_it_binds() -> None:
+    _, stages = parse(SERVICE)
+    final = stages[-1]
+    env: dict[str, str] = {}
+    for rest in instructions(final, "ENV"):
+        env.update(dict(word.split("=", 1) for word in rest.split()))
+    [cmd] = instructions(final, "CMD")
+    argv = json.loads(cmd)
+    assert argv[0] == "serve"
+    assert env["PHASEFIT_SERVICE_BIND_HOST"] == argv[argv.index("--host") + 1] == "0.0.0.0"
+    assert env["PHASEFIT_READ_ACCESS"] == "token"
 
 
 def test_service_image_installs_server_analyzer_and_dashboard() -> None:

@@ -415,11 +415,12 @@ def test_service_deployment_probes_port_and_secrets() -> None:
     assert env["PHASEFIT_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"] == "phasefit-database"
     volumes = {v["name"]: v for v in pod_specs(deployment)[0]["volumes"]}
     secrets = {v["secret"]["secretName"] for v in volumes.values() if "secret" in v}
-    assert {"phasefit-ingest-tokens", "phasefit-alertmanager-tokens"} <= secrets
+    assert {"phasefit-ingest-tokens", "phasefit-alertmanager-tokens", "phasefit-read-tokens"} <= secrets
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     for variable, volume in (
         ("PHASEFIT_INGEST_TOKENS_FILE", "ingest-tokens"),
         ("PHASEFIT_ALERTMANAGER_TOKENS_FILE", "alertmanager-tokens"),
+        ("PHASEFIT_READ_TOKENS_FILE", "read-tokens"),
     ):
         assert env[variable]["value"].startswith(mounts[volume]["mountPath"] + "/"), variable
         assert mounts[volume]["readOnly"] is True
@@ -428,6 +429,59 @@ def test_service_deployment_probes_port_and_secrets() -> None:
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
     assert service["spec"]["ports"][0]["targetPort"] == "http"
+
+
+@pytest.mark.parametrize("folder", OVERLAYS)
+def test_the_service_is_closed_by_default_its_settings_refuse_open_reads(
+    folder: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Deployment's own environment, token files replaced by local ones, gives token reads on the address
+    it binds, and the same environment with PHASEFIT_READ_ACCESS=open refuses to start."""
+    from pydantic import ValidationError
+
+    from phasefit.service.settings import ServiceSettings
+
+    objs = objects(folder)
+    container = pod_specs(find(objs, "Deployment", "phasefit-service"))[0]["containers"][0]
+    args = container["args"]
+    env = {e["name"]: e.get("value") for e in container["env"] if "value" in e}
+    assert env["PHASEFIT_SERVICE_BIND_HOST"] == args[args.index("--host") + 1] == "0.0.0.0"
+    assert env["PHASEFIT_READ_ACCESS"] == "token"
+    for name in [n for n in os.environ if n.startswith("PHASEFIT_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        local = tmp_path / name.lower()
+        if name.endswith("_TOKENS_FILE"):
+            local.write_text("a-plain-token-for-this-test-0123\n", encoding="utf-8")
+        monkeypatch.setenv(name, str(local) if name.endswith("_TOKENS_FILE") else value)
+    monkeypatch.setenv("PHASEFIT_DATABASE_URL", "postgresql+psycopg://phasefit@db.invalid/phasefit")
+    assert ServiceSettings().read_mode == "token"
+    monkeypatch.setenv("PHASEFIT_READ_ACCESS", "open")
+    with pytest.raises(
+        ValidationError, match="PHASEFIT_READ_ACCESS=open is refused on the non-loopback address"
+    ):
+        ServiceSettings()
+    monkeypatch.delenv("PHASEFIT_READ_ACCESS")
+    monkeypatch.delenv("PHASEFIT_READ_TOKENS_FILE")
+    with pytest.raises(ValidationError, match="no read token is configured"):
+        ServiceSettings()
+
+
+def test_demo_read_token_secret_holds_digests() -> None:
+    from phasefit.service.tokens import parse_tokens
+
+    secret = find(objects("overlays/demo"), "Secret", "phasefit-read-tokens")
+    tokens = parse_tokens(secret["stringData"]["tokens"], source="demo read tokens")
+    assert [t.name for t in tokens.values()] == ["demo-reader"]
+
+
+def test_prometheus_sends_a_read_token_to_the_service(tmp_path: Path) -> None:
+    monitor = find(with_component(tmp_path, "prometheus-operator"), "ServiceMonitor", "phasefit-service")
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "phasefit-metrics-token", "key": "token"},
+    }
 
 
 def test_dashboard_is_reachable_only_through_a_cluster_ip_service() -> None:

@@ -137,6 +137,10 @@ def test_collector_reaches_the_gpus_and_the_service_does_not() -> None:
     assert service.get("Service", "ProtectProc") == "invisible"
     # Behind a reverse proxy or uvicorn's TLS: the plain-HTTP default binds loopback only.
     assert "--host 127.0.0.1" in service.get("Service", "ExecStart")
+    # The proxy makes the port reachable from the network: reads need a token on loopback too.
+    environment = dict(e.split("=", 1) for e in values(service, "Environment"))
+    assert environment["PHASEFIT_READ_ACCESS"] == "token"
+    assert environment["PHASEFIT_READ_TOKENS_FILE"] == "/etc/phasefit/read-tokens"
 
 
 @pytest.mark.parametrize("path", TIMERS, ids=lambda p: p.name)

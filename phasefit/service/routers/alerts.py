@@ -2,8 +2,9 @@
 
 Alertmanager retries 5xx and connection errors and drops every other 4xx (notify/util.go), so: 2xx once the
 alerts are stored (one row per (fingerprint, startsAt), status and endsAt updated on resolution); 503 with
-Retry-After when the store is down; 400/413/422 only for bodies that can never become valid (not JSON, a
-version other than "4", a user-templated payload, over the size limit); 401 for wrong credentials.
+Retry-After when the store is down or the body did not arrive within ``body_timeout_s``; 400/413/422 only
+for bodies that can never become valid (not JSON, a version other than "4", a user-templated payload, over
+the size limit); 401 for wrong credentials.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorMessage, "description": "Body over the size limit (never retried)."},
     415: {"model": ErrorMessage, "description": "Unsupported Content-Encoding."},
     422: {"model": ErrorMessage, "description": "Not a version 4 webhook payload (never retried)."},
-    503: {"model": ErrorMessage, "description": "Store unavailable: Alertmanager retries."},
+    503: {
+        "model": ErrorMessage,
+        "description": "Store unavailable, or the body did not arrive within the deadline: Alertmanager "
+        "retries.",
+    },
 }
 
 
@@ -48,8 +53,15 @@ async def alertmanager(request: Request, state: StateDep) -> AlertmanagerResult 
     """Store every alert of the notification; duplicates and re-deliveries update the same rows."""
     limit = state.settings.alert_max_body_bytes
     try:
-        body = await read_body(request, max_bytes=limit, max_decoded_bytes=limit)
+        body = await read_body(
+            request, max_bytes=limit, max_decoded_bytes=limit, timeout_s=state.settings.body_timeout_s
+        )
     except BodyError as exc:
+        if (
+            exc.status == 408
+        ):  # a slow link, not a bad payload: 503, which Alertmanager retries (408 it drops)
+            retry = state.settings.store_retry_after_s
+            return _refuse(state, exc.reason, 503, f"{exc.message}; retry", retry_after=retry)
         return _refuse(state, exc.reason, exc.status, exc.message)
     try:
         payload = AlertmanagerPayload.model_validate_json(body)

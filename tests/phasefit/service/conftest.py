@@ -1,15 +1,23 @@
 """Service fixtures: an app on a migrated SQLite store (or the shared PostgreSQL fixture), a token file,
-an injected clock and a fresh metrics registry per app."""
+an injected clock and a fresh metrics registry per app; ``live_service`` runs one under a real uvicorn on
+loopback (a thread of the test process) for what only real sockets show."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
+from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
@@ -79,6 +87,17 @@ def read_file(tmp_path: Path) -> Path:
 ClientFactory = Callable[..., Any]
 
 
+def service_settings(token_file: Path, read_file: Path, **overrides: Any) -> ServiceSettings:
+    values: dict[str, Any] = {
+        "database_url": "sqlite:///unused.db",
+        "ingest_tokens_file": token_file,
+        "read_tokens_file": read_file,
+        "alertmanager_tokens": ALERTMANAGER,
+    }
+    values.update(overrides)
+    return ServiceSettings(**values)
+
+
 @pytest.fixture
 def make_client(
     sqlite_engine: Engine, token_file: Path, read_file: Path, clock: FakeClock
@@ -87,14 +106,7 @@ def make_client(
     started: list[Any] = []
 
     def make(engine: Engine | None = None, **overrides: Any) -> Any:
-        values: dict[str, Any] = {
-            "database_url": "sqlite:///unused.db",
-            "ingest_tokens_file": token_file,
-            "read_tokens_file": read_file,
-            "alertmanager_tokens": ALERTMANAGER,
-        }
-        values.update(overrides)
-        settings = ServiceSettings(**values)
+        settings = service_settings(token_file, read_file, **overrides)
         app = create_app(settings, engine=engine or sqlite_engine, clock=clock, registry=CollectorRegistry())
         client = TestClient(app)
         client.__enter__()
@@ -109,3 +121,53 @@ def make_client(
 @pytest.fixture
 def client(make_client: ClientFactory) -> Any:
     return make_client()
+
+
+@dataclass(frozen=True)
+class LiveService:
+    app: FastAPI
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> float:
+        value = self.app.state.phasefit.registry.get_sample_value(name, labels or {})
+        return 0.0 if value is None else float(value)
+
+
+LiveFactory = Callable[..., Any]
+
+
+@pytest.fixture
+def live_service(token_file: Path, read_file: Path) -> Iterator[LiveFactory]:
+    """``with live_service(engine, **settings) as service:`` the app under uvicorn on 127.0.0.1 (its logs
+    propagate to pytest's caplog: uvicorn is given no logging configuration of its own)."""
+
+    @contextmanager
+    def run(engine: Engine, **overrides: Any) -> Iterator[LiveService]:
+        settings = service_settings(token_file, read_file, bind_host="127.0.0.1", **overrides)
+        app = create_app(settings, engine=engine, registry=CollectorRegistry())
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_config=None, access_log=False, backlog=2048,
+            timeout_graceful_shutdown=5,
+        )  # fmt: skip
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, name="live-service", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not server.started:
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("the service did not start under uvicorn")
+            time.sleep(0.02)
+        try:
+            yield LiveService(app, port)
+        finally:
+            server.should_exit = True
+            thread.join(timeout=15)
+
+    yield run

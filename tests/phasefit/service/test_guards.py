@@ -1,4 +1,4 @@
-"""The cardinality budget and the admission gate."""
+"""The cardinality budget, the admission gate and the per-token limit on requests in progress."""
 
 from __future__ import annotations
 
@@ -6,7 +6,14 @@ import asyncio
 
 import pytest
 
-from phasefit.service.guards import CardinalityExceededError, CardinalityGuard, OverloadedError, WriteGate
+from phasefit.service.guards import (
+    CardinalityExceededError,
+    CardinalityGuard,
+    OverloadedError,
+    TokenBusyError,
+    TokenSlots,
+    WriteGate,
+)
 
 
 def test_the_budget_slides_over_the_window_and_failed_writes_give_it_back() -> None:
@@ -43,3 +50,25 @@ def test_admission_is_bounded() -> None:
 
     asyncio.run(run())
     assert gate.pending == 0
+
+
+def test_one_token_holds_at_most_its_limit_and_others_are_unaffected() -> None:
+    slots = TokenSlots(limit=2, retry_after_s=4)
+
+    async def run() -> None:
+        async with slots.taken("a"), slots.taken("a"):
+            with pytest.raises(TokenBusyError) as refused:
+                async with slots.taken("a"):
+                    pass
+            assert refused.value.retry_after_s == 4
+            assert "token 'a' already has 2 ingest requests in progress (at most 2 per token" in str(
+                refused.value
+            )
+            async with slots.taken("b"):
+                assert (slots.held("a"), slots.held("b")) == (2, 1)
+        with pytest.raises(RuntimeError):
+            async with slots.taken("a"):
+                raise RuntimeError("a failed request gives its slot back")
+        assert slots.held("a") == 0
+
+    asyncio.run(run())

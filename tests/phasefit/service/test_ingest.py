@@ -218,7 +218,7 @@ def test_the_cardinality_guard_limits_new_gpus_and_workers_per_token_per_hour(
     assert samples(sqlite_engine) == 10
 
 
-def test_an_overloaded_service_answers_429_with_retry_after_before_reading_the_body(
+def test_an_overloaded_service_answers_429_with_retry_after_and_stores_nothing(
     client: Any, sqlite_engine: Engine
 ) -> None:
     gate = client.app.state.phasefit.gate

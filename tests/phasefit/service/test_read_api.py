@@ -198,16 +198,31 @@ def test_reports_list_and_fetch(stocked: Any) -> None:
     assert stocked.get("/v1/reports/last-week").status_code == 422
 
 
-def test_read_access_can_be_token_guarded(make_client: ClientFactory) -> None:
+GUARDED = ("/v1/fleet", "/v1/workers", "/v1/findings", "/v1/lost-tokens", "/v1/reports", "/metrics",
+           "/openapi.json", "/docs", "/redoc")  # fmt: skip
+
+
+def test_read_access_can_be_token_guarded_and_the_api_document_is_behind_it(
+    make_client: ClientFactory,
+) -> None:
     client = make_client(read_access="token")
-    for path in ("/v1/fleet", "/v1/workers", "/v1/findings", "/v1/lost-tokens", "/v1/reports", "/metrics"):
+    for path in GUARDED:
         assert client.get(path).status_code == 401, path
         assert client.get(path, headers=auth(READ)).status_code == 200, path
         assert client.get(path, headers=auth(INGEST_A)).status_code == 403, path
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").status_code == 200
-    openapi = client.get("/openapi.json").json()
+    openapi = client.get("/openapi.json", headers=auth(READ)).json()
     assert openapi["paths"]["/v1/fleet"]["get"]["security"] == [{"HTTPBearer": []}]
+    assert not {"/openapi.json", "/docs", "/redoc"} & set(openapi["paths"])
+    assert "/openapi.json" in client.get("/docs", headers=auth(READ)).text
+    assert "/openapi.json" in client.get("/redoc", headers=auth(READ)).text
+
+
+def test_open_reads_on_loopback_serve_the_api_document_without_a_token(make_client: ClientFactory) -> None:
+    client = make_client(bind_host="127.0.0.1")
+    for path in GUARDED:
+        assert client.get(path).status_code == 200, path
 
 
 def test_reads_answer_503_when_the_store_is_down(make_client: ClientFactory) -> None:

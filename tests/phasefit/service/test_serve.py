@@ -18,7 +18,9 @@ from phasefit.service.app import app_from_environment
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> tuple[typer.Typer, list[dict[str, Any]]]:
     names = ("PHASEFIT_DEV", "PHASEFIT_INGEST_TOKENS", "PHASEFIT_INGEST_TOKENS_FILE", "PHASEFIT_DATABASE_URL")
-    for name in (*names, "PHASEFIT_SERVICE_TOKENS_FILE", "PHASEFIT_READ_ACCESS"):
+    for name in (*names, "PHASEFIT_SERVICE_TOKENS_FILE", "PHASEFIT_READ_ACCESS", "PHASEFIT_READ_TOKENS",
+                 "PHASEFIT_READ_TOKENS_FILE", "PHASEFIT_SERVICE_BIND_HOST",
+                 "PHASEFIT_SERVICE_ALLOW_OPEN_READS_ON_NETWORK"):  # fmt: skip
         monkeypatch.setenv(name, "")  # recorded, so whatever serve() exports is undone after the test
         monkeypatch.delenv(name)
     runs: list[dict[str, Any]] = []
@@ -58,6 +60,7 @@ def test_tokens_allow_a_routable_address_and_the_factory_builds_the_app(
     tuned: list[bool] = []
     monkeypatch.setattr("phasefit.service.app.tune_gc_for_serving", lambda: tuned.append(True))
     monkeypatch.setenv("PHASEFIT_INGEST_TOKENS", "a-plain-token-0123456789")
+    monkeypatch.setenv("PHASEFIT_READ_TOKENS", "a-read-token-0123456789")  # reads are closed on 0.0.0.0
     url = f"sqlite:///{tmp_path / 'db'}"
     result = CliRunner().invoke(app, ["--host", "0.0.0.0", "--workers", "2", "--database-url", url])
     assert result.exit_code == 0, result.output
@@ -66,6 +69,22 @@ def test_tokens_allow_a_routable_address_and_the_factory_builds_the_app(
     assert built.state.phasefit.settings.database_url == url
     assert tuned == [True]  # the serving process's garbage collector is tuned (not this test process's)
     built.state.phasefit.engine.dispose()
+
+
+def test_serve_on_a_network_address_keeps_reads_closed(
+    cli: tuple[typer.Typer, list[dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, runs = cli
+    monkeypatch.setenv("PHASEFIT_INGEST_TOKENS", "a-plain-token-0123456789")
+    url = f"sqlite:///{tmp_path / 'db'}"
+    refused = CliRunner().invoke(app, ["--host", "0.0.0.0", "--database-url", url])
+    said = " ".join(refused.output.split())  # the console wraps long messages
+    assert refused.exit_code == 1 and "read access defaults to 'token' on the non-loopback address" in said
+    monkeypatch.setenv("PHASEFIT_READ_ACCESS", "open")
+    forced = CliRunner().invoke(app, ["--host", "0.0.0.0", "--database-url", url])
+    said = " ".join(forced.output.split())
+    assert forced.exit_code == 1 and "PHASEFIT_SERVICE_ALLOW_OPEN_READS_ON_NETWORK=true" in said
+    assert runs == []
 
 
 def test_gc_tuning_freezes_start_up_objects_and_raises_the_first_threshold() -> None:

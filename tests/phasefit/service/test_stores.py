@@ -17,6 +17,7 @@ from fleet.store.writer import WriteCounts, write_sample_rows
 from phasefit.service import writes
 from phasefit.service.guards import CardinalityExceededError, CardinalityGuard
 from phasefit.service.state import store_unavailable
+from phasefit.service.tokens import Token
 from phasefit.service.writes import BatchWriter, SeriesCache
 from tests.phasefit.service.conftest import ALERTMANAGER, INGEST_A, ClientFactory, auth
 from tests.phasefit.service.records import body, engine, fleet_batch, gpu
@@ -74,7 +75,7 @@ def as_one_group(writer: BatchWriter, batches: list[tuple[str, RowBatch]], plug:
         plugged.set()
         release.wait(30)
 
-    writer.submit(plug, "plug", hold)
+    writer.submit(plug, Token("plug", ""), hold)
     assert plugged.wait(30)
     for index, (token, batch) in enumerate(batches):
 
@@ -82,7 +83,7 @@ def as_one_group(writer: BatchWriter, batches: list[tuple[str, RowBatch]], plug:
             results[index] = outcome
             settled.release()
 
-        writer.submit(batch, token, settle)
+        writer.submit(batch, Token(token, ""), settle)
     release.set()
     for _ in batches:
         assert settled.acquire(timeout=30)
