@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from collector.deployments import OwnerRef
+from collector.discovery import NOT_LOOKED_UP, Discovered, pod_metrics_urls
 from collector.window import PodRef
 
 LIST_METHOD = "/v1.PodResourcesLister/List"
@@ -201,6 +202,7 @@ class PodInfo:
     labels: Mapping[str, str]
     ip: str | None = None
     owner: OwnerRef | None = None  # for the deployment when no serving-stack label names it
+    metrics: Discovered = NOT_LOOKED_UP  # where its engine serves /metrics
 
 
 def controller_owner(metadata: Any) -> OwnerRef | None:
@@ -247,7 +249,8 @@ class KubernetesPodLookup:
             obj = self._reader()(pod.name, pod.namespace)
             labels = dict(obj.metadata.labels or {})
             owner = controller_owner(obj.metadata)
-            info: PodInfo | None = PodInfo(labels, getattr(obj.status, "pod_ip", None), owner)
+            ip = getattr(obj.status, "pod_ip", None)
+            info: PodInfo | None = PodInfo(labels, ip, owner, pod_metrics_urls(obj))
         except Exception:  # API down, RBAC missing, pod gone: no labels this time, retried after the TTL
             info = None
         self._cache[pod.worker_id] = (now, info)

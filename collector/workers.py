@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from collector.deployments import OwnerRef
+from collector.discovery import Discovered
 from collector.mapping import MappedWorker, RoleMapping
 from collector.podresources import PodLookup
 from collector.procfs import ProcReader, SocketReader
@@ -67,6 +68,7 @@ class Worker:
     precision: str | None = None  # of weights/matmuls, from --quantization or --dtype
     pp: int | None = None  # pipeline-parallel degree from the command line
     dp: int | None = None  # data-parallel degree from the command line
+    metrics: Discovered | None = None  # where its pod serves the engine's /metrics (Kubernetes only)
 
 
 @dataclass
@@ -162,7 +164,9 @@ def attribute_gpus(
                 info = pod_lookup.get(worker.pod)
                 if info is not None:
                     labels = {**worker.pod_labels, **info.labels}
-                    worker = replace(worker, pod_labels=labels, pod_ip=info.ip, owner=info.owner)
+                    worker = replace(
+                        worker, pod_labels=labels, pod_ip=info.ip, owner=info.owner, metrics=info.metrics
+                    )
             out.workers[worker.worker_id] = worker
         members.setdefault(worker.worker_id, []).append(uuid)
         out.gpu_worker[uuid] = worker.worker_id

@@ -13,6 +13,7 @@ import pytest
 from collector.agent import Agent
 from collector.clock import FakeClock
 from collector.deployments import DEPLOYMENT_LABELS, OwnerRef, owner_name, resolve_deployment
+from collector.discovery import Discovered
 from collector.engines import EngineScraper
 from collector.fake_nvml import fleet_node
 from collector.mapping import MappedWorker, RoleMapping
@@ -87,13 +88,20 @@ def test_pod_lookup_reads_the_controlling_owner() -> None:
             SimpleNamespace(kind="ReplicaSet", name="llama-decode-7d9c5b6f4", controller=True),
         ]
         return SimpleNamespace(
-            metadata=SimpleNamespace(labels={"pod-template-hash": "7d9c5b6f4"}, owner_references=refs),
+            metadata=SimpleNamespace(
+                labels={"pod-template-hash": "7d9c5b6f4"},
+                owner_references=refs,
+                annotations={"prometheus.io/port": "8000"},
+            ),
             status=SimpleNamespace(pod_ip=POD_IP),
         )
 
     info = KubernetesPodLookup(read_pod).get(PodRef("llm", "llama-decode-7d9c5b6f4-x2x9q"))
     assert info == PodInfo(
-        {"pod-template-hash": "7d9c5b6f4"}, POD_IP, OwnerRef("ReplicaSet", "llama-decode-7d9c5b6f4")
+        {"pod-template-hash": "7d9c5b6f4"},
+        POD_IP,
+        OwnerRef("ReplicaSet", "llama-decode-7d9c5b6f4"),
+        Discovered((f"http://{POD_IP}:8000/metrics",)),
     )
 
 

@@ -199,7 +199,8 @@ def test_kubernetes_pod_lookup_caches_and_survives_api_errors() -> None:
 
     lookup = KubernetesPodLookup(read_pod, ttl_s=60.0, monotonic=lambda: now[0])
     info = lookup.get(PodRef("llm", "decode-0"))
-    assert info == PodInfo({"llm-d.ai/role": "decode"}, "10.0.0.9")
+    assert info is not None and (info.labels, info.ip) == ({"llm-d.ai/role": "decode"}, "10.0.0.9")
+    assert info.metrics.urls == () and "no phasefit.io/metrics-port" in (info.metrics.why_none or "")
     lookup.get(PodRef("llm", "decode-0"))
     assert lookup.get(PodRef("llm", "gone")) is None
     assert len(calls) == 2
