@@ -112,6 +112,7 @@ def inventory_from_samples(
                 gpu_uuids=tuple(engine_columns["gpu_uuids"][i] or ()),
                 cluster=_optional(engine_columns, "cluster", i),
                 deployment=_optional(engine_columns, "deployment", i),
+                kv_capacity_tokens=_optional_int(engine_columns, "kv_capacity_tokens", i),
             )
         )
     gpus = [
@@ -130,6 +131,11 @@ def inventory_from_samples(
         for uuid, i in sorted(_latest(gpu_columns, "gpu_uuid").items())
     ]
     return Inventory(tuple(workers), tuple(gpus))
+
+
+def _optional_int(columns: Mapping[str, Sequence[Any]], key: str, i: int) -> int | None:
+    values = columns.get(key)
+    return None if values is None or values[i] is None else int(values[i])
 
 
 def _optional(columns: Mapping[str, Sequence[Any]], key: str, i: int) -> str | None:

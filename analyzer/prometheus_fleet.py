@@ -57,6 +57,7 @@ class PrometheusWorker:
     last_seen: float | None
     cluster: str | None = None
     deployment: str | None = None
+    kv_capacity_tokens: int | None = None  # the KV cache its engine reports holding; None: not reported
 
 
 @dataclass(frozen=True)

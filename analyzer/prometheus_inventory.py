@@ -3,7 +3,8 @@
 :func:`analyzer.telemetry.aggregate_gpu_samples` / ``aggregate_engine_samples`` read them).
 
 What Prometheus cannot say is left unknown: the precision (None), the model of an engine whose series name
-none ("unknown"), the TP degree of a worker whose GPUs cannot be joined (None).
+none ("unknown"), the TP degree of a worker whose GPUs cannot be joined (None), the KV budget of an engine
+that reports none (None).
 The columns are those of the contract's records: a MIG instance's GPU rows carry ``parent_gpu_uuid`` and
 ``mig_profile`` as gpu_sample does, engine rows the latency quantiles as engine_sample does.
 """
@@ -40,6 +41,7 @@ def inventory(fleet: PrometheusFleet) -> Inventory:
             gpu_uuids=w.gpu_uuids,
             cluster=w.cluster,
             deployment=w.deployment,
+            kv_capacity_tokens=w.kv_capacity_tokens,
         )
         for w in fleet.workers
     )
@@ -112,6 +114,7 @@ def sample_columns(fleet: PrometheusFleet) -> tuple[dict[str, Any], dict[str, An
         **fleet.engine_row_latency,
         "cluster": [w.cluster for w in specs],
         "deployment": [w.deployment for w in specs],
+        "kv_capacity_tokens": [w.kv_capacity_tokens for w in specs],
     }
     return gpu_columns, engine_columns
 

@@ -5,7 +5,10 @@ Gauges are read as their mean over the window that ends at each step (``avg_over
 ``rate`` (the mapping multiplies by the step: counts per window), Xid codes as their maximum, latency
 histograms as ``histogram_quantile`` of the window's bucket rates summed over a worker's ranks. Two queries
 read labels rather than values: every dcgm-exporter series (so a GPU that reports no activity field is
-still listed, its activity unknown) and Dynamo's worker metrics (component and namespace labels).
+still listed, its activity unknown) and Dynamo's worker metrics (component and namespace labels). The KV
+budget an engine reports (``kv_capacity_tokens``: the factors of fleet.vocabulary's KV_CAPACITY_METRICS) is
+read as each series' last value in the window (``last_over_time``), labels and all: vLLM's comes from the
+labels of its ``cache_config_info`` info gauge.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from fleet.vocabulary.dcgm import (
 from fleet.vocabulary.engines import (
     DYNAMO_COMPONENT_METRIC_PREFIX,
     ENGINE_METRICS,
+    KV_CAPACITY_FIELD,
+    KV_CAPACITY_METRICS,
     LATENCY_QUANTILES,
     EngineMetric,
 )
@@ -39,6 +44,7 @@ __all__ = [  # the label defaults stay importable from here (analyzer.settings r
     "ENGINE_QUERIES",
     "GPU_COLUMNS",
     "GPU_QUERIES",
+    "KV_CAPACITY_QUERIES",
     "MetricQuery",
     "Reduce",
     "format_duration",
@@ -61,6 +67,7 @@ class Reduce(StrEnum):
     RATE = "rate"  # counters: per-second rate over the window
     MAX = "max_over_time"  # codes (last Xid): the worst value in the window
     QUANTILE = "histogram_quantile"  # histograms: a quantile of the window's observations
+    LAST = "last_over_time"  # the KV budget's factors: the last value (and labels) in the window
     PRESENT = "group"  # every series whose name matches: its labels, 1 where it exists
 
 
@@ -149,7 +156,16 @@ GPU_PRESENCE = MetricQuery(Family.GPU, PRESENT, DCGM_NAME_PATTERN.pattern, Unit.
 DYNAMO_LABELS = MetricQuery(
     Family.DYNAMO, PRESENT, f"{DYNAMO_COMPONENT_METRIC_PREFIX}.+", Unit.COUNT, Reduce.PRESENT, 0
 )
-ALL_QUERIES: tuple[MetricQuery, ...] = (*GPU_QUERIES, GPU_PRESENCE, *ENGINE_QUERIES, DYNAMO_LABELS)
+# One query per name a KV budget factor reads (vLLM's two factors are labels of one series); the series are
+# matched to their factors by name (prometheus_source), not placed in frame columns.
+KV_CAPACITY_QUERIES: tuple[MetricQuery, ...] = tuple(
+    MetricQuery(Family(m.engine.value), KV_CAPACITY_FIELD, name, Unit.COUNT, Reduce.LAST, 0)
+    for m in KV_CAPACITY_METRICS
+    for name in m.names
+)
+ALL_QUERIES: tuple[MetricQuery, ...] = (
+    *GPU_QUERIES, GPU_PRESENCE, *ENGINE_QUERIES, *KV_CAPACITY_QUERIES, DYNAMO_LABELS,
+)  # fmt: skip
 
 
 def plan(available: Collection[str] | None) -> tuple[MetricQuery, ...]:

@@ -11,7 +11,10 @@ engine is not scraped keeps its GPUs attributed to it, and a note says so. Dynam
 their labels (component, namespace) to the worker their target also serves engine metrics for. A GPU
 without a pod stays unattributed, never guessed; a field no series reports is NaN, never 0. Every row's
 source is ``prometheus``. Cluster and deployment (the pool, with the model) come from the series' labels
-(prometheus_labels), never from node or pod names.
+(prometheus_labels), never from node or pod names. A worker's KV budget (``kv_capacity_tokens``) is what its
+engine reports, by the vocabulary's rule the collector applies too, the last value winning: per factor, the
+series that reported last (of those, the latest born: an info gauge whose labels change at a restart is a
+new series). It is None where the engine reports none; its series alone make no worker.
 """
 
 from __future__ import annotations
@@ -52,7 +55,13 @@ from fleet.contract import GpuState, Role, TelemetrySource
 from fleet.gpus import GpuCatalog
 from fleet.labels import MODEL_NAME_LABELS, TP_RANK_LABEL
 from fleet.vocabulary.dcgm import PROFILING_FIELDS, STUCK_CHECK_FIELDS, XID_GPU_FALLEN_OFF_BUS
-from fleet.vocabulary.engines import LATENCY_QUANTILES, EngineField
+from fleet.vocabulary.engines import (
+    KV_CAPACITY_FIELD,
+    LATENCY_QUANTILES,
+    EngineField,
+    Sample,
+    kv_capacity_metric,
+)
 
 _RATIOS = (*PROFILING_FIELDS, "gpu_util", "mem_copy_util", "gr_engine_active")
 _BUSY = (
@@ -201,6 +210,7 @@ class _Engines:
     metas: list[_EngineMeta]
     columns: dict[str, FloatArray]
     present: BoolArray
+    kv_series: dict[int, list[tuple[MetricQuery, RangeSeries]]]  # row -> its KV budget series
 
 
 def _engine_key(labels: Mapping[str, str]) -> tuple[Pod | None, str | None]:
@@ -215,7 +225,7 @@ def _map_engines(
     metas: list[_EngineMeta] = []
     skipped = 0
     for query, series_list in results.items():
-        if not query.family.is_engine:
+        if not query.family.is_engine or query.column == KV_CAPACITY_FIELD:
             continue
         for series in series_list:
             pod, worker = _engine_key(series.labels)
@@ -230,6 +240,7 @@ def _map_engines(
     if skipped:
         notes.append(f"{skipped} engine series without a pod or instance label were skipped")
     _lend_dynamo_labels(results, rows, metas)
+    kv_series = _kv_series(results, rows)
     for column, placed in list(rows.placed.items()):
         rows.placed[column] = dedupe_ranks(placed)
     columns = {c: rows.fill(c, grid, total=c in _TOTALS) for c in _ENGINE_COLUMNS}
@@ -242,7 +253,7 @@ def _map_engines(
             "no vLLM, SGLang or TensorRT-LLM series in the range: token counts, queues, KV usage and "
             "engine-reported roles are unknown (are the engines' /metrics scraped?)"
         )
-    return _Engines(metas, columns, present)
+    return _Engines(metas, columns, present, kv_series)
 
 
 def _lend_dynamo_labels(
@@ -258,6 +269,44 @@ def _lend_dynamo_labels(
             row = rows.index.get(worker) if worker else None
             if row is not None:
                 metas[row].labels.append((float(series.ts[-1]), query.family, series.labels))
+
+
+def _kv_series(
+    results: Mapping[MetricQuery, Sequence[RangeSeries]], rows: Placements
+) -> dict[int, list[tuple[MetricQuery, RangeSeries]]]:
+    """The KV budget series of each worker row (a series whose target serves no other engine series: none)."""
+    out: dict[int, list[tuple[MetricQuery, RangeSeries]]] = defaultdict(list)
+    for query, series_list in results.items():
+        if query.column != KV_CAPACITY_FIELD:
+            continue
+        for series in series_list:
+            _, worker = _engine_key(series.labels)
+            row = rows.index.get(worker) if worker else None
+            if row is not None:
+                out[row].append((query, series))
+    return out
+
+
+def _latest(placed: Iterable[tuple[MetricQuery, RangeSeries]]) -> list[Sample]:
+    """The samples of the series that reported last, of those the latest born: (name, labels, last value)."""
+    points: list[tuple[tuple[float, float], Sample]] = []
+    for query, series in placed:
+        finite = np.flatnonzero(np.isfinite(series.values))
+        if finite.size:
+            when = (float(series.ts[finite[-1]]), float(series.ts[finite[0]]))
+            points.append((when, (query.name, series.labels, float(series.values[finite[-1]]))))
+    last = max((when for when, _ in points), default=None)
+    return [sample for when, sample in points if when == last]
+
+
+def kv_capacity_tokens(engine: str, placed: Sequence[tuple[MetricQuery, RangeSeries]]) -> int | None:
+    """A worker's KV budget from its series of the KV capacity queries; None where its engine reports none."""
+    metric = kv_capacity_metric(engine)
+    if metric is None:
+        return None
+    return metric.product(
+        [factor.read(_latest(p for p in placed if p[0].name in factor.names)) for factor in metric.factors]
+    )
 
 
 def _span(grid: TimeGrid, present: BoolArray) -> tuple[int, float | None, float | None]:
@@ -354,11 +403,12 @@ def _inventory_workers(
         ]
         ranks = len({labels[TP_RANK_LABEL] for _, labels in served if TP_RANK_LABEL in labels})
         gpu_uuids = tuple(sorted({gpu.gpu_uuid for gpu in held}))
+        engine_name = _most_common(family.value for family, _ in served) or "unknown"
         out.append(
             PrometheusWorker(
                 worker_id=worker,
                 node=node,
-                engine=_most_common(family.value for family, _ in served) or "unknown",
+                engine=engine_name,
                 model=_most_common(first(labels, *MODEL_NAME_LABELS) for _, labels in served),
                 role=role,
                 role_source=role_source,
@@ -372,6 +422,7 @@ def _inventory_workers(
                 or _most_common(gpu.cluster for gpu in held)
                 or pool.default_cluster,
                 deployment=resolve_deployment(label_sets, pool.deployment_labels, namespace),
+                kv_capacity_tokens=kv_capacity_tokens(engine_name, e.kv_series.get(engine_row, [])),
             )
         )
     return out

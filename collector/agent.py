@@ -6,6 +6,9 @@ its GPUs (:func:`collector.workers.join_endpoint`) and workers to roles, and the
 committed to the spool before anything else sees them.  The shipper runs on its own thread and never delays
 sampling.  Every failure is kept with its stage, target and reason (:mod:`collector.failures`).
 
+An engine sample carries the KV cache the engine reports holding (``kv_capacity_tokens``; None where it
+reports none), from the endpoint's latest reading.
+
 An engine's TP degree is what the engine says (``--tensor-parallel-size``/``--tp`` on its command line, or
 its distinct ``tp_rank`` label values when more than one rank reports), else the number of GPUs its
 processes hold divided by its pipeline- and data-parallel degrees; None when none of these is known.
@@ -291,6 +294,7 @@ class Agent:
             tpot_p99_s=delta.tpot_p99_s,
             cluster=self.cluster,
             deployment=deployment,
+            kv_capacity_tokens=reading.kv_capacity_tokens,
         )
 
     def _account(self, record: EngineSample, skus: dict[str, str]) -> None:

@@ -10,7 +10,9 @@ Metric names, their aliases and the parts that add up (SGLang's waiting queues) 
 zero-agent mode queries too (fleet.vocabulary.engines); label names from fleet.labels: SGLang's
 ``engine_type`` and Dynamo's ``dynamo_component`` as role hints, ``dynamo_namespace`` as the deployment.
 Within a part the first alias the exposition holds is read. An endpoint without any token counter yields
-no engine sample (a sample of 0 tokens would read as "not serving").
+no engine sample (a sample of 0 tokens would read as "not serving"). The KV cache the engine holds, in
+tokens, is read by the vocabulary's own rule (fleet.vocabulary.engines.KV_CAPACITY_METRICS: factors that
+multiply, vLLM's from the labels of its cache_config_info info gauge), the one zero-agent mode applies.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from fleet.labels import (
     DYNAMO_NAMESPACE_METRIC_LABEL,
     ENGINE_TYPE_LABEL,
     MODEL_NAME_LABELS,
-    PP_RANK_LABEL,
     TP_RANK_LABEL,
 )
 from fleet.vocabulary.engines import (
@@ -43,6 +44,8 @@ from fleet.vocabulary.engines import (
     EngineField,
     EngineMetric,
     engine_metric,
+    kv_capacity_metric,
+    primary_rank,
 )
 
 log = logging.getLogger(__name__)
@@ -79,6 +82,7 @@ class EngineReading:
     dynamo_components: frozenset[str] = frozenset()  # Dynamo dynamo_component label values
     dynamo_namespaces: frozenset[str] = frozenset()  # Dynamo dynamo_namespace label values (deployment)
     tp_ranks: int | None = None  # distinct tp_rank label values seen; None when no series carries one
+    kv_capacity_tokens: int | None = None  # the KV cache the engine reports holding; None: not reported
     identity: EngineIdentity = field(default_factory=EngineIdentity)  # GPU UUIDs / PIDs it reports
 
 
@@ -122,14 +126,9 @@ def _created_name(counter: str) -> str:
     return counter.removesuffix("_total").removesuffix("_sum") + "_created"
 
 
-def _primary_rank(labels: Mapping[str, str]) -> bool:
-    """SGLang reports per scheduler; keep tensor/pipeline rank 0 so a TP group is not counted N times."""
-    return labels.get(TP_RANK_LABEL, "0") == "0" and labels.get(PP_RANK_LABEL, "0") == "0"
-
-
 def _gauge(names: list[str], by_name: Rows, *, total: bool) -> float | None:
     values = [
-        v for n in names for labels, v in by_name.get(n, ()) if _primary_rank(labels) and math.isfinite(v)
+        v for n in names for labels, v in by_name.get(n, ()) if primary_rank(labels) and math.isfinite(v)
     ]
     if not values:
         return None
@@ -199,6 +198,12 @@ def read_engine(exposition: Exposition, url: str, taken_at: float, ts: datetime)
         for row in rows
     ]
     tp_ranks = _label_values([row for n in running for row in by_name[n]], TP_RANK_LABEL)
+    capacity = kv_capacity_metric(engine)
+    kv_capacity = (
+        capacity.tokens((n, labels, v) for n in capacity.names for labels, v in by_name.get(n, ()))
+        if capacity is not None
+        else None
+    )
     return EngineReading(
         url=url,
         engine=engine.value,
@@ -215,6 +220,7 @@ def read_engine(exposition: Exposition, url: str, taken_at: float, ts: datetime)
         dynamo_components=_label_values(dynamo, DYNAMO_COMPONENT_METRIC_LABEL),
         dynamo_namespaces=_label_values(dynamo, DYNAMO_NAMESPACE_METRIC_LABEL),
         tp_ranks=len(tp_ranks) or None,
+        kv_capacity_tokens=kv_capacity,
         identity=engine_identity(exposition),
     )
 

@@ -28,7 +28,9 @@ What the records say (per window):
   (admission wait + KV transfer + one step) and TPOT; colocated ("mixed") workers both. A quantile is
   null in a window where the engine served nothing. ``requests_running`` is the decode batch (prompts
   in flight on a prefill worker), ``kv_cache_usage`` the KV pool's fill, ``preemptions`` the sequences
-  evicted when the KV cache runs out.
+  evicted when the KV cache runs out. ``kv_capacity_tokens`` is the KV cache the worker holds, as vLLM's
+  ``cache_config_info`` and SGLang's ``max_total_num_tokens`` report it: the budget the simulator's
+  physics gives the worker and caps its batch with (``records.kv_capacity_tokens``).
 - Restarting engines send no engine sample (their GPUs report idle); a collector gap silences a whole
   node (no GPU or engine samples).
 - Both carry the pool's ``cluster`` (when the scenario names one) and engine samples its ``deployment``.

@@ -48,7 +48,7 @@ _ENGINE_DECIMALS: dict[str, int | None] = {
 }  # fmt: skip
 _ENGINE_STATIC = (
     "worker_id", "node", "engine", "model", "precision", "tp", "gpu_uuids", "gpu_join", "cluster",
-    "deployment",
+    "deployment", "kv_capacity_tokens",
 )  # fmt: skip
 
 _GPU_TEMPLATE = (
@@ -59,7 +59,8 @@ _GPU_TEMPLATE = (
 )
 _ENGINE_TEMPLATE = (
     b'{"kind":"engine_sample","ts":%s,"window_s":%s,"worker_id":%s,"node":%s,"engine":%s,"model":%s,'
-    b'"precision":%s,"tp":%s,"gpu_uuids":%s,"gpu_join":%s,"cluster":%s,"deployment":%s,"role":%s,"role_source":%s,'
+    b'"precision":%s,"tp":%s,"gpu_uuids":%s,"gpu_join":%s,"cluster":%s,"deployment":%s,'
+    b'"kv_capacity_tokens":%s,"role":%s,"role_source":%s,'
     b'"prompt_tokens":%s,"generation_tokens":%s,"requests_running":%s,"requests_waiting":%s,'
     b'"kv_cache_usage":%s,"preemptions":%s,"ttft_p50_s":%s,"ttft_p99_s":%s,"tpot_p50_s":%s,'
     b'"tpot_p99_s":%s}\n'
@@ -143,6 +144,7 @@ class RecordBuilder:
             "gpu_join": [GpuJoin.DECLARED.value for _ in workers],  # the layout placed them
             "cluster": [p.spec.cluster for p in pools],
             "deployment": [p.spec.deployment_name for p in pools],
+            "kv_capacity_tokens": kv_capacity_tokens(sim),
         }
         self._labels = _labels(sim)
         self._gpu_objects = {k: _objects(v) for k, v in self._gpu_static.items()}
@@ -244,6 +246,17 @@ class RecordBuilder:
             )
         ]
         return b"".join(_interleave(gpu_lines, gpu.counts, engine_lines, engine.counts))
+
+
+def kv_capacity_tokens(sim: FleetSimulation) -> list[int]:
+    """Each worker's KV cache in tokens, as an engine reports it: the whole tokens of the budget the
+    simulator's own physics gives it (``StepModel.kv_capacity_tokens``: HBM x utilisation, less the weights
+    and the runtime reserve, x the KV fraction, over one GPU's KV bytes per token), which caps its batch."""
+    capacity: dict[int, int] = {}
+    for model in sim.models:
+        for position, worker in enumerate(model.pool.workers):
+            capacity[worker] = int(model.step.kv_capacity_tokens[position])
+    return [capacity[w.index] for w in sim.layout.workers]
 
 
 _JSON_CACHE: dict[str, bytes] = {}

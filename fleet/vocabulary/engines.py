@@ -14,13 +14,44 @@ request, so its ``_sum`` counts retractions; older releases call the inter-token
 ``time_per_output_token_seconds``; the ``sglang_`` spelling is reported for newer releases, unverified);
 TensorRT-LLM through trtllm-serve or Dynamo, which spells its prefix ``trtllm_`` (newer) or ``trtllm:``.
 The real vLLM and SGLang captures in tests/fixtures/metrics are checked against this table.
+
+The KV cache an engine holds (engine_sample ``kv_capacity_tokens``) is a table of its own
+(:data:`KV_CAPACITY_METRICS`): its *factors* multiply, and a factor may be a label of an info gauge rather
+than a sample's value.
+
+- vLLM: ``vllm:cache_config_info``, an info gauge (value 1) whose labels are its CacheConfig
+  (``vllm/v1/metrics/loggers.py`` ``log_metrics_info("cache_config", ...)``, labels from
+  ``CacheConfig.metrics_info()``: every field as a string, one series per data-parallel ``engine``):
+  ``num_gpu_blocks`` x ``block_size``. The scheduler keeps one block table for all the workers of an engine
+  (``get_kv_cache_configs`` takes the smallest ``num_blocks`` of the TP/PP workers); a TP rank holds its
+  share of the KV heads of every block, so the engine holds ``num_gpu_blocks`` x ``block_size`` tokens
+  whatever its TP degree. A front end serving several data-parallel engines sums their blocks into the one
+  ``num_gpu_blocks`` (``vllm/v1/engine/utils.py``: "Sum values from all engines in DP case") and writes it on
+  every engine's series: the series repeat one budget and are never added. ``num_gpu_blocks="None"`` (vLLM
+  V1 before #15719 was fixed) is no budget. A model with several KV cache groups (sliding window and full
+  attention, Mamba hybrids) reports the smallest group's block size: the product is then approximate.
+- SGLang: ``sglang:max_total_num_tokens``, the token slots of the scheduler's KV pool
+  (``python/sglang/srt/metrics/collector.py``; ``ModelRunner.profile_max_num_token`` sizes a cell by the
+  KV heads of one TP rank from the smallest free memory of all ranks): every rank holds its share of the
+  heads for the same tokens, so one rank's value is the engine's. It is 92962 in the real capture.
+- TensorRT-LLM: ``trtllm_kv_cache_max_blocks`` x ``trtllm_kv_cache_tokens_per_block`` (trtllm-serve's
+  ``tensorrt_llm/metrics/collector.py``, from ``kvCacheStats`` ``maxNumBlocks`` and ``tokensPerBlock``;
+  only with ``enable_iter_perf_stats``, and not in releases before these gauges: then None, as is an
+  engine that reports only ``kv_cache_utilization``). With variable sliding-window attention
+  ``maxNumBlocks`` adds the pools of every window: approximate there.
+
+A factor is a whole number of at least 1; anything else (a NaN, 0, "None") is no budget, never 0 tokens.
+Where ranks report, tensor/pipeline rank 0 is read, as for the other gauges.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from fleet.labels import PP_RANK_LABEL, TP_RANK_LABEL
 from fleet.vocabulary.units import Kind, Unit
 
 
@@ -139,3 +170,96 @@ def engine_metric(engine: Engine, field: EngineField) -> EngineMetric | None:
 
 def engine_metrics(engine: Engine) -> tuple[EngineMetric, ...]:
     return tuple(m for m in ENGINE_METRICS if m.engine is engine)
+
+
+# --- The KV cache an engine holds ----------------------------------------------------------------------
+
+KV_CAPACITY_FIELD = "kv_capacity_tokens"  # the engine_sample field, and zero-agent's column
+Sample = tuple[str, Mapping[str, str], float]  # (metric name, labels, value) of one exposed sample
+
+
+def primary_rank(labels: Mapping[str, str]) -> bool:
+    """Tensor and pipeline rank 0, or a sample without ranks: SGLang reports per scheduler, and a TP group's
+    gauges are read from its first rank so it is not counted once per rank."""
+    return labels.get(TP_RANK_LABEL, "0") == "0" and labels.get(PP_RANK_LABEL, "0") == "0"
+
+
+@dataclass(frozen=True)
+class KvFactor:
+    """One factor of an engine's KV budget: a gauge's value, or (``label`` set) one label of an info gauge,
+    whose value is always 1. ``names``: aliases, preferred first."""
+
+    names: tuple[str, ...]
+    label: str | None = None
+
+    def of(self, labels: Mapping[str, str], value: float) -> int | None:
+        """This factor in one sample: a whole number of at least 1, else None."""
+        if self.label is not None:
+            text = labels.get(self.label, "")
+            number = int(text) if text.isascii() and text.isdigit() else 0
+        elif math.isfinite(value) and value == math.floor(value):
+            number = int(value)
+        else:
+            number = 0
+        return number if number >= 1 else None
+
+    def read(self, samples: Iterable[Sample]) -> int | None:
+        """This factor in one scrape's samples: of the first alias with a usable sample at rank 0, the largest
+        (the samples repeat one budget: never added)."""
+        found: dict[str, list[int]] = {}
+        for name, labels, value in samples:
+            if name in self.names and primary_rank(labels):
+                number = self.of(labels, value)
+                if number is not None:
+                    found.setdefault(name, []).append(number)
+        return next((max(found[n]) for n in self.names if n in found), None)
+
+
+@dataclass(frozen=True)
+class KvCapacityMetric:
+    """Where one engine reports the KV cache it holds, in tokens: the product of ``factors``."""
+
+    engine: Engine
+    factors: tuple[KvFactor, ...]
+    kind: Kind = Kind.GAUGE  # every factor is a gauge (vLLM's info gauge too)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(name for factor in self.factors for name in factor.names))
+
+    @staticmethod
+    def product(factors: Sequence[int | None]) -> int | None:
+        """The budget from each factor's value; None when any is unknown."""
+        if not factors or any(f is None for f in factors):
+            return None
+        return math.prod(f for f in factors if f is not None)
+
+    def tokens(self, samples: Iterable[Sample]) -> int | None:
+        """The budget in one scrape's samples; None when the engine does not report it."""
+        listed = [s for s in samples if s[0] in self.names]
+        return self.product([factor.read(listed) for factor in self.factors])
+
+
+def _spelled(engine: Engine, stem: str) -> tuple[str, ...]:
+    return tuple(prefix + stem for prefix in PREFIXES[engine])
+
+
+KV_CAPACITY_METRICS: tuple[KvCapacityMetric, ...] = (
+    KvCapacityMetric(
+        _V,
+        (
+            KvFactor(_spelled(_V, "cache_config_info"), "num_gpu_blocks"),
+            KvFactor(_spelled(_V, "cache_config_info"), "block_size"),
+        ),
+    ),
+    KvCapacityMetric(_S, (KvFactor(_spelled(_S, "max_total_num_tokens")),)),
+    KvCapacityMetric(
+        _T,
+        (KvFactor(_spelled(_T, "kv_cache_max_blocks")), KvFactor(_spelled(_T, "kv_cache_tokens_per_block"))),
+    ),
+)
+
+
+def kv_capacity_metric(engine: Engine | str) -> KvCapacityMetric | None:
+    """Where ``engine`` reports its KV budget; None for a name that is no engine of the table."""
+    return next((m for m in KV_CAPACITY_METRICS if m.engine == engine), None)

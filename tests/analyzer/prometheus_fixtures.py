@@ -5,7 +5,9 @@
   profiling fields phasefit needs, and with the variants real fleets drift between: ``hostname`` (renamed
   2026-05), ``uuid`` (``-o``), Kubernetes ``pod``/``namespace``/``container``, sanitised pod labels, MIG.
 - vLLM and SGLang expositions: the Dynamo captures verbatim except for the values of the series phasefit
-  reads (so counters can advance between scrapes) and SGLang's ``engine_type`` (disaggregated modes).
+  reads (so counters can advance between scrapes) and SGLang's ``engine_type`` (disaggregated modes). The
+  vLLM exposition gets back its ``vllm:cache_config_info`` (:data:`VLLM_CACHE_CONFIG_INFO`), verbatim from
+  the part of the same capture the fixture's excerpt omits.
 - query_range answers: the labels Prometheus would return for those series (fixture labels plus target
   labels, no ``__name__`` after a function), with the values given.
 """
@@ -47,6 +49,41 @@ _HELP = {
     "DCGM_FI_DEV_FB_USED": ("gauge", "Framebuffer memory used (in MiB)."),
     "DCGM_FI_DEV_POWER_USAGE": ("gauge", "Power draw (in W)."),
 }
+
+
+# vLLM's KV cache config, verbatim from the capture the vLLM fixture is an excerpt of (github.com/ai-dynamo/
+# dynamo docs/observability/metrics_examples/vllm.log at a7b23c000e38497cc7442a98843b70a70a0f0ab6, in the
+# middle block the excerpt omits). An info gauge: vllm/v1/metrics/loggers.py ``log_metrics_info
+# ("cache_config", ...)`` writes CacheConfig.metrics_info() (every field as a string) as its labels, one
+# series per data-parallel ``engine``, value 1. Its 5943 blocks are the 5943 the same capture's
+# ``dynamo_component_kvstats_total_blocks`` reports; of 16 tokens each: 95088 tokens.
+VLLM_CACHE_CONFIG_INFO = (
+    "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+    "# TYPE vllm:cache_config_info gauge\n"
+    'vllm:cache_config_info{block_size="16",cache_dtype="auto",calculate_kv_scales="False",'
+    'cpu_kvcache_space_bytes="None",cpu_offload_gb="0.0",enable_prefix_caching="False",engine="0",'
+    'gpu_memory_utilization="0.24",is_attention_free="False",kv_cache_memory_bytes="None",'
+    'kv_offloading_backend="None",kv_offloading_size="None",kv_sharing_fast_prefill="False",'
+    'mamba_block_size="None",mamba_cache_dtype="auto",mamba_page_size_padded="None",'
+    'mamba_ssm_cache_dtype="auto",num_cpu_blocks="None",num_gpu_blocks="5943",num_gpu_blocks_override="None",'
+    'prefix_caching_hash_algo="sha256",sliding_window="None",swap_space="4.0"} 1.0\n'
+)
+VLLM_KV_CAPACITY_TOKENS = 5943 * 16
+SGLANG_KV_CAPACITY_TOKENS = 92962  # sglang:max_total_num_tokens in the SGLang capture
+
+
+def cache_config_labels(**changes: str) -> dict[str, str]:
+    """The labels of :data:`VLLM_CACHE_CONFIG_INFO`'s series, with ``changes``."""
+    (family,) = text_string_to_metric_families(VLLM_CACHE_CONFIG_INFO)
+    return {**family.samples[0].labels, **changes}
+
+
+def cache_config_info(*label_sets: Mapping[str, str]) -> str:
+    """``vllm:cache_config_info`` with one series per label set (none given: the capture's)."""
+    lines = VLLM_CACHE_CONFIG_INFO.splitlines()[:2]
+    for labels in label_sets or (cache_config_labels(),):
+        lines.append(f"vllm:cache_config_info{{{_render(labels)}}} 1.0")
+    return "\n".join(lines) + "\n"
 
 
 def samples(path: Path, name: str) -> list[dict[str, str]]:
@@ -161,9 +198,14 @@ def _set_values(text: str, values: Mapping[str, float]) -> str:
     return text
 
 
-def vllm_exposition(values: Mapping[str, float], *, legacy_kv_name: bool = False) -> str:
-    """The vLLM capture with the given series' values (keys: metric names as exposed)."""
+def vllm_exposition(
+    values: Mapping[str, float], *, legacy_kv_name: bool = False, cache_config: bool = True
+) -> str:
+    """The vLLM capture with the given series' values (keys: metric names as exposed), and with its
+    ``vllm:cache_config_info`` unless ``cache_config`` is false."""
     text = _set_values(VLLM_FIXTURE.read_text(encoding="utf-8"), values)
+    if cache_config:
+        text += VLLM_CACHE_CONFIG_INFO
     return text.replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc") if legacy_kv_name else text
 
 

@@ -32,6 +32,8 @@ from phasefit.cli import app
 from tests.analyzer.prometheus_fixtures import (
     H100_SPARE_UUID,
     H200_UUID,
+    SGLANG_KV_CAPACITY_TOKENS,
+    VLLM_KV_CAPACITY_TOKENS,
     FixtureGpu,
     dcgm_exposition,
     sglang_exposition,
@@ -159,6 +161,10 @@ def test_frames_from_a_real_prometheus() -> None:
     assert (workers[PREFILL].role, workers[PREFILL].role_source) == (Role.PREFILL, RoleSource.ENGINE)
     assert (workers[DECODE].engine, workers[PREFILL].engine) == ("vllm", "sglang")
     assert workers[DECODE].model == "Qwen/Qwen3-0.6B"
+    # The KV cache each engine reports holding, through a real Prometheus (last_over_time): vLLM's from the
+    # labels of its cache_config_info info gauge, SGLang's max_total_num_tokens.
+    assert workers[DECODE].kv_capacity_tokens == VLLM_KV_CAPACITY_TOKENS
+    assert workers[PREFILL].kv_capacity_tokens == SGLANG_KV_CAPACITY_TOKENS
 
     e = fleet.engine
     assert e.workers == (DECODE, PREFILL)

@@ -22,6 +22,7 @@ from collector.runtime import default_sku_of
 from collector.spool import Spool
 from collector.window import SourceWindow
 from fleet.contract import EngineSample, GpuSample, Role, RoleSource, TelemetrySource
+from tests.analyzer.prometheus_fixtures import VLLM_CACHE_CONFIG_INFO
 from tests.collector.conftest import SGLANG_FIXTURE, VLLM_FIXTURE, fixture_text
 from tests.collector.dcgm_text import exposition
 from tests.collector.test_engines import set_value
@@ -53,12 +54,13 @@ GARBAGE_URL = "http://127.0.0.1:9998/metrics"
 class Engines:
     def __init__(self) -> None:
         self.vllm_generation = 600.0
+        self.vllm_cache_config = True  # vLLM's cache_config_info (the capture's excerpt omits it)
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         url = str(request.url)
         if url == VLLM_URL:
             text = set_value(fixture_text(VLLM_FIXTURE), "vllm:generation_tokens_total", self.vllm_generation)
-            return httpx.Response(200, text=text)
+            return httpx.Response(200, text=text + (VLLM_CACHE_CONFIG_INFO if self.vllm_cache_config else ""))
         if url == SGLANG_URL:
             return httpx.Response(200, text=fixture_text(SGLANG_FIXTURE).replace("unified", "decode"))
         if url == GARBAGE_URL:
@@ -133,6 +135,27 @@ def test_one_window_end_to_end(tmp_path: Path, clock: FakeClock) -> None:
         in text
     )
     assert "phasefit_collector_up 1.0" in text
+
+
+def test_engine_samples_carry_the_kv_cache_the_engine_reports(tmp_path: Path, clock: FakeClock) -> None:
+    agent, engines = build(tmp_path, clock)
+    agent.start()
+    clock.advance(10.0)
+    engine = {r.worker_id: r for r in agent.collect_window() if isinstance(r, EngineSample)}
+    assert engine["node-a:8100"].kv_capacity_tokens == 5943 * 16  # vLLM: num_gpu_blocks x block_size
+    assert engine["node-a:30001"].kv_capacity_tokens == 92962  # SGLang: max_total_num_tokens
+    # Its next exposition carries no cache_config_info: the latest reading says nothing, so None (not stale).
+    engines.vllm_cache_config = False
+    clock.advance(10.0)
+    engine = {r.worker_id: r for r in agent.collect_window() if isinstance(r, EngineSample)}
+    assert engine["node-a:8100"].kv_capacity_tokens is None
+    spooled = [json.loads(r.payload) for r in agent.spool.peek(100, 10**7)]  # type: ignore[union-attr]
+    vllm = [
+        s["kv_capacity_tokens"]
+        for s in spooled
+        if s["kind"] == "engine_sample" and s["worker_id"] == "node-a:8100"
+    ]
+    assert vllm == [95088, None]  # as contract JSON, the unknown as null
 
 
 class Broken:

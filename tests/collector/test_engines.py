@@ -11,6 +11,13 @@ import pytest
 from collector.clock import FakeClock
 from collector.engines import EngineParseError, EngineScraper, quantile, read_engine, window_delta
 from collector.promtext import parse
+from tests.analyzer.prometheus_fixtures import (
+    SGLANG_KV_CAPACITY_TOKENS,
+    VLLM_CACHE_CONFIG_INFO,
+    VLLM_KV_CAPACITY_TOKENS,
+    cache_config_info,
+    cache_config_labels,
+)
 from tests.collector.conftest import SGLANG_FIXTURE, VLLM_FIXTURE, fixture_text
 
 
@@ -135,6 +142,48 @@ def test_tensorrt_llm_metrics() -> None:
     r = reading(text, 0.0)
     assert r.engine == "trtllm" and r.model == "llama" and r.kv_usage == 0.25 and r.running == 4
     assert r.engine_types == frozenset()  # engine_type="trtllm" is a backend tag, not a role
+
+
+def test_sglang_kv_budget_is_one_ranks_max_total_num_tokens() -> None:
+    text = fixture_text(SGLANG_FIXTURE)
+    assert reading(text, 0.0).kv_capacity_tokens == SGLANG_KV_CAPACITY_TOKENS == 92962
+    # Every TP rank holds its share of the KV heads for the same token slots: one rank's value, not a sum.
+    total = next(line for line in text.splitlines() if line.startswith("sglang:max_total_num_tokens{"))
+    ranks = "\n".join(total.replace('tp_rank="0"', f'tp_rank="{r}"') for r in (1, 2, 3))
+    assert reading(text + ranks + "\n", 0.0).kv_capacity_tokens == 92962
+    # Without the gauge the budget is unknown, never 0 tokens.
+    assert reading(text.replace(total, ""), 0.0).kv_capacity_tokens is None
+
+
+def test_vllm_kv_budget_is_blocks_times_block_size_from_cache_config_info() -> None:
+    capture = fixture_text(VLLM_FIXTURE)
+    assert reading(capture, 0.0).kv_capacity_tokens is None  # the fixture's excerpt omits the info gauge
+    r = reading(capture + VLLM_CACHE_CONFIG_INFO, 0.0)
+    assert r.kv_capacity_tokens == VLLM_KV_CAPACITY_TOKENS == 5943 * 16
+    assert r.model == "Qwen/Qwen3-0.6B" and r.running == 0.0  # the info gauge changes nothing else
+    # Data-parallel engines each repeat the front end's summed budget: read once, not added.
+    two = cache_config_info(cache_config_labels(engine="0"), cache_config_labels(engine="1"))
+    assert reading(capture + two, 0.0).kv_capacity_tokens == 95088
+    # vLLM V1 before #15719 was fixed exposed num_gpu_blocks="None": no budget.
+    unset = cache_config_info(cache_config_labels(num_gpu_blocks="None"))
+    assert reading(capture + unset, 0.0).kv_capacity_tokens is None
+    no_block_size = {k: v for k, v in cache_config_labels().items() if k != "block_size"}
+    assert reading(capture + cache_config_info(no_block_size), 0.0).kv_capacity_tokens is None
+
+
+def test_tensorrt_llm_kv_budget_is_max_blocks_times_tokens_per_block() -> None:
+    base = 'trtllm_generation_tokens_total{model_name="llama"} 50\n'
+    utilisation = base + 'trtllm_kv_cache_utilization{model_name="llama"} 0.25\n'
+    assert reading(utilisation, 0.0).kv_capacity_tokens is None  # utilisation alone says no size
+    blocks = 'trtllm_kv_cache_max_blocks{model_name="llama"} 3000\n'
+    per_block = 'trtllm_kv_cache_tokens_per_block{model_name="llama"} 32\n'
+    assert reading(utilisation + blocks + per_block, 0.0).kv_capacity_tokens == 96000
+    assert reading(utilisation + blocks, 0.0).kv_capacity_tokens is None
+    colon = (
+        "trtllm:generation_tokens_total 5\ntrtllm:kv_cache_max_blocks 10\n"
+        "trtllm:kv_cache_tokens_per_block 64\n"
+    )
+    assert reading(colon, 0.0).kv_capacity_tokens == 640
 
 
 def test_exposition_without_token_counters_is_refused() -> None:

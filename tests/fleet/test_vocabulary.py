@@ -3,21 +3,35 @@
 The engine and DCGM tables in ``fleet/vocabulary`` are checked four ways: the collector's parsers read every
 name in them and nothing else; zero-agent mode queries every name in them and nothing else; the real captures
 in tests/fixtures/metrics carry the names (with the kinds) the tables expect; and a role word or label means
-the same role to both readers. A name added to one reader only fails here.
+the same role to both readers. A name added to one reader only fails here. The KV budget table (factors that
+multiply, vLLM's from an info gauge's labels) is checked the same ways, and both readers must read the same
+budget from the same samples.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from analyzer.prometheus_labels import Family
 from analyzer.prometheus_labels import resolve_role as zero_agent_role
-from analyzer.prometheus_metrics import ENGINE_QUERIES, GPU_COLUMNS, GPU_QUERIES, Reduce
+from analyzer.prometheus_metrics import (
+    ALL_QUERIES,
+    ENGINE_QUERIES,
+    GPU_COLUMNS,
+    GPU_QUERIES,
+    KV_CAPACITY_QUERIES,
+    MetricQuery,
+    Reduce,
+)
+from analyzer.prometheus_series import RangeSeries, TimeGrid
+from analyzer.prometheus_source import map_fleet
 from collector.dcgm_source import ALIASES
 from collector.engines import EngineParseError, EngineReading, read_engine
 from collector.promtext import parse
@@ -35,19 +49,36 @@ from fleet.vocabulary.dcgm import (
 )
 from fleet.vocabulary.engines import (
     ENGINE_METRICS,
+    KV_CAPACITY_FIELD,
+    KV_CAPACITY_METRICS,
     LATENCY_QUANTILES,
     PREFIXES,
     Engine,
     EngineField,
     EngineMetric,
+    KvCapacityMetric,
     engine_metric,
+    kv_capacity_metric,
 )
 from fleet.vocabulary.roles import ROLE_WORDS
 from fleet.vocabulary.units import Kind
-from tests.analyzer.prometheus_fixtures import DCGM_FIXTURE, SGLANG_FIXTURE, VLLM_FIXTURE
+from tests.analyzer.prometheus_fixtures import (
+    DCGM_FIXTURE,
+    SGLANG_FIXTURE,
+    SGLANG_KV_CAPACITY_TOKENS,
+    VLLM_CACHE_CONFIG_INFO,
+    VLLM_FIXTURE,
+    VLLM_KV_CAPACITY_TOKENS,
+)
 
 NOW = datetime(2026, 1, 13, tzinfo=UTC)
 CAPTURES = {Engine.VLLM: VLLM_FIXTURE, Engine.SGLANG: SGLANG_FIXTURE}
+# The vLLM fixture is an excerpt of its capture; the capture's vllm:cache_config_info, which the excerpt
+# omits, is restored verbatim (tests.analyzer.prometheus_fixtures.VLLM_CACHE_CONFIG_INFO).
+RESTORED = {Engine.VLLM: VLLM_CACHE_CONFIG_INFO, Engine.SGLANG: ""}
+KV_IN_CAPTURE = {Engine.VLLM: VLLM_KV_CAPACITY_TOKENS, Engine.SGLANG: SGLANG_KV_CAPACITY_TOKENS}
+GRID = TimeGrid(start=1_768_264_400.0, step=60.0, n=3)
+TARGET = {"job": "engine", "instance": "10.0.0.5:8000", "namespace": "llm", "pod": "engine-0"}
 # Fields a real capture lacks, and why (a missing name otherwise means the table or the capture is wrong).
 ABSENT = {
     (Engine.SGLANG, EngineField.PREEMPTIONS): "the capture's excerpt omits the num_retractions histogram"
@@ -85,6 +116,10 @@ def value_read(reading: EngineReading, field: EngineField) -> bool:
     return getattr(reading, attribute[field]) is not None
 
 
+def capture_text(engine: Engine) -> str:
+    return CAPTURES[engine].read_text(encoding="utf-8") + RESTORED[engine]
+
+
 def every_name() -> Iterator[tuple[EngineMetric, str]]:
     for metric in ENGINE_METRICS:
         for name in metric.names:
@@ -100,7 +135,7 @@ def test_the_collector_reads_every_name_of_the_table(metric: EngineMetric, name:
 
 def table_lines(text: str) -> str:
     """``text`` without the samples of any name in the engine table (histograms: every sample of theirs)."""
-    names = {n for metric in ENGINE_METRICS for n in metric.names}
+    names = {n for m in ENGINE_METRICS for n in m.names} | {n for m in KV_CAPACITY_METRICS for n in m.names}
     kept = []
     for line in text.splitlines():
         sample = re.match(r"[^#\s{]+", line)
@@ -113,7 +148,7 @@ def table_lines(text: str) -> str:
 
 @pytest.mark.parametrize("engine", list(CAPTURES))
 def test_the_collector_reads_nothing_outside_the_table(engine: Engine) -> None:
-    text = CAPTURES[engine].read_text(encoding="utf-8")
+    text = capture_text(engine)
     with pytest.raises(EngineParseError):  # the token counters are the table's: without them, no engine
         read(table_lines(text))
     token = engine_metric(engine, EngineField.GENERATION_TOKENS)
@@ -123,6 +158,8 @@ def test_the_collector_reads_nothing_outside_the_table(engine: Engine) -> None:
     for field in EngineField:
         if field is not EngineField.GENERATION_TOKENS:
             assert not value_read(reading, field), f"{engine}: {field} read from a name outside the table"
+    assert reading.kv_capacity_tokens is None, f"{engine}: a KV budget read from a name outside the table"
+    assert read(text).kv_capacity_tokens == KV_IN_CAPTURE[engine]  # and the table's names are in the capture
 
 
 def test_zero_agent_queries_exactly_the_table() -> None:
@@ -143,7 +180,7 @@ def test_zero_agent_queries_exactly_the_table() -> None:
 def capture_types(engine: Engine) -> dict[str, str]:
     """Metric name -> its TYPE in the real capture (a histogram's ``_sum`` is its histogram's)."""
     out: dict[str, str] = {}
-    for family in text_string_to_metric_families(CAPTURES[engine].read_text(encoding="utf-8")):
+    for family in text_string_to_metric_families(capture_text(engine)):
         for sample in family.samples:
             out.setdefault(sample.name, family.type)
         out.setdefault(family.name, family.type)
@@ -175,6 +212,103 @@ def test_the_table_spells_every_name_with_its_engines_prefixes() -> None:
             for aliases in metric.parts:
                 stems = {n.removeprefix(p) for n in aliases for p in prefixes if n.startswith(p)}
                 assert len(aliases) == len(stems) * len(prefixes)  # each stem in every spelling
+    for kv in KV_CAPACITY_METRICS:
+        for factor in kv.factors:
+            assert all(name.startswith(PREFIXES[kv.engine]) for name in factor.names), factor
+            stems = {n.removeprefix(p) for n in factor.names for p in PREFIXES[kv.engine] if n.startswith(p)}
+            assert len(factor.names) == len(stems) * len(PREFIXES[kv.engine])
+
+
+# --- the KV budget table ---------------------------------------------------------------------------------
+
+FACTORS = (
+    7,
+    11,
+    13,
+)  # distinct primes: a factor missed, read twice or swapped for another changes the product
+
+
+def kv_samples(metric: KvCapacityMetric, alias: str | None = None) -> dict[str, tuple[dict[str, str], float]]:
+    """One sample per name the metric reads: each factor under its first alias, or under ``alias`` where it
+    is one of the factor's; a label factor as a label of its info gauge (value 1), a value factor as the
+    value."""
+    out: dict[str, tuple[dict[str, str], float]] = {}
+    for factor, number in zip(metric.factors, FACTORS[: len(metric.factors)], strict=True):
+        name = alias if alias in factor.names else factor.names[0]
+        labels, value = out.get(name, ({"model_name": "m"}, 1.0))
+        if factor.label is not None:
+            labels = {**labels, factor.label: str(number)}
+        else:
+            value = float(number)
+        out[name] = (labels, value)
+    return out
+
+
+def zero_agent_budget(
+    engine: Engine, samples: Mapping[str, Sequence[tuple[Mapping[str, str], float]]]
+) -> int | None:
+    """The budget zero-agent mode reads from ``samples`` held over a range (as its KV queries return them)."""
+    times = GRID.times()
+    token = engine_metric(engine, EngineField.GENERATION_TOKENS)
+    assert token is not None
+    counter = next(q for q in ENGINE_QUERIES if q.name == token.parts[0][0])
+    results: dict[MetricQuery, list[RangeSeries]] = {counter: [RangeSeries(TARGET, times, np.ones(GRID.n))]}
+    for name, found in samples.items():
+        query = next(q for q in KV_CAPACITY_QUERIES if q.name == name)  # StopIteration: a name not queried
+        results[query] = [RangeSeries({**labels, **TARGET}, times, np.full(GRID.n, v)) for labels, v in found]
+    (worker,) = map_fleet(results, GRID).workers
+    assert worker.engine == engine.value
+    return worker.kv_capacity_tokens
+
+
+def rendered(labels: Mapping[str, str]) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in labels.items())
+
+
+def every_kv_name() -> Iterator[tuple[KvCapacityMetric, str]]:
+    for metric in KV_CAPACITY_METRICS:
+        for name in metric.names:
+            yield metric, name
+
+
+@pytest.mark.parametrize(("metric", "name"), list(every_kv_name()), ids=[n for _, n in every_kv_name()])
+def test_both_readers_read_every_kv_name_of_the_table_alike(metric: KvCapacityMetric, name: str) -> None:
+    samples = kv_samples(metric, name)
+    assert name in samples
+    expected = math.prod(FACTORS[: len(metric.factors)])
+    token = engine_metric(metric.engine, EngineField.GENERATION_TOKENS)
+    assert token is not None
+    text = f'{token.parts[0][0]}{{model_name="m"}} 1\n' + "".join(
+        f"{n}{{{rendered(labels)}}} {value}\n" for n, (labels, value) in samples.items()
+    )
+    assert read(text).kv_capacity_tokens == expected, f"the collector does not read {name}"
+    as_ranges = {n: [(labels, value)] for n, (labels, value) in samples.items()}
+    assert zero_agent_budget(metric.engine, as_ranges) == expected, f"zero-agent does not read {name}"
+
+
+def test_zero_agent_queries_exactly_the_kv_table() -> None:
+    expected = {(Family(m.engine.value), name) for m in KV_CAPACITY_METRICS for name in m.names}
+    assert {(q.family, q.name) for q in KV_CAPACITY_QUERIES} == expected
+    assert len(KV_CAPACITY_QUERIES) == len(expected)  # one query per name, however many factors read it
+    assert all(q.reduce is Reduce.LAST and q.column == KV_CAPACITY_FIELD for q in KV_CAPACITY_QUERIES)
+    assert set(KV_CAPACITY_QUERIES) <= set(ALL_QUERIES)
+    assert all(kv_capacity_metric(engine) is not None for engine in Engine)  # every engine says where
+
+
+@pytest.mark.parametrize("engine", list(CAPTURES))
+def test_the_real_captures_kv_budget_reads_alike_with_the_tables_kind(engine: Engine) -> None:
+    metric = kv_capacity_metric(engine)
+    assert metric is not None
+    types = capture_types(engine)
+    present = [n for n in metric.names if n in types]
+    assert present and {types[n] for n in present} == {metric.kind.value}, present
+    samples: dict[str, list[tuple[Mapping[str, str], float]]] = {}
+    for family in text_string_to_metric_families(capture_text(engine)):
+        for sample in family.samples:
+            if sample.name in metric.names:
+                samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    assert read(capture_text(engine)).kv_capacity_tokens == KV_IN_CAPTURE[engine]
+    assert zero_agent_budget(engine, samples) == KV_IN_CAPTURE[engine]
 
 
 def test_the_collectors_dcgm_names_are_the_table() -> None:

@@ -69,6 +69,11 @@ def test_every_scenario_runs_and_its_records_carry_cluster_and_deployment(
     assert {e.deployment for e in engines} == set(pools)
     assert all(e.cluster == pools[e.deployment or ""].cluster for e in engines)
     assert {g.cluster for g in gpus} == {p.cluster for p in scenario.pools}
+    # Every engine reports the KV cache it holds (a whole number of tokens), one figure per worker.
+    budgets: dict[str, set[int | None]] = {}
+    for e in engines:
+        budgets.setdefault(e.worker_id, set()).add(e.kv_capacity_tokens)
+    assert all(len(b) == 1 and next(iter(b)) is not None for b in budgets.values()), name
 
 
 @pytest.mark.parametrize("name", sorted(NODE))

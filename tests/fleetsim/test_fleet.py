@@ -88,6 +88,31 @@ def test_records_parse_and_both_paths_agree(catalog: Catalog) -> None:
     assert stamps == sorted(stamps)
 
 
+def test_engine_records_report_the_kv_cache_the_simulator_gives_each_worker(catalog: Catalog) -> None:
+    sim = FleetSimulation(load_scenario("demo"), catalog, 3, window_s=60)
+    builder = RecordBuilder(sim)
+    chunk = next(sim.chunks(sim.windows_in(0.05)))
+    parsed = [parse_record(line) for line in builder.chunk_jsonl(chunk).splitlines()]
+    assert parsed == to_records(builder.chunk_dicts(chunk))  # both paths, through the contract
+    reported = {r.worker_id: r.kv_capacity_tokens for r in parsed if isinstance(r, EngineSample)}
+    capacity = {w: v for w, v in reported.items() if v is not None}
+    assert capacity == reported  # every engine says how much KV it holds, as vLLM and SGLang do
+    # The budget the physics caps each worker's batch with (over a sequence's tokens), in whole tokens.
+    budget = {
+        worker.worker_id: float(model.step.kv_capacity_tokens[i])
+        for model in sim.models
+        for i, worker in enumerate(model.workers)
+    }
+    assert capacity.keys() == budget.keys()
+    assert all(budget[w] - 1 < v <= budget[w] and v >= 1024 for w, v in capacity.items())
+    for model in sim.models:
+        limits = model.step.batch_limits(np.full(len(model.workers), 1000.0), 0.0)
+        by_kv = [capacity[w.worker_id] / 1000.0 for w in model.workers]
+        np.testing.assert_allclose(limits.by_kv, by_kv, rtol=0, atol=1e-3)  # within the floored token
+    # Per worker, not per pool: a pool's H100 and H200 workers hold different budgets.
+    assert any(len({capacity[w.worker_id] for w in model.workers}) > 1 for model in sim.models)
+
+
 def test_engine_counters_follow_the_engines_conventions(catalog: Catalog) -> None:
     sim = FleetSimulation(load_scenario("balanced"), catalog, 1, window_s=300)
     builder = RecordBuilder(sim)
