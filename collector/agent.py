@@ -26,6 +26,7 @@ from typing import Protocol
 
 from collector.clock import Clock
 from collector.deployments import resolve_deployment
+from collector.discovery import discovered_urls, merged_urls
 from collector.engine_ids import identity_of
 from collector.engines import EngineDelta, EngineReading, EngineScraper
 from collector.exporter import ExporterState, GpuView, StateHolder, WorkerView
@@ -33,7 +34,9 @@ from collector.failures import (
     REASON_CONNECT_ERROR,
     REASON_EXCEPTION,
     REASON_IO_ERROR,
+    REASON_NO_METRICS_ENDPOINT,
     REASON_TIMEOUT,
+    STAGE_DISCOVERY,
     STAGE_ENGINE,
     STAGE_POD_RESOURCES,
     STAGE_SOURCE,
@@ -96,6 +99,9 @@ class Agent:
     failures: FailureLog = field(default_factory=FailureLog)
     windows: int = 0
     joins: dict[str, EndpointJoin] = field(default_factory=dict)  # engine URL -> its last join
+    # On Kubernetes: scrape the /metrics endpoint each GPU-holding pod declares, beside the configured URLs.
+    discover_engines: bool = False
+    configured_engine_urls: tuple[str, ...] = ()
     _workers: dict[str, _WorkerTotals] = field(default_factory=dict)
     _shipper: Shipper | None = None
     _listeners: ListenerFinder | None = None
@@ -168,6 +174,8 @@ class Agent:
                 u: readings.get(u) or last[u] for u in self.engines.urls if u in readings or u in last
             }
         joins = {url: self._join(reading, attribution, gpu_pids) for url, reading in readings.items()}
+        if self.discover_engines and self.engines is not None:
+            self._discover(attribution)
         gpu_records = [
             s if s.worker_id is not None or s.gpu_uuid not in attribution.gpu_worker
             else s.model_copy(update={"worker_id": attribution.gpu_worker[s.gpu_uuid]})
@@ -195,6 +203,20 @@ class Agent:
         self.windows += 1
         self._publish(window, gpu_records, skus, up=bool(records) or not self.gpu_sources)
         return records
+
+    def _discover(self, attribution: Attribution) -> None:
+        """Next window's engine URLs: the configured ones and those the GPU-holding pods declare."""
+        assert self.engines is not None
+        urls, missing = discovered_urls(list(attribution.workers.values()))
+        merged = merged_urls(self.configured_engine_urls, urls)
+        if merged != self.engines.urls:
+            log.info("engine endpoints now %s", ", ".join(merged) or "none")
+            self.engines.set_urls(merged)
+        for worker_id, why in missing.items():
+            detail = f"pod {worker_id} holds GPUs but declares no /metrics endpoint: {why}"
+            self.failures.fail(Failure(STAGE_DISCOVERY, worker_id, REASON_NO_METRICS_ENDPOINT, detail))
+        for worker_id in {w.worker_id for w in attribution.workers.values() if w.metrics and w.metrics.urls}:
+            self.failures.ok(STAGE_DISCOVERY, worker_id)
 
     def _pod_holders(self, window: SourceWindow) -> dict[str, list[PodRef]] | None:
         if self.pod_resources is None:

@@ -321,6 +321,16 @@ class EngineScraper:
     last: dict[str, EngineReading] = field(default_factory=dict)
     last_error: dict[str, str] = field(default_factory=dict)
 
+    def set_urls(self, urls: list[str]) -> None:
+        """Scrape ``urls`` from the next window on (discovered pods come and go); a URL kept keeps its last
+        reading, so its next window is counted, and a new one is primed by its first scrape."""
+        kept = set(urls)
+        for gone in [u for u in self.last if u not in kept]:
+            del self.last[gone]
+        for gone in [u for u in self.last_error if u not in kept]:
+            del self.last_error[gone]
+        self.urls = list(urls)
+
     def _read(self, url: str) -> EngineReading:
         exposition = scrape(self.client, url, self.timeout_s)
         return read_engine(exposition, url, self.clock.monotonic(), self.clock.now())

@@ -30,6 +30,7 @@ STAGE_SHIP = "ship"  # sending records to the ingest API or the output file
 STAGE_SPOOL = "spool"  # committing records to the local spool
 STAGE_WINDOW = "window"  # a whole window failed (a bug; the loop goes on)
 STAGE_EXPORTER = "exporter"  # series left out of /metrics by the cardinality bound
+STAGE_DISCOVERY = "engine_discovery"  # a GPU-holding pod that declares no /metrics endpoint (target: pod)
 
 # Reasons: a fixed set of short classes (the exporter's ``reason`` label).
 _HTTP_NAMED = frozenset({400, 401, 403, 404, 405, 406, 408, 410, 413, 415, 422, 429, 500, 502, 503, 504})
@@ -50,6 +51,7 @@ REASON_DRIVER_UNRESPONSIVE = "driver_unresponsive"  # blocked NVML calls piled u
 REASON_REJECTED = "rejected"  # the ingest API rejected records for good (they are dropped and counted)
 REASON_IO_ERROR = "io_error"  # a file or database could not be written
 REASON_TRUNCATED = "truncated"  # the exporter's cardinality bound left series out
+REASON_NO_METRICS_ENDPOINT = "no_metrics_endpoint"  # a pod without a metrics annotation or named port
 REASON_EXCEPTION = "exception"  # anything else (a bug): the log has the traceback
 
 REASONS: frozenset[str] = frozenset(
@@ -60,6 +62,7 @@ REASONS: frozenset[str] = frozenset(
         REASON_READ_ERROR, REASON_PARSE_ERROR, REASON_TOO_LARGE, REASON_NOT_AN_ENGINE,
         REASON_NO_GPU_SERIES, REASON_NO_GPUS, REASON_NVML_ERROR, REASON_CALL_TIMEOUT,
         REASON_DRIVER_UNRESPONSIVE, REASON_REJECTED, REASON_IO_ERROR, REASON_TRUNCATED, REASON_EXCEPTION,
+        REASON_NO_METRICS_ENDPOINT,
     }
 )  # fmt: skip
 

@@ -107,9 +107,10 @@ def build_runtime(
             if sim_factory is None:
                 raise RuntimeConfigError("the simulated fleet source is not available in this installation")
             gpu_sources.append(sim_factory(settings, clock))
+    discover = settings.discover_engines and settings.pod_resources_socket is not None
     engines = (
         EngineScraper(list(settings.engine_urls), client, clock, settings.scrape_timeout_s)
-        if settings.engine_urls
+        if settings.engine_urls or discover
         else None
     )
     mapping: RoleMapping | None = None
@@ -146,6 +147,8 @@ def build_runtime(
         cluster=settings.cluster,
         gpu_sources=gpu_sources,
         engines=engines,
+        discover_engines=discover,
+        configured_engine_urls=tuple(settings.engine_urls),
         sku_of=sku_of or default_sku_of(),
         mapping=mapping,
         role_label_key=settings.role_label_key,

@@ -96,6 +96,12 @@ class CollectorSettings(BaseSettings):
         default_factory=list,
         description="Serving-engine /metrics URLs (vLLM, SGLang, TensorRT-LLM, Dynamo workers), JSON list.",
     )
+    discover_engines: bool = Field(
+        default=True,
+        description="With the pod-resources socket (Kubernetes): scrape the /metrics endpoint each "
+        "GPU-holding pod declares (phasefit.io/metrics-port or prometheus.io/port annotation, or a port "
+        "named 'metrics'), beside engine_urls.",
+    )
     role_mapping_file: Path | None = Field(
         default=None,
         description="YAML file mapping workers (or engine URLs, or GPU UUIDs) to roles, models and GPUs; the "

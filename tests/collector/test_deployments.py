@@ -23,7 +23,7 @@ from collector.procfs import FakeProcs
 from collector.roles import sanitise_label
 from collector.settings import CollectorSettings
 from collector.window import PodRef
-from fleet.contract import EngineSample, GpuSample
+from fleet.contract import EngineSample, GpuJoin, GpuSample, Role
 from tests.collector.conftest import VLLM_FIXTURE, fixture_text
 
 POD_IP = "10.0.3.7"
@@ -220,3 +220,59 @@ def test_mapping_file_accepts_a_deployment(tmp_path: Path) -> None:
     path = tmp_path / "roles.yaml"
     path.write_text("workers:\n  - worker_id: w1\n    deployment: llama-70b\n")
     assert load_mapping(path).workers[0].deployment == "llama-70b"
+
+
+def _discovering_agent(clock: FakeClock, annotations: dict[str, str], seen: list[str]) -> Agent:
+    """As kube_agent, but no engine URL is configured: the pod's annotations say where it serves /metrics."""
+    fake = fleet_node(1, clock.monotonic)
+    uuid = fake.gpus[0].uuid
+    pods = [PodDevices("llm", "decode-0", "vllm", (ContainerDevices("nvidia.com/gpu", (uuid,)),))]
+
+    def read_pod(name: str, namespace: str) -> Any:
+        return SimpleNamespace(
+            metadata=SimpleNamespace(labels={"llm-d.ai/role": "decode"}, annotations=annotations),
+            status=SimpleNamespace(pod_ip=POD_IP),
+        )
+
+    text = without_dynamo(fixture_text(VLLM_FIXTURE))
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, text=text)
+
+    client = httpx.Client(transport=httpx.MockTransport(answer))
+    return Agent(
+        node="gpu-node-17",
+        clock=clock,
+        gpu_sources=[NvmlSource(fake, "gpu-node-17", clock)],
+        engines=EngineScraper([], client, clock),
+        discover_engines=True,
+        sku_of=lambda name: "H200-SXM",
+        pod_resources=FakePodResources(pods),
+        pod_lookup=KubernetesPodLookup(read_pod),
+    )
+
+
+def test_a_gpu_holding_pod_is_scraped_where_its_annotation_says(clock: FakeClock) -> None:
+    seen: list[str] = []
+    agent = _discovering_agent(clock, {"prometheus.io/port": "8000"}, seen)
+    agent.start()
+    engines: list[EngineSample] = []
+    for _ in range(3):  # 1: the pod is found; 2: its engine's first scrape; 3: its first window
+        clock.advance(10.0)
+        engines += [r for r in agent.collect_window() if isinstance(r, EngineSample)]
+    assert seen and set(seen) == {POD_URL}
+    assert [e.worker_id for e in engines] == ["llm/decode-0"]
+    assert engines[0].gpu_join is GpuJoin.POD_RESOURCES and engines[0].role is Role.DECODE
+
+
+def test_a_gpu_holding_pod_without_an_endpoint_is_reported_not_guessed(clock: FakeClock) -> None:
+    seen: list[str] = []
+    agent = _discovering_agent(clock, {}, seen)
+    agent.start()
+    for _ in range(2):
+        clock.advance(10.0)
+        assert not [r for r in agent.collect_window() if isinstance(r, EngineSample)]
+    assert seen == []
+    [failure] = [f for f in agent.failures.current() if f.stage == "engine_discovery"]
+    assert failure.target == "llm/decode-0" and failure.reason == "no_metrics_endpoint"
