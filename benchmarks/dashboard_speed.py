@@ -51,8 +51,8 @@ def build_store(folder: Path) -> str:
     from fleet.store import migrate
     from fleet.store.engine import make_engine, writing
     from fleet.store.retention import refresh_rollups
+    from fleetsim.alert_episodes import store_alert_episodes
     from fleetsim.source import jsonl_batches
-    from tests.dashboard.seed import seed_alerts
 
     catalog = load_catalog()
     scenario = scaled_demo(16)
@@ -78,7 +78,7 @@ def build_store(folder: Path) -> str:
     analysis = analyze(data, catalog)
     with writing(engine) as connection:
         write_result(connection, analysis, now=end)
-        seed_alerts(connection, START, "node/meta-llama/Llama-3.1-70B-Instruct")
+        store_alert_episodes(connection, START, "node/meta-llama/Llama-3.1-70B-Instruct")
     print(f"analysed ({len(analysis.findings)} findings): {time.perf_counter() - began:.1f} s")
     engine.dispose()
     records.unlink()

@@ -22,8 +22,9 @@ FORBIDDEN = {
     "fleetsim": {"analyzer", "alerts", "dashboard", "phasefit", "tests", "benchmarks"},
     "analyzer": {"fleetsim", "collector", "alerts", "dashboard", "phasefit", "tests", "benchmarks"},
     "collector": {"fleetsim", "analyzer", "alerts", "dashboard", "phasefit", "tests", "benchmarks"},
-    # benchmarks/dashboard_speed.py still seeds its store with tests.dashboard.seed (issue 18 removes it).
 }
+# Test code is imported by tests alone: the product, its benchmarks and its scripts stand without it.
+NOT_TESTS = (*PACKAGES, "benchmarks", "scripts")
 
 
 def imported_packages(folder: Path, root: Path = ROOT) -> dict[str, set[str]]:
@@ -49,6 +50,12 @@ def test_no_package_imports_what_the_architecture_forbids(package: str) -> None:
         if names & FORBIDDEN[package]
     }
     assert bad == {}, f"{package} imports what it must not: {bad}"
+
+
+@pytest.mark.parametrize("folder", NOT_TESTS)
+def test_nothing_but_tests_imports_tests(folder: str) -> None:
+    bad = sorted(module for module, names in imported_packages(ROOT / folder).items() if "tests" in names)
+    assert bad == [], f"{folder} imports test code: {bad}"
 
 
 def test_the_rule_sees_the_imports_it_forbids(tmp_path: Path) -> None:

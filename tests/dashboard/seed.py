@@ -115,32 +115,6 @@ def seed_store(
 
 def seed_alerts(connection: Any, start: datetime, pool: str) -> None:
     """Two Alertmanager episodes as the webhook receiver stores them: one firing, one resolved."""
-    from fleet.store.alerts import AlertEvent, upsert_alert_event
+    from fleetsim.alert_episodes import store_alert_episodes
 
-    events = [
-        AlertEvent(
-            fingerprint="4b1e6c0f9d2a7e31",
-            starts_at=start + timedelta(hours=30),
-            status="firing",
-            receiver="phasefit",
-            labels={
-                "alertname": "PhasefitWorkerMisplaced",
-                "severity": "warning",
-                "worker": "node03/decode-1",
-                "pool": pool,
-                "kind": "decode-on-low-bandwidth",
-            },
-            annotations={"summary": "A worker runs on a GPU model that does not suit its bottleneck."},
-        ),
-        AlertEvent(
-            fingerprint="9c0d51e2aa3f6b70",
-            starts_at=start + timedelta(hours=62),
-            status="resolved",
-            ends_at=start + timedelta(hours=66),
-            receiver="phasefit",
-            labels={"alertname": "PhasefitPoolRatioDrift", "severity": "warning", "pool": pool},
-            annotations={"summary": "A pool's prefill:decode capacity no longer matches its traffic."},
-        ),
-    ]
-    for event in events:
-        upsert_alert_event(connection, event, now=event.starts_at + timedelta(minutes=1))
+    store_alert_episodes(connection, start, pool)
