@@ -8,6 +8,7 @@ is the operator's decision, not a side effect of ingesting a file).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -19,8 +20,11 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, inspect, text
 
-import migrations
 from fleet.store.schema import Base
+
+MIGRATIONS_PACKAGE = (
+    "migrations"  # data to this module: found, never imported (migrations/env.py imports fleet)
+)
 
 __all__ = [
     "CommandError",  # Alembic's, re-exported: an unknown revision name raises it
@@ -69,11 +73,14 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def _script_location() -> str:
-    # ``__path__`` rather than ``__file__``: works for a regular package and an editable namespace install.
-    for entry in migrations.__path__:
+    # The package's search locations rather than ``__file__``: works for a regular package and an editable
+    # namespace install, and finding a top-level package imports nothing.
+    spec = importlib.util.find_spec(MIGRATIONS_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for entry in locations:
         if (Path(entry) / "env.py").is_file():
             return str(Path(entry).resolve())
-    raise RuntimeError(f"no Alembic env.py in the migrations package ({list(migrations.__path__)})")
+    raise RuntimeError(f"no Alembic env.py in the {MIGRATIONS_PACKAGE!r} package ({locations})")
 
 
 def head_revision() -> str:
