@@ -17,9 +17,13 @@ that never evicts reserves), the engine's batch cap and the batch that meets the
 operator settings, optional). Where a group's decode workers were seen saturated (KV full with a queue),
 their measured throughput, scaled to the mix, is the capacity.
 
-KV capacity: measured on decode workers as ``running x context / kv_cache_usage``; elsewhere from the
-memory the engine holds (``mem_used_bytes``: engines pre-allocate their share of HBM) minus weights and
-the runtime reserve, scaled by what measured groups show; else the model's budget.
+KV capacity (:func:`kv_budget_of`, a :class:`analyzer.kv_budget.KvBudget` that says its source): what the
+group's engines report (engine_sample ``kv_capacity_tokens``: "measured"); else what another worker of the
+same model, precision, SKU and TP degree reports anywhere in the fleet ("measured-on-peer"); else inferred
+from this group's telemetry: ``running x context / kv_cache_usage`` on decode workers, or the memory the
+engine holds (``mem_used_bytes``: engines pre-allocate their share of HBM) minus weights and the runtime
+reserve, scaled by what measured groups show ("inferred"); else the engine's memory rule
+("modelled", :func:`analyzer.kv_budget.modelled_budget`, its assumptions named and ranged).
 
 Every capacity carries a relative uncertainty: small where measured, the model's held-out ratio error where
 transferred from another SKU, growing with each doubling of batch beyond the largest one seen. Part of it
@@ -29,6 +33,13 @@ ratio, so the borrowed factor's error moves both; every decode capacity extrapol
 model beyond the batches seen; and the model's error on one deployment is mostly common to every SKU (its
 held-out error on cross-SKU ratios is a fraction of its absolute error). Only the cross-SKU part (and a
 group's own spread) is the group's alone.
+
+The uncertainty widens where the model is weakest: a decode capacity whose KV budget is not measured is
+re-evaluated at both ends of the budget's range (a KV-starved group moves almost one for one with it; the
+group's own part); a mixture-of-experts model adds its routing band (re-evaluated with tokens spread over
+half the experts; shared, since every group serves the same model) and takes the MoE regime's held-out
+band where that is wider (:mod:`analyzer.uncertainty`). The lost-token ranges of placement inherit all of
+it through the capacity draws.
 """
 
 from __future__ import annotations
@@ -39,18 +50,28 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from analyzer import uncertainty as bands
 from analyzer.decode_fit import DecodeLine, fit_decode_line
 from analyzer.deployment import Deployment
-from analyzer.efficiency import CALIBRATED, CALIBRATION_ACCURACY, DEFAULT_LIMITS, EfficiencyParams
+from analyzer.efficiency import CALIBRATED, CALIBRATION_ACCURACY, EfficiencyParams
 from analyzer.frames import ROLES, FloatArray
-from analyzer.perf_model import Workload, predict
+from analyzer.kv_budget import (
+    BudgetSource,
+    KvBudget,
+    ReportedBudgets,
+    measured_budget,
+    modelled_budget,
+    peer_key,
+    reported_median,
+)
+from analyzer.moe import kv_bytes_per_sequence, routing_experts, step_time, weights_per_gpu
+from analyzer.perf_model import Workload, default_budget, predict
 from analyzer.pools import Pool, SkuGroup
-from analyzer.roofline import kv_budget_bytes, kv_bytes_per_sequence, step_time
 from analyzer.telemetry import WorkerGrid
 from analyzer.workload import PoolTraffic
+from fleet.catalog import EngineSettings
 from fleet.contract import Role
 from fleet.gpus import GpuSku
-from fleet.models import weight_bytes
 
 _PREFILL, _DECODE = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE)
 
@@ -71,6 +92,7 @@ class CapacityParams:
     measured_uncertainty: float = 0.03
     transfer_uncertainty: float = CALIBRATION_ACCURACY.heldout_ratio_p90
     model_uncertainty: float = CALIBRATION_ACCURACY.heldout_absolute_p90
+    inferred_kv_uncertainty: float = 0.10  # a KV budget from KV in use per sequence or memory held
 
 
 @dataclass(frozen=True)
@@ -109,6 +131,10 @@ class GroupCapacity:
     prefill: RoleCapacity
     decode: RoleCapacity
     kv_bytes: float  # KV cache per worker (bytes)
+    kv_budget: KvBudget | None = None  # what ``kv_bytes`` rests on (None where the model is unknown)
+    # Grid rows of the group's workers whose own engines report their budget: the others' figure is their
+    # peers' (see analyzer.evidence.capacity_evidence).
+    kv_reporting: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,6 +154,12 @@ class PoolCalibration:
     pooled_prefill: float = 1.0
     pooled_decode: float = 1.0
     skus: dict[str, GpuSku] = field(default_factory=dict)  # group -> SKU, for every group of the pool
+    # group -> (median tokens, relative spread) its own engines report, and the rows that report
+    kv_reported: dict[str, tuple[float, float]] = field(default_factory=dict)
+    kv_reporting: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # group -> (median tokens, relative spread, workers) reported by peers elsewhere in the fleet
+    kv_peer: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    engines: dict[str, EngineSettings] = field(default_factory=dict)  # group -> its engine's KV rule
 
     def as_dict(self) -> dict[str, float | str | None]:
         out: dict[str, float | str | None] = {
@@ -160,8 +192,9 @@ def _context(isl: float, osl: float) -> float:
     return max(1.0, isl + osl / 2.0)
 
 
-def _model_prefill(d: Deployment, isl: float, osl: float) -> float:
-    return predict(d, Workload(max(1, round(isl)), max(1, round(osl)))).prefill_tokens_per_s
+def _model_prefill(d: Deployment, isl: float, osl: float, budget: KvBudget | None = None) -> float:
+    workload = Workload(max(1, round(isl)), max(1, round(osl)))
+    return predict(d, workload, budget=budget, with_range=False).prefill_tokens_per_s
 
 
 def _model_prefill_series(
@@ -190,13 +223,20 @@ def busy_share(grid: WorkerGrid, rows: npt.NDArray[np.int64]) -> FloatArray:
 
 
 def calibrate(
-    pool: Pool, grid: WorkerGrid, traffic: PoolTraffic, params: CapacityParams | None = None
+    pool: Pool,
+    grid: WorkerGrid,
+    traffic: PoolTraffic,
+    params: CapacityParams | None = None,
+    budgets: ReportedBudgets | None = None,
 ) -> PoolCalibration:
-    """Fit the pool's calibration from every bucket of the grid."""
+    """Fit the pool's calibration from every bucket of the grid; ``budgets`` are the KV budgets the
+    fleet's engines report (and each worker's engine), where known."""
     p = params or CapacityParams()
     cal = PoolCalibration()  # filled in place below, then frozen into the result
     decode_points: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
     cal.skus.update({group.key: group.sku for group in pool.groups})
+    if budgets is not None:
+        _reported(pool, budgets, cal)
     isl, osl = traffic.isl, traffic.osl
     context = isl + osl / 2.0
     for group in pool.groups:
@@ -292,26 +332,96 @@ def calibrate(
     )
 
 
+def _reported(pool: Pool, budgets: ReportedBudgets, cal: PoolCalibration) -> None:
+    """The budgets the group's own engines report, else their peers' elsewhere, and each group's engine."""
+    for group in pool.groups:
+        settings = budgets.settings_of(group.members)
+        if settings is not None:
+            cal.engines[group.key] = settings
+        own = reported_median(budgets.of_rows(group.members))
+        if own is not None:
+            cal.kv_reported[group.key] = own
+            cal.kv_reporting[group.key] = tuple(r for r in group.members if r in budgets.tokens)
+            continue
+        key = peer_key(pool, group.deployment)
+        peers = budgets.peers.get(key, ()) if key is not None else ()
+        figure = reported_median(peers)
+        if figure is not None:
+            cal.kv_peer[group.key] = (figure[0], figure[1], len(peers))
+
+
 def _memory_kv_bytes(group: SkuGroup, mem_used_per_gpu: float | None) -> float:
     """KV bytes per worker from the memory the engine holds, else the model's budget."""
     d = group.deployment
     if d is None:
         return 0.0
     if mem_used_per_gpu is None or not math.isfinite(mem_used_per_gpu):
-        return kv_budget_bytes(d, CALIBRATED, DEFAULT_LIMITS)
-    held = min(mem_used_per_gpu, d.hbm_bytes) * d.tp
-    return max(0.0, held - weight_bytes(d.model, d.precision) - CALIBRATED.runtime_reserve_bytes * d.tp)
+        return default_budget(d).bytes
+    held = min(mem_used_per_gpu, d.hbm_bytes)
+    return max(0.0, held - weights_per_gpu(d) - CALIBRATED.runtime_reserve_bytes) * d.tp
 
 
-def kv_bytes_per_worker(group: SkuGroup, cal: PoolCalibration) -> float:
-    """KV cache bytes one worker of the group holds: measured, else memory-based scaled by measured."""
+def _inferred(figure: float, p: CapacityParams, detail: str) -> KvBudget:
+    spread = p.inferred_kv_uncertainty
+    return KvBudget(figure, figure * (1.0 - spread), figure * (1.0 + spread), BudgetSource.INFERRED, detail)
+
+
+def kv_budget_of(group: SkuGroup, cal: PoolCalibration, params: CapacityParams | None = None) -> KvBudget:
+    """The KV budget of one worker of the group and what it rests on (see the module docstring)."""
+    p = params or CapacityParams()
+    d = group.deployment
+    if d is None:
+        return KvBudget(0.0, 0.0, 0.0, BudgetSource.MODELLED, "model or SKU unknown: no budget")
+    if group.key in cal.kv_reported:
+        tokens, spread = cal.kv_reported[group.key]
+        reporting = len(cal.kv_reporting.get(group.key, ()))
+        budget = measured_budget(
+            d, tokens, detail=f"{tokens:,.0f} tokens as {reporting} of the group's engines report them"
+        )
+        return _widened(budget, spread)
+    if group.key in cal.kv_peer:
+        tokens, spread, workers = cal.kv_peer[group.key]
+        budget = measured_budget(
+            d,
+            tokens,
+            BudgetSource.PEER,
+            f"{tokens:,.0f} tokens as {workers} other worker(s) of {d.model.key} {d.precision} on "
+            f"{d.tp} x {d.gpu.key} report them",
+        )
+        return _widened(budget, spread)
     if group.key in cal.kv_bytes:
-        return cal.kv_bytes[group.key]
+        return _inferred(
+            cal.kv_bytes[group.key], p, "inferred from KV in use per running sequence on its decode workers"
+        )
     mem = cal.mem_used.get(group.key)
+    what = "the memory its engines hold"
     if mem is None and cal.mem_share and group.sku.hbm_bytes:
         # A group that reports no memory: its HBM at the share the pool's engines take elsewhere.
         mem = float(np.median(list(cal.mem_share.values()))) * group.sku.hbm_bytes
-    return _memory_kv_bytes(group, mem) * cal.kv_scale
+        what = "the share of memory the pool's engines hold elsewhere"
+    if mem is not None and math.isfinite(mem):
+        figure = _memory_kv_bytes(group, mem) * cal.kv_scale
+        scaled = f", x {cal.kv_scale:.3g} as measured groups show" if cal.kv_scale != 1.0 else ""
+        return _inferred(figure, p, f"inferred from {what} minus weights and reserve{scaled}")
+    settings = cal.engines.get(group.key)
+    budget = modelled_budget(d, settings, CALIBRATED) if settings is not None else default_budget(d)
+    if cal.kv_scale != 1.0:
+        budget = budget.scaled(cal.kv_scale, "as the pool's measured groups show")
+    return budget
+
+
+def _widened(budget: KvBudget, spread: float) -> KvBudget:
+    """A reported budget whose reporters disagree: its range widened to their spread."""
+    if spread <= 0:
+        return budget
+    low = min(budget.low_bytes, budget.bytes * (1.0 - min(spread, 0.99)))
+    high = max(budget.high_bytes, budget.bytes * (1.0 + spread))
+    return KvBudget(budget.bytes, low, high, budget.source, budget.detail, budget.assumptions)
+
+
+def kv_bytes_per_worker(group: SkuGroup, cal: PoolCalibration) -> float:
+    """KV cache bytes one worker of the group holds (see :func:`kv_budget_of`)."""
+    return kv_budget_of(group, cal).bytes
 
 
 def group_capacity(
@@ -325,16 +435,28 @@ def group_capacity(
         unknown = RoleCapacity(0.0, 1.0, "model", fits=False)
         prefill = RoleCapacity(measured, p.transfer_uncertainty, "measured") if measured else unknown
         return GroupCapacity(group, prefill, unknown, 0.0)
-    kv = kv_bytes_per_worker(group, cal)
+    budget = kv_budget_of(group, cal, p)
     return GroupCapacity(
-        group, _prefill(group, d, cal, isl, osl, kv, p), _decode(group, d, cal, isl, osl, kv, p), kv
+        group,
+        _prefill(group, d, cal, isl, osl, budget, p),
+        _decode(group, d, cal, isl, osl, budget, p),
+        budget.bytes,
+        budget,
+        cal.kv_reporting.get(group.key, ()),
     )
 
 
 def _prefill(
-    group: SkuGroup, d: Deployment, cal: PoolCalibration, isl: float, osl: float, kv: float, p: CapacityParams
+    group: SkuGroup,
+    d: Deployment,
+    cal: PoolCalibration,
+    isl: float,
+    osl: float,
+    budget: KvBudget,
+    p: CapacityParams,
 ) -> RoleCapacity:
-    fits = kv >= 2 * kv_bytes_per_sequence(d, max(1, round(isl)))
+    fits = budget.bytes >= 2 * kv_bytes_per_sequence(d, max(1, round(isl)))
+    # The model's figure at the same (default) budget the calibration divided by, so the factor applies.
     model = _model_prefill(d, isl, osl)
     if group.key in cal.prefill_factor:
         # The method's error (busy share, the model's shape) is common to every group it measures and to
@@ -356,7 +478,12 @@ def _prefill(
             fits,
             shared=min(uncertainty, p.measured_uncertainty),
         )
-    return RoleCapacity(model, p.model_uncertainty, "model", fits, shared=_model_shared(p))
+    return RoleCapacity(model, _model_band(d, p), "model", fits, shared=_model_shared(p))
+
+
+def _model_band(d: Deployment, p: CapacityParams) -> float:
+    """The uncalibrated model's band: its held-out absolute error, the MoE regime's where that is wider."""
+    return max(p.model_uncertainty, bands.band("moe")) if d.is_moe else p.model_uncertainty
 
 
 def _transfer_uncertainty(d: Deployment, sources: list[GpuSku], role: str, p: CapacityParams) -> float:
@@ -377,7 +504,8 @@ def _transfer_uncertainty(d: Deployment, sources: list[GpuSku], role: str, p: Ca
 
     nearest = min((distance(s) for s in sources), default=math.inf)
     reach = min(1.0, nearest / math.log(1.5))
-    return p.measured_uncertainty + (p.transfer_uncertainty - p.measured_uncertainty) * reach
+    transfer = max(p.transfer_uncertainty, bands.band("moe", "ratio")) if d.is_moe else p.transfer_uncertainty
+    return p.measured_uncertainty + (transfer - p.measured_uncertainty) * reach
 
 
 def _model_shared(p: CapacityParams) -> float:
@@ -386,11 +514,18 @@ def _model_shared(p: CapacityParams) -> float:
 
 
 def _decode(
-    group: SkuGroup, d: Deployment, cal: PoolCalibration, isl: float, osl: float, kv: float, p: CapacityParams
+    group: SkuGroup,
+    d: Deployment,
+    cal: PoolCalibration,
+    isl: float,
+    osl: float,
+    budget: KvBudget,
+    p: CapacityParams,
 ) -> RoleCapacity:
     """Generated tokens/s at the saturated batch: KV for whole sequences (prompt + output, as a scheduler
     that never evicts reserves), the engine's cap and the TPOT objective, whichever is smallest. Where
     the group's decode workers were seen saturated, their measured throughput scales to this mix."""
+    kv = budget.bytes
     fits = kv >= p.min_kv_sequences * kv_bytes_per_sequence(d, max(1, round(isl + osl)))
     line = cal.decode.get(group.key)
     scale = line.scale if line else cal.pooled_decode
@@ -416,22 +551,76 @@ def _decode(
         sources = [cal.skus[k] for k in cal.decode if k in cal.skus]
         uncertainty, source = _transfer_uncertainty(d, sources, "decode", p) + extrapolation, "transferred"
     else:
-        uncertainty, source, shared = p.model_uncertainty, "model", _model_shared(p)
-    uncertainty = min(uncertainty, p.model_uncertainty)
+        uncertainty, source, shared = _model_band(d, p), "model", _model_shared(p)
+    uncertainty = min(uncertainty, _model_band(d, p))
+    # Where the model is weakest: the budget's own range (this group's), the MoE routing band (shared).
+    kv_part = _budget_part(d, cal, isl, osl, budget, scale, tokens, p)
+    routing_part = _routing_part(d, cal, isl, osl, kv, scale, tokens, p)
+    uncertainty = min(1.0, bands.combine(uncertainty, kv_part, routing_part))
+    shared = bands.combine(shared, routing_part)
     return RoleCapacity(
         tokens, uncertainty, source, fits, batch=batch, tpot_s=tpot, shared=min(shared, uncertainty)
     )
 
 
+def _budget_part(
+    d: Deployment,
+    cal: PoolCalibration,
+    isl: float,
+    osl: float,
+    budget: KvBudget,
+    scale: float,
+    tokens: float,
+    p: CapacityParams,
+) -> float:
+    """How far the decode capacity moves across the budget's range (relative, the wider side; 1.0 where
+    the low end holds no batch)."""
+    if tokens <= 0 or (budget.low_bytes >= budget.bytes and budget.high_bytes <= budget.bytes):
+        return 0.0
+    low, _, _ = _modeled_decode(d, cal, isl, osl, budget.low_bytes, scale, p)
+    high, _, _ = _modeled_decode(d, cal, isl, osl, budget.high_bytes, scale, p)
+    if low <= 0:
+        return 1.0
+    return max(tokens / low, high / tokens) - 1.0
+
+
+def _routing_part(
+    d: Deployment,
+    cal: PoolCalibration,
+    isl: float,
+    osl: float,
+    kv: float,
+    scale: float,
+    tokens: float,
+    p: CapacityParams,
+) -> float:
+    """The MoE routing band: the decode capacity with tokens spread over half the experts (0 if dense)."""
+    experts = routing_experts(d)
+    if experts is None or tokens <= 0:
+        return 0.0
+    alternative, _, _ = _modeled_decode(d, cal, isl, osl, kv, scale, p, experts)
+    if alternative <= 0:
+        return 1.0
+    return max(alternative / tokens, tokens / alternative) - 1.0
+
+
 def _modeled_decode(
-    d: Deployment, cal: PoolCalibration, isl: float, osl: float, kv: float, scale: float, p: CapacityParams
+    d: Deployment,
+    cal: PoolCalibration,
+    isl: float,
+    osl: float,
+    kv: float,
+    scale: float,
+    p: CapacityParams,
+    experts: float | None = None,
 ) -> tuple[float, float, float]:
-    """(tokens/s, batch, TPOT) of the model's saturated decode worker at this mix."""
+    """(tokens/s, batch, TPOT) of the model's saturated decode worker at this mix (``experts``: the MoE
+    routing spread, None for uniform routing)."""
     context = _context(isl, osl)
     params = cal.decode_params()
 
     def step(batch: float) -> float:
-        return scale * step_time(d, params, decode_seqs=batch, context_len=context).total_s
+        return scale * step_time(d, params, decode_seqs=batch, context_len=context, experts=experts).total_s
 
     batch = kv / kv_bytes_per_sequence(d, max(1, round(isl + osl)))
     if p.max_decode_batch is not None:
@@ -464,7 +653,7 @@ def lengths_from_kv(
         usable = (grid.running[rows] >= 1) & (grid.kv_usage[rows] >= 0.02) & (grid.role[rows] != _PREFILL)
         if not usable.any():
             continue
-        kv = _memory_kv_bytes(group, cal.mem_used.get(group.key)) * cal.kv_scale
+        kv = kv_budget_of(group, cal).bytes
         per_token = kv_bytes_per_sequence(d, 1024) / 1024
         contexts.extend((grid.kv_usage[rows][usable] * kv / per_token / grid.running[rows][usable]).tolist())
     if not contexts or not math.isfinite(ratio) or ratio <= 0:

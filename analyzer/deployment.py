@@ -22,17 +22,34 @@ class DeploymentError(ValueError):
 
 @dataclass(frozen=True)
 class Deployment:
-    """What one serving instance runs on: ``tp`` GPUs of ``gpu`` holding ``model``."""
+    """What one serving instance runs on: ``tp`` GPUs of ``gpu`` holding ``model``.
+
+    ``tp`` is every GPU of the instance. A mixture-of-experts model may spread its routed experts over
+    ``ep`` of them (expert parallelism; 1: every expert split across the ``tp`` GPUs, vLLM's and SGLang's
+    default) and run attention data-parallel (``attention_dp``: each GPU attends for its own sequences
+    with every KV head and a full copy of the non-expert weights, as TensorRT-LLM's
+    ``enable_attention_dp`` and SGLang's ``--enable-dp-attention`` do). Serving stacks do not report these,
+    so the fleet's deployments keep the defaults; ``phasefit predict`` and benchmark rows may set them.
+    """
 
     model: ModelArch
     gpu: GpuSku
     precision: Precision
     kv_precision: Precision
     tp: int
+    ep: int = 1
+    attention_dp: bool = False
 
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise DeploymentError(f"tp must be >= 1, got {self.tp}")
+        if self.ep < 1 or self.tp % self.ep:
+            raise DeploymentError(f"ep must divide tp ({self.tp}), got {self.ep}")
+        if (self.ep > 1 or self.attention_dp) and not self.model.experts_total:
+            raise DeploymentError(
+                f"{self.model.key} is a dense model: expert parallelism and attention data parallelism "
+                "apply to mixture-of-experts models"
+            )
         missing = [
             name
             for name, value in (
@@ -49,6 +66,20 @@ class Deployment:
             )
         if self.kv_precision in (Precision.FP4, Precision.INT4):
             raise DeploymentError(f"a {self.kv_precision} KV cache is not supported; use fp8 or bf16")
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.model.experts_total)
+
+    @property
+    def layout(self) -> str:
+        """How the instance is cut: ``TP8``, ``TP8 EP8``, ``TP8 EP8 attention-DP``."""
+        parts = [f"TP{self.tp}"]
+        if self.ep > 1:
+            parts.append(f"EP{self.ep}")
+        if self.attention_dp:
+            parts.append("attention-DP")
+        return " ".join(parts)
 
     @property
     def hbm_bytes(self) -> float:
@@ -117,6 +148,8 @@ def make_deployment(
     precision: str | Precision,
     tp: int,
     kv_precision: str | Precision | None = None,
+    ep: int = 1,
+    attention_dp: bool = False,
 ) -> Deployment:
     """Resolve names through the catalog into a :class:`Deployment`."""
     try:
@@ -133,4 +166,6 @@ def make_deployment(
         precision=weights,
         kv_precision=cache,
         tp=tp,
+        ep=ep,
+        attention_dp=attention_dp,
     )

@@ -14,7 +14,9 @@ import math
 import numpy as np
 
 from analyzer.bottleneck import BOTTLENECKS, EVIDENCE, BottleneckGrid
+from analyzer.capacity import GroupCapacity
 from analyzer.frames import ROLES, FloatArray
+from analyzer.kv_budget import BudgetSource
 from analyzer.pools import Pool
 from analyzer.telemetry import WorkerGrid
 from fleet.contract import ActivityEvidence, Bottleneck, Role
@@ -174,3 +176,27 @@ def roofline_point(
             None if intensity is None or ridge is None else ("compute" if intensity >= ridge else "memory")
         ),
     }
+
+
+def capacity_evidence(capacity: GroupCapacity, row: int | None = None) -> Evidence:
+    """What the capacities of a worker's group rest on, for a finding's evidence: the KV budget
+    (``kv_budget``: "measured" where the worker's own engine reports it, "measured-on-peer" where another
+    worker of the same model, precision, SKU and TP degree does, "inferred" from the group's telemetry,
+    "modelled" from the engine's memory rule), its size, range and basis, and each role's capacity with
+    its relative uncertainty and source."""
+    out: Evidence = {}
+    budget = capacity.kv_budget
+    d = capacity.group.deployment
+    if budget is None:
+        out["kv_budget"] = "unknown"
+        out["kv_budget_detail"] = "the model or the SKU lacks catalog figures"
+    else:
+        out.update(budget.as_evidence(d))
+        if budget.source is BudgetSource.MEASURED and row is not None and row not in capacity.kv_reporting:
+            out["kv_budget"] = str(BudgetSource.PEER)
+            out["kv_budget_detail"] = f"this worker's engine does not report it; {budget.detail}"
+    for role, c in (("prefill", capacity.prefill), ("decode", capacity.decode)):
+        out[f"{role}_capacity_tokens_per_s"] = round(c.tokens_per_s, 1) if c.fits else None
+        out[f"{role}_capacity_uncertainty"] = round(c.uncertainty, 4)
+        out[f"{role}_capacity_source"] = c.source
+    return out

@@ -40,6 +40,7 @@ from analyzer.evidence import (
     UTILISATION_CAVEAT,
     activity_evidence,
     bottleneck_share,
+    capacity_evidence,
     dominant_bottleneck,
     worker_evidence,
 )
@@ -254,6 +255,7 @@ def _worker_finding(
         isl=last.mix.isl,
         osl=last.mix.osl,
     )
+    evidence.update(capacity_evidence(placement.groups[change.group], episode.row))
     recommendation, options = worker_recommendation(
         change,
         placement,

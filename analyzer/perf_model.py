@@ -13,17 +13,30 @@ Three throughputs answer three questions:
   whole prompts in the few iterations that carry one).
 - ``prefill_tokens_per_s``: a prefill-only worker of a disaggregated pool, prompt tokens per second.
 - ``decode_tokens_per_s``: a decode-only worker, generated tokens per second at the mean context.
+
+The KV cache is a :class:`analyzer.kv_budget.KvBudget`: measured where the engine reports it, else
+modelled from the engine's memory rule (by default the rule of the trtllm-bench measurements the model is
+calibrated on), every assumption named. Each throughput carries a low/high range that widens where the
+model is weakest (:mod:`analyzer.uncertainty`): the held-out error of its regime, the budget's own range
+(re-predicted at both ends: a KV-starved instance moves almost one for one with it), and for
+mixture-of-experts models the routing band (re-predicted with tokens spread over half the experts).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
+from analyzer import uncertainty
 from analyzer.deployment import Deployment
 from analyzer.efficiency import CALIBRATED, DEFAULT_LIMITS, EfficiencyParams, EngineLimits
-from analyzer.roofline import StepTime, kv_capacity_sequences, step_time
+from analyzer.kv_budget import KvBudget, modelled_budget, trtllm_bench_settings
+from analyzer.moe import kv_bytes_per_sequence, routing_experts, step_time
+from analyzer.roofline import StepTime
+from fleet.catalog import EngineSettings
 from fleet.contract import Bottleneck
 from fleet.models import prefill_flops
 
@@ -60,6 +73,23 @@ class Workload:
         return self.isl + self.osl / 2
 
 
+def kv_capacity_sequences(d: Deployment, budget_bytes: float, seq_len: int) -> float:
+    """Sequences of ``seq_len`` tokens whose KV fits at once in ``budget_bytes`` (fractional)."""
+    return budget_bytes / kv_bytes_per_sequence(d, max(1, seq_len))
+
+
+def regime_of(d: Deployment, bottleneck: Bottleneck) -> str:
+    """The regime of a prediction (:data:`analyzer.uncertainty.REGIMES`): MoE first, then KV-starved
+    (capacity-bound), compute-bound, else bandwidth-bound (fixed-cost-bound iterations included)."""
+    if d.is_moe:
+        return "moe"
+    if bottleneck is Bottleneck.CAPACITY:
+        return "kv-starved"
+    if bottleneck is Bottleneck.COMPUTE:
+        return "compute-bound"
+    return "bandwidth-bound"
+
+
 @dataclass(frozen=True)
 class ThroughputPrediction:
     """Predicted performance of one instance of ``tp`` GPUs (token rates are for the whole instance)."""
@@ -81,10 +111,28 @@ class ThroughputPrediction:
     prefill_step: StepTime | None
     decode_step: StepTime | None
     notes: tuple[str, ...] = field(default=())
+    kv_budget: KvBudget | None = None
+    regime: str = ""
+    # Low/high of each throughput (output, prefill, decode) and the parts of the band, as relative
+    # half-widths in log space ("model": the regime's held-out error; "kv_budget": the budget's range;
+    # "routing": the MoE routing band).
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    uncertainty_parts: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
         return self.output_tokens_per_s / self.deployment.tp
+
+    @property
+    def uncertainty(self) -> float:
+        """The output throughput's band as one relative half-width (the wider side)."""
+        low, high = self.ranges.get("output", (self.output_tokens_per_s, self.output_tokens_per_s))
+        central = self.output_tokens_per_s
+        if central <= 0:
+            return 1.0
+        down = 1.0 - low / central
+        up = high / central - 1.0
+        return max(down, up)
 
 
 def _prefill_cost(d: Deployment, isl: int) -> float:
@@ -92,7 +140,13 @@ def _prefill_cost(d: Deployment, isl: int) -> float:
 
 
 def colocated_step_s(
-    d: Deployment, w: Workload, params: EfficiencyParams, limits: EngineLimits, batch: float
+    d: Deployment,
+    w: Workload,
+    params: EfficiencyParams,
+    limits: EngineLimits,
+    batch: float,
+    *,
+    experts: float | None = None,
 ) -> float:
     """Mean iteration time of a colocated instance decoding ``batch`` sequences of the workload."""
     chunk = min(w.isl, limits.prefill_chunk_tokens)
@@ -112,19 +166,25 @@ def colocated_step_s(
             context_len=w.mean_context,
             prefill_tokens=tokens,
             prefill_flops=tokens * flops_per_prompt_token,
+            experts=experts,
         )
         total += weight * step.total_s
     return total
 
 
 def _prefill_only(
-    d: Deployment, w: Workload, params: EfficiencyParams, limits: EngineLimits
+    d: Deployment,
+    w: Workload,
+    params: EfficiencyParams,
+    limits: EngineLimits,
+    budget_bytes: float,
+    experts: float | None = None,
 ) -> tuple[float, StepTime]:
     """Prompt tokens/s of a prefill-only instance and one of its iterations."""
     chunk = limits.prefill_chunk_tokens
     if w.isl <= chunk:
         # As many whole prompts as the chunk, the concurrency and the KV cache (prompts in flight) allow.
-        room = max(1, math.floor(kv_capacity_sequences(d, params, limits, w.isl)))
+        room = max(1, math.floor(kv_capacity_sequences(d, budget_bytes, w.isl)))
         prompts = min(max(1, chunk // w.isl), room, w.concurrency or room)
         step = step_time(
             d,
@@ -133,6 +193,7 @@ def _prefill_only(
             context_len=0,
             prefill_tokens=prompts * w.isl,
             prefill_flops=prompts * _prefill_cost(d, w.isl),
+            experts=experts,
         )
         return prompts * w.isl / step.total_s, step
     steps = math.ceil(w.isl / chunk)
@@ -143,6 +204,7 @@ def _prefill_only(
         context_len=0,
         prefill_tokens=w.isl / steps,
         prefill_flops=_prefill_cost(d, w.isl) / steps,
+        experts=experts,
     )
     return w.isl / (steps * step.total_s), step
 
@@ -162,12 +224,19 @@ def time_to_first_token_s(d: Deployment, isl: int, params: EfficiencyParams, lim
 
 
 def _colocated_bottleneck(
-    d: Deployment, w: Workload, params: EfficiencyParams, limits: EngineLimits, *, batch: float, wanted: int
+    d: Deployment,
+    w: Workload,
+    params: EfficiencyParams,
+    limits: EngineLimits,
+    *,
+    batch: float,
+    wanted: int,
+    experts: float | None = None,
 ) -> Bottleneck:
     if batch < wanted:
         larger = min(wanted, 2 * batch)
-        now = batch / colocated_step_s(d, w, params, limits, batch)
-        more = larger / colocated_step_s(d, w, params, limits, larger)
+        now = batch / colocated_step_s(d, w, params, limits, batch, experts=experts)
+        more = larger / colocated_step_s(d, w, params, limits, larger, experts=experts)
         if more > now * (1.0 + CAPACITY_GAIN_THRESHOLD):
             return Bottleneck.CAPACITY
     tokens = batch * w.isl / w.osl  # mean prompt tokens per iteration
@@ -178,8 +247,114 @@ def _colocated_bottleneck(
         context_len=w.mean_context,
         prefill_tokens=tokens,
         prefill_flops=tokens * _prefill_cost(d, w.isl) / w.isl,
+        experts=experts,
     )
     return step.bottleneck()
+
+
+@dataclass(frozen=True)
+class _Core:
+    """One evaluation of the model at one KV budget and routing."""
+
+    fits: bool
+    capacity: float
+    batch: float
+    output: float
+    prefill: float
+    decode: float
+    prefill_step: StepTime | None
+    decode_step: StepTime | None
+    bottleneck: Bottleneck
+    prefill_bottleneck: Bottleneck
+    decode_bottleneck: Bottleneck
+
+
+def _evaluate(
+    d: Deployment,
+    w: Workload,
+    params: EfficiencyParams,
+    limits: EngineLimits,
+    budget_bytes: float,
+    experts: float | None = None,
+) -> _Core:
+    capacity = kv_capacity_sequences(d, budget_bytes, w.isl + w.osl)
+    wanted = limits.max_batch if w.concurrency is None else w.concurrency
+    if capacity < 1.0:
+        return _Core(
+            False, capacity, 0.0, 0.0, 0.0, 0.0, None, None,
+            Bottleneck.CAPACITY, Bottleneck.CAPACITY, Bottleneck.CAPACITY,
+        )  # fmt: skip
+    batch = min(float(wanted), capacity)  # fractional: the mean batch of a KV-limited engine
+    output = batch / colocated_step_s(d, w, params, limits, batch, experts=experts)
+    decode = step_time(d, params, decode_seqs=batch, context_len=w.mean_context, experts=experts)
+    prefill_rate, prefill = _prefill_only(d, w, params, limits, budget_bytes, experts)
+    return _Core(
+        fits=True,
+        capacity=capacity,
+        batch=batch,
+        output=output,
+        prefill=prefill_rate,
+        decode=batch / decode.total_s,
+        prefill_step=prefill,
+        decode_step=decode,
+        bottleneck=_colocated_bottleneck(d, w, params, limits, batch=batch, wanted=wanted, experts=experts),
+        prefill_bottleneck=prefill.bottleneck(),
+        decode_bottleneck=(
+            Bottleneck.CAPACITY
+            if batch < wanted
+            and _capacity_limits_decode(d, w, params, batch=batch, wanted=wanted, experts=experts)
+            else decode.bottleneck()
+        ),
+    )
+
+
+def default_budget(
+    d: Deployment,
+    params: EfficiencyParams = CALIBRATED,
+    limits: EngineLimits = DEFAULT_LIMITS,
+    settings: EngineSettings | None = None,
+) -> KvBudget:
+    """The modelled budget: the engine's rule where ``settings`` name one, else the rule of the
+    trtllm-bench measurements the model is calibrated on (``limits.kv_memory_fraction`` of free memory)."""
+    return modelled_budget(d, settings or trtllm_bench_settings(limits.kv_memory_fraction), params)
+
+
+def _log_ratio(a: float, b: float) -> float:
+    """|ln(a / b)|, infinite where one side is 0 and the other is not."""
+    if a <= 0 and b <= 0:
+        return 0.0
+    if a <= 0 or b <= 0:
+        return math.inf
+    return abs(math.log(a / b))
+
+
+def _ranges(
+    central: _Core,
+    low: _Core,
+    high: _Core,
+    routed: _Core | None,
+    model_band: float,
+) -> tuple[dict[str, tuple[float, float]], dict[str, float]]:
+    """Low/high per throughput: the regime's band, the budget's two ends and the routing band combined in
+    log space; a budget whose low end holds no sequence takes the low end to 0."""
+    s_model = math.log1p(model_band)
+    out: dict[str, tuple[float, float]] = {}
+    parts = {"model": model_band, "kv_budget": 0.0, "routing": 0.0}
+    for name in ("output", "prefill", "decode"):
+        value = getattr(central, name)
+        if value <= 0:
+            out[name] = (0.0, 0.0)
+            continue
+        s_low = _log_ratio(value, getattr(low, name)) if getattr(low, name) < value else 0.0
+        s_high = _log_ratio(getattr(high, name), value) if getattr(high, name) > value else 0.0
+        s_route = _log_ratio(getattr(routed, name), value) if routed is not None else 0.0
+        down = math.sqrt(s_model**2 + s_low**2 + s_route**2)
+        up = math.sqrt(s_model**2 + s_high**2 + s_route**2)
+        out[name] = (0.0 if math.isinf(down) else value * math.exp(-down), value * math.exp(up))
+        if name == "output":
+            parts["kv_budget"] = math.expm1(max(s_low, s_high)) if math.isfinite(max(s_low, s_high)) else 1.0
+            parts["routing"] = math.expm1(s_route) if math.isfinite(s_route) else 1.0
+    return out, parts
 
 
 def predict(
@@ -187,17 +362,35 @@ def predict(
     w: Workload,
     params: EfficiencyParams = CALIBRATED,
     limits: EngineLimits = DEFAULT_LIMITS,
+    *,
+    budget: KvBudget | None = None,
+    settings: EngineSettings | None = None,
+    with_range: bool = True,
 ) -> ThroughputPrediction:
-    """Predict one instance's throughputs for the workload (pure; no I/O)."""
-    capacity = kv_capacity_sequences(d, params, limits, w.isl + w.osl)
-    wanted = limits.max_batch if w.concurrency is None else w.concurrency
+    """Predict one instance's throughputs for the workload (pure; no I/O).
+
+    ``budget`` is the instance's KV cache where known (an engine's report, an operator's figure); else it
+    is modelled with the engine ``settings`` (see :func:`default_budget`). ``with_range`` False skips the
+    extra evaluations the low/high ranges need (for callers that use the central figures only)."""
+    kv = budget or default_budget(d, params, limits, settings)
     ttft = time_to_first_token_s(d, w.isl, params, limits)
-    if capacity < 1.0:
+    core = _evaluate(d, w, params, limits, kv.bytes)
+    wanted = limits.max_batch if w.concurrency is None else w.concurrency
+    regime = regime_of(d, core.bottleneck)
+    ranges: dict[str, tuple[float, float]] = {}
+    parts: dict[str, float] = {}
+    if with_range:
+        low = _evaluate(d, w, params, limits, kv.low_bytes) if kv.low_bytes < kv.bytes else core
+        high = _evaluate(d, w, params, limits, kv.high_bytes) if kv.high_bytes > kv.bytes else core
+        alternative = routing_experts(d)
+        routed = _evaluate(d, w, params, limits, kv.bytes, alternative) if alternative is not None else None
+        ranges, parts = _ranges(core, low, high, routed, uncertainty.band(regime))
+    if not core.fits:
         return ThroughputPrediction(
             deployment=d,
             workload=w,
             fits=False,
-            max_batch=capacity,
+            max_batch=core.capacity,
             batch=0,
             output_tokens_per_s=0.0,
             colocated_prompt_tokens_per_s=0.0,
@@ -212,47 +405,61 @@ def predict(
             decode_step=None,
             notes=(
                 f"{d.model.key} at {d.precision} on {d.tp} x {d.gpu.key} leaves no room for the KV cache "
-                f"of one {w.isl + w.osl}-token sequence",
+                f"of one {w.isl + w.osl}-token sequence ({kv.detail})",
             ),
+            kv_budget=kv,
+            regime="kv-starved",
+            ranges=MappingProxyType(ranges),
+            uncertainty_parts=MappingProxyType(parts),
         )
-    batch = min(float(wanted), capacity)  # fractional: the mean batch of a KV-limited engine
     notes: list[str] = []
-    if batch < wanted:
-        notes.append(f"batch limited by KV capacity to {batch:.1f} sequences (wanted {wanted})")
+    if core.batch < wanted:
+        notes.append(f"batch limited by KV capacity to {core.batch:.1f} sequences (wanted {wanted})")
     if d.tp > 1 and d.gpu.interconnect_bytes_per_s is None:
         notes.append("no GPU interconnect in the catalog: all-reduces assumed over PCIe Gen4 x16")
-    output = batch / colocated_step_s(d, w, params, limits, batch)
-    decode = step_time(d, params, decode_seqs=batch, context_len=w.mean_context)
-    prefill_rate, prefill = _prefill_only(d, w, params, limits)
+    if d.is_moe:
+        notes.append(
+            f"mixture of experts ({d.layout}): experts read as uniform routing touches them; the range "
+            "includes routing concentrated on half the experts"
+        )
+    assert core.prefill_step is not None and core.decode_step is not None
     return ThroughputPrediction(
         deployment=d,
         workload=w,
         fits=True,
-        max_batch=capacity,
-        batch=batch,
-        output_tokens_per_s=output,
-        colocated_prompt_tokens_per_s=output * w.isl / w.osl,
-        prefill_tokens_per_s=prefill_rate,
-        decode_tokens_per_s=batch / decode.total_s,
+        max_batch=core.capacity,
+        batch=core.batch,
+        output_tokens_per_s=core.output,
+        colocated_prompt_tokens_per_s=core.output * w.isl / w.osl,
+        prefill_tokens_per_s=core.prefill,
+        decode_tokens_per_s=core.decode,
         ttft_s=ttft,
-        tpot_s=decode.total_s,
-        bottleneck=_colocated_bottleneck(d, w, params, limits, batch=batch, wanted=wanted),
-        prefill_bottleneck=prefill.bottleneck(),
-        decode_bottleneck=(
-            Bottleneck.CAPACITY
-            if batch < wanted and _capacity_limits_decode(d, w, params, batch=batch, wanted=wanted)
-            else decode.bottleneck()
-        ),
-        prefill_step=prefill,
-        decode_step=decode,
+        tpot_s=core.decode_step.total_s,
+        bottleneck=core.bottleneck,
+        prefill_bottleneck=core.prefill_bottleneck,
+        decode_bottleneck=core.decode_bottleneck,
+        prefill_step=core.prefill_step,
+        decode_step=core.decode_step,
         notes=tuple(notes),
+        kv_budget=kv,
+        regime=regime,
+        ranges=MappingProxyType(ranges),
+        uncertainty_parts=MappingProxyType(parts),
     )
 
 
 def _capacity_limits_decode(
-    d: Deployment, w: Workload, params: EfficiencyParams, *, batch: float, wanted: int
+    d: Deployment,
+    w: Workload,
+    params: EfficiencyParams,
+    *,
+    batch: float,
+    wanted: int,
+    experts: float | None = None,
 ) -> bool:
     larger = min(wanted, 2 * batch)
-    now = batch / step_time(d, params, decode_seqs=batch, context_len=w.mean_context).total_s
-    more = larger / step_time(d, params, decode_seqs=larger, context_len=w.mean_context).total_s
+    now = batch / step_time(d, params, decode_seqs=batch, context_len=w.mean_context, experts=experts).total_s
+    more = (
+        larger / step_time(d, params, decode_seqs=larger, context_len=w.mean_context, experts=experts).total_s
+    )
     return more > now * (1.0 + CAPACITY_GAIN_THRESHOLD)

@@ -14,6 +14,7 @@ import numpy as np
 
 from analyzer.bottleneck import BottleneckGrid, BottleneckThresholds, classify
 from analyzer.health import HealthParams, WorkerContext, health_findings
+from analyzer.kv_budget import ReportedBudgets
 from analyzer.misplacement import FindingParams, placement_findings
 from analyzer.pool_analysis import PoolAnalysis, PoolParams, analyze_pool
 from analyzer.pools import Inventory, build_pools, inventory_from_samples
@@ -135,7 +136,12 @@ def analyze(
     rows = {w: i for i, w in enumerate(grid.workers)}
     pools = build_pools(inventory, rows, catalog, p.clusters)
     nodes = {row: inventory.workers[row].node for row in range(len(inventory.workers))}
-    analyses = [analyze_pool(pool, grid, p.pool_params.get(pool.key, p.pool), nodes=nodes) for pool in pools]
+    # KV budgets the engines report come before any modelled one (a peer's for a counterfactual SKU).
+    budgets = ReportedBudgets.from_workers(pools, dict(enumerate(inventory.workers)), catalog)
+    analyses = [
+        analyze_pool(pool, grid, p.pool_params.get(pool.key, p.pool), nodes=nodes, budgets=budgets)
+        for pool in pools
+    ]
     findings: list[Finding] = []
     for analysis in analyses:
         findings += placement_findings(analysis, grid, bottlenecks, p.findings)

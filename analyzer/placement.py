@@ -433,6 +433,8 @@ def _describe(group: GroupCapacity, role: str) -> str:
         text += f", {c.shared:.0%} of it shared with the pool's other groups"
     if role == "decode" and c.batch:
         text += f", at a saturated batch of {c.batch:.0f} sequences"
+    if role == "decode" and group.kv_budget is not None:
+        text += f", KV budget {group.kv_budget.source}"
     return text + ")"
 
 

@@ -29,6 +29,7 @@ from analyzer.capacity import (
 )
 from analyzer.drift import ChangePoint, DriftParams, change_points, segments, state_changes
 from analyzer.frames import ROLES
+from analyzer.kv_budget import ReportedBudgets
 from analyzer.placement import PlacementResult, Routing, WorkerLoad, place
 from analyzer.pools import Pool
 from analyzer.telemetry import WorkerGrid
@@ -119,14 +120,19 @@ def _serving_kind(roles: Counter[int]) -> str:
 
 
 def analyze_pool(
-    pool: Pool, grid: WorkerGrid, params: PoolParams | None = None, nodes: Mapping[int, str] | None = None
+    pool: Pool,
+    grid: WorkerGrid,
+    params: PoolParams | None = None,
+    nodes: Mapping[int, str] | None = None,
+    budgets: ReportedBudgets | None = None,
 ) -> PoolAnalysis:
     """``nodes`` (grid row -> node name, where known) lets a decode and a prefill worker on one node that
-    trade roles be paired as a swap in place."""
+    trade roles be paired as a swap in place. ``budgets`` (the KV budgets the fleet's engines report and
+    each worker's engine, :meth:`ReportedBudgets.from_workers`) come before any modelled budget."""
     p = params or PoolParams()
     notes = list(pool.notes)
     traffic = pool_traffic(pool, grid)
-    calibration = calibrate(pool, grid, traffic, p.capacity)
+    calibration = calibrate(pool, grid, traffic, p.capacity, budgets)
     if not traffic.requests_counted:
         lengths = lengths_from_kv(pool, grid, traffic, calibration)
         if lengths is not None:
@@ -138,7 +144,7 @@ def analyze_pool(
             with np.errstate(invalid="ignore", divide="ignore"):
                 rate = np.where(traffic.prompt_rate > 0, traffic.prompt_rate / isl, np.nan)
             traffic = replace(traffic, request_rate=rate)
-            calibration = calibrate(pool, grid, traffic, p.capacity)
+            calibration = calibrate(pool, grid, traffic, p.capacity, budgets)
         else:
             notes.append("mean prompt and output lengths unknown: no placement analysis")
     states = worker_states(pool, grid)

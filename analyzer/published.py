@@ -52,6 +52,7 @@ class PublishedRow:
     metric: str
     value: float
     notes: str
+    tp_text: str = ""  # the tp cell as written ("8", "8 (EP 8)"): the layout may be stated there
 
     @property
     def kind(self) -> RowKind:
@@ -116,6 +117,7 @@ def parse_published(text: str) -> list[PublishedRow]:
                 metric=raw["metric"].strip(),
                 value=value,
                 notes=raw["notes"].strip(),
+                tp_text=raw["tp"].strip(),
             )
         )
     return rows

@@ -1,7 +1,10 @@
 """The GPU and model catalogs: built-in YAML data merged with an operator's catalog file.
 
-The operator's file (``PHASEFIT_CATALOG_PATH``) has top-level ``gpus:`` and ``models:`` mappings keyed by
-SKU or model key, in the built-in files' fields and units. An entry for a known key overrides only the
+The operator's file (``PHASEFIT_CATALOG_PATH``) has top-level ``gpus:``, ``models:`` and ``engines:``
+mappings keyed by SKU, model or engine key, in the built-in files' fields and units. ``engines:`` says how
+each serving engine sizes its KV cache (the knob, what it is a fraction of, the memory it keeps outside
+weights and KV cache): the named assumptions of a modelled KV budget (``analyzer.kv_budget``), used only
+where no engine reports its budget. An entry for a known key overrides only the
 fields it names (``gpus: {H100-SXM: {hourly_price_usd: 2.9}}``; a list such as ``nvml_names`` is
 replaced, not extended, and so is a ``mig`` table); a new key adds a SKU or model and must give every
 required field (``null`` states an unknown figure). A GPU's ``mig`` table (compute and memory slices, and
@@ -14,9 +17,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
@@ -35,10 +39,83 @@ class CatalogError(ValueError):
     """A catalog file is unreadable, malformed or inconsistent; the message names the file and key."""
 
 
+KvMemoryBasis = Literal["free", "total", "static"]
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How one serving engine sizes its KV cache, as the engine's documentation and code say.
+
+    ``kv_memory_basis`` says what ``kv_memory_fraction`` is a fraction of:
+    - ``free``: of the memory left after the weights and the engine's reserve (TensorRT-LLM's
+      ``free_gpu_memory_fraction``): KV = fraction x (HBM - weights - reserve);
+    - ``total``: of the device, weights and reserve included (vLLM's ``gpu_memory_utilization``):
+      KV = fraction x HBM - weights - reserve;
+    - ``static``: of the device for weights plus KV cache, activations and CUDA graphs living in the rest
+      (SGLang's ``mem_fraction_static``): KV = fraction x HBM - weights - reserve, the reserve being only
+      what is held before the pool is sized (CUDA context, communication buffers).
+    ``kv_memory_fraction_by_tp`` gives the default per TP degree where the engine derives it so (the
+    largest listed degree not above the instance's). ``runtime_reserve_bytes`` is per GPU; None means the
+    reserve calibrated on published measurements (``analyzer.efficiency.CALIBRATED``). The ranges span
+    what releases and common settings do: a modelled budget carries them as its uncertainty.
+    """
+
+    key: str
+    name: str
+    kv_memory_basis: KvMemoryBasis
+    kv_memory_fraction: float
+    kv_memory_fraction_range: tuple[float, float]
+    runtime_reserve_bytes: float | None
+    runtime_reserve_range: tuple[float, float]  # multiples of the reserve
+    kv_memory_fraction_by_tp: Mapping[int, float] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    sources: str = ""
+    notes: str = ""
+
+    def fraction_for(self, tp: int) -> float:
+        """The default fraction at this TP degree."""
+        listed = [degree for degree in sorted(self.kv_memory_fraction_by_tp) if degree <= tp]
+        return self.kv_memory_fraction_by_tp[listed[-1]] if listed else self.kv_memory_fraction
+
+
+class EngineCatalog:
+    """The engines' KV-memory settings, resolved from what engine_sample ``engine`` says (case ignored,
+    a key or an alias)."""
+
+    def __init__(self, engines: Mapping[str, EngineSettings], default: str | None = None) -> None:
+        self._engines: Mapping[str, EngineSettings] = MappingProxyType(dict(engines))
+        self._index: dict[str, str] = {}
+        for key, engine in self._engines.items():
+            for name in (key, *engine.aliases):
+                claimed = self._index.setdefault(name.casefold(), key)
+                if claimed != key:
+                    raise ValueError(f"engine name {name!r} is claimed by both {claimed!r} and {key!r}")
+        if default is not None and default not in self._engines:
+            raise ValueError(f"default engine {default!r} is not in the catalog")
+        self._default = default
+
+    @property
+    def engines(self) -> Mapping[str, EngineSettings]:
+        return self._engines
+
+    @property
+    def default(self) -> EngineSettings | None:
+        """The engine assumed where a worker's engine is unknown (None: no engines catalogued)."""
+        return self._engines[self._default] if self._default is not None else None
+
+    def resolve(self, name: str | None) -> EngineSettings | None:
+        """The settings of an engine name, or None when the catalog does not know it."""
+        if not name:
+            return None
+        key = self._index.get(name.strip().casefold())
+        return self._engines[key] if key is not None else None
+
+
 @dataclass(frozen=True)
 class Catalog:
     gpus: GpuCatalog
     models: ModelCatalog
+    engines: EngineCatalog = field(default_factory=lambda: EngineCatalog({}))
 
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -142,6 +219,66 @@ _MODEL_REQUIRED = (
     "vocab",
     "attention",
 )
+
+
+Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+
+
+class EngineEntry(_Entry):
+    """One engine as catalog files write it: fractions in (0, 1], the reserve in GB (1e9 bytes) per GPU
+    (null: the calibrated reserve), its range as multiples of the reserve."""
+
+    name: str | None = None
+    aliases: list[str] | None = None
+    kv_memory_basis: Literal["free", "total", "static"] | None = None
+    kv_memory_fraction: Fraction | None = None
+    kv_memory_fraction_range: Annotated[list[Fraction], Field(min_length=2, max_length=2)] | None = None
+    kv_memory_fraction_by_tp: dict[PositiveInt, Fraction] | None = None
+    runtime_reserve_gb: NonNegative | None = None
+    runtime_reserve_range: Annotated[list[NonNegative], Field(min_length=2, max_length=2)] | None = None
+    sources: str | None = None
+    notes: str | None = None
+
+
+_ENGINE_REQUIRED = (
+    "name",
+    "sources",
+    "kv_memory_basis",
+    "kv_memory_fraction",
+    "kv_memory_fraction_range",
+    "runtime_reserve_gb",
+    "runtime_reserve_range",
+)
+
+
+def _engine_settings(key: str, e: EngineEntry) -> EngineSettings:
+    assert e.name and e.kv_memory_basis and e.kv_memory_fraction
+    assert e.kv_memory_fraction_range and e.runtime_reserve_range
+    low, high = e.kv_memory_fraction_range
+    by_tp = dict(e.kv_memory_fraction_by_tp or {})
+    if (
+        not low
+        <= min([e.kv_memory_fraction, *by_tp.values()])
+        <= max([e.kv_memory_fraction, *by_tp.values()])
+        <= high
+    ):
+        raise ValueError("kv_memory_fraction (and every kv_memory_fraction_by_tp) must lie in its range")
+    r_low, r_high = e.runtime_reserve_range
+    if not r_low <= 1.0 <= r_high:
+        raise ValueError("runtime_reserve_range must contain 1 (multiples of the reserve)")
+    return EngineSettings(
+        key=key,
+        name=e.name,
+        kv_memory_basis=e.kv_memory_basis,
+        kv_memory_fraction=e.kv_memory_fraction,
+        kv_memory_fraction_range=(low, high),
+        runtime_reserve_bytes=_scaled(e.runtime_reserve_gb, _GB),
+        runtime_reserve_range=(r_low, r_high),
+        kv_memory_fraction_by_tp=MappingProxyType(by_tp),
+        aliases=tuple(e.aliases or ()),
+        sources=e.sources or "",
+        notes=e.notes or "",
+    )
 
 
 def _scaled(value: float | None, factor: float) -> float | None:
@@ -351,7 +488,7 @@ def _read_extra(extra_path: Path | None) -> _Source:
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogError(f"{origin}: cannot read the catalog file: {exc}") from exc
     document = _parse(text, origin)
-    _check_top_level(document, ("gpus", "models"), origin)
+    _check_top_level(document, ("gpus", "models", "engines"), origin)
     return _Source(document, origin)
 
 
@@ -360,11 +497,20 @@ def load_catalog(extra_path: Path | None = None) -> Catalog:
     gpu_file = _Source(*_builtin("gpus.yaml"))
     model_file = _Source(*_builtin("models.yaml"))
     _check_top_level(gpu_file.document, ("mig_suffix_pattern", "gpus"), gpu_file.origin)
-    _check_top_level(model_file.document, ("variant_suffixes", "models"), model_file.origin)
+    _check_top_level(
+        model_file.document, ("variant_suffixes", "default_engine", "models", "engines"), model_file.origin
+    )
     extra = _read_extra(extra_path)
     skus = _build(_merge(gpu_file, extra, "gpus", GpuEntry), "gpus", GpuEntry, _GPU_REQUIRED, _gpu_sku)
     models = _build(
         _merge(model_file, extra, "models", ModelEntry), "models", ModelEntry, _MODEL_REQUIRED, _model_arch
+    )
+    engines = _build(
+        _merge(model_file, extra, "engines", EngineEntry),
+        "engines",
+        EngineEntry,
+        _ENGINE_REQUIRED,
+        _engine_settings,
     )
     with_extra = f" + {extra.origin}" if extra.origin else ""
     try:
@@ -376,4 +522,11 @@ def load_catalog(extra_path: Path | None = None) -> Catalog:
         model_catalog = ModelCatalog(models, variant_suffixes=suffixes)
     except (ValueError, re.error) as exc:
         raise CatalogError(f"{model_file.origin}{with_extra}: models: {exc}") from exc
-    return Catalog(gpus=gpus, models=model_catalog)
+    default_engine = model_file.document.get("default_engine")
+    try:
+        engine_catalog = EngineCatalog(
+            engines, default=None if default_engine is None else str(default_engine)
+        )
+    except ValueError as exc:
+        raise CatalogError(f"{model_file.origin}{with_extra}: engines: {exc}") from exc
+    return Catalog(gpus=gpus, models=model_catalog, engines=engine_catalog)

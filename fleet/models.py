@@ -187,12 +187,44 @@ def weight_bytes(m: ModelArch, precision: Precision, *, quantized_embeddings: bo
     return (total_params(m) - embeddings) * per_param + embeddings * _BF16_BYTES
 
 
-def decode_weight_bytes_read(m: ModelArch, precision: Precision, batch: int) -> float:
-    """Weight bytes one decode step of ``batch`` sequences reads from HBM.
+def experts_touched(m: ModelArch, tokens: float, *, experts: float | None = None) -> float:
+    """Expected distinct routed experts one MoE layer runs for ``tokens`` tokens (0 for a dense model).
+
+    Each token picks ``experts_active`` (k) of the layer's E experts; with uniform, independent routing an
+    expert is missed by one token with probability 1 - k/E, so E x (1 - (1 - k/E)^tokens) are touched.
+    ``experts`` replaces E by the number the load really spreads over (skewed routing concentrates the
+    tokens on fewer experts, so fewer are touched): uniform routing is the upper bound.
+    """
+    if not m.experts_total or not m.experts_active:
+        return 0.0
+    if tokens < 0:
+        raise ValueError(f"tokens must be >= 0, got {tokens}")
+    spread = float(m.experts_total) if experts is None else min(float(m.experts_total), experts)
+    if spread < m.experts_active:
+        raise ValueError(f"routing must spread over at least experts_active ({m.experts_active}) experts")
+    missed: float = (1.0 - m.experts_active / spread) ** tokens
+    return spread * (1.0 - missed)
+
+
+def routed_expert_bytes(m: ModelArch, precision: Precision) -> float:
+    """Bytes of ONE routed expert of one layer at ``precision`` (gate, up and down projections)."""
+    return _expert_params(m) * bytes_per_param(precision)
+
+
+def routed_weight_bytes(m: ModelArch, precision: Precision) -> float:
+    """Bytes of every routed expert of every MoE layer: what expert parallelism divides among GPUs."""
+    return m.moe_layers * (m.experts_total or 0) * routed_expert_bytes(m, precision)
+
+
+def decode_weight_bytes_read(
+    m: ModelArch, precision: Precision, batch: int, *, experts: float | None = None
+) -> float:
+    """Weight bytes one decode step of ``batch`` tokens reads from HBM.
 
     Everything but the input embedding table (a lookup of ``batch`` rows) and the routed experts no
-    token picked: with uniform, independent routing a layer touches E x (1 - (1 - k/E)^batch) of its E
-    experts. Real routing is skewed, so this is an upper bound for MoE and exact for dense models.
+    token picked: a MoE layer reads :func:`experts_touched` of its experts (uniform routing, or routing
+    spread over ``experts`` experts). Uniform routing touches the most experts, so for MoE this is an
+    upper bound; it is exact for dense models.
     """
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
@@ -201,8 +233,8 @@ def decode_weight_bytes_read(m: ModelArch, precision: Precision, batch: int) -> 
     dense_part = _block_matmul_params(m, 0) * per_param + head_bytes
     if not m.experts_total or not m.experts_active:
         return dense_part
-    touched = m.experts_total * (1.0 - (1.0 - m.experts_active / m.experts_total) ** batch)
-    return dense_part + m.moe_layers * touched * _expert_params(m) * per_param
+    touched = experts_touched(m, batch, experts=experts)
+    return dense_part + m.moe_layers * touched * routed_expert_bytes(m, precision)
 
 
 # --- KV cache ---------------------------------------------------------------------------------------

@@ -1,5 +1,11 @@
 """``phasefit predict``: throughput of one serving instance (TP GPUs) from the calibrated performance model.
 
+The KV budget is the one ``--kv-budget-tokens`` states (what the engine reports: vLLM's
+``num_gpu_blocks x block_size``, SGLang's ``max_total_num_tokens``), else the engine's memory rule
+(``--engine``, ``--gpu-memory-utilization``; the catalog's ``engines:``), else the rule of the trtllm-bench
+measurements the model is calibrated on. Every throughput comes with a low/high range that widens where
+the model is weakest (KV-starved, MoE, a modelled budget), and the JSON names the budget's assumptions.
+
 A plain command function; the lead registers it with ``app.command()(predict)``.
 """
 
@@ -20,12 +26,15 @@ def prediction_payload(p: ThroughputPrediction) -> dict[str, Any]:
     from analyzer.efficiency import CALIBRATION_PROVENANCE
 
     d, w = p.deployment, p.workload
+    budget = p.kv_budget
     return {
         "model": d.model.key,
         "gpu": d.gpu.key,
         "precision": str(d.precision),
         "kv_precision": str(d.kv_precision),
         "tp": d.tp,
+        "ep": d.ep,
+        "attention_dp": d.attention_dp,
         "isl": w.isl,
         "osl": w.osl,
         "concurrency": w.concurrency,
@@ -45,9 +54,29 @@ def prediction_payload(p: ThroughputPrediction) -> dict[str, Any]:
         "tpot_s": p.tpot_s if p.fits else None,
         "decode_step": p.decode_step.as_dict() if p.decode_step else None,
         "prefill_step": p.prefill_step.as_dict() if p.prefill_step else None,
+        "regime": p.regime,
+        "uncertainty": p.uncertainty,
+        "uncertainty_parts": dict(p.uncertainty_parts),
+        "ranges": {name: {"low": low, "high": high} for name, (low, high) in p.ranges.items()},
+        "kv_budget": None
+        if budget is None
+        else {
+            "source": str(budget.source),
+            "tokens": budget.tokens(d),
+            "tokens_low": budget.low_bytes / budget.bytes * budget.tokens(d) if budget.bytes > 0 else 0.0,
+            "tokens_high": budget.high_bytes / budget.bytes * budget.tokens(d) if budget.bytes > 0 else 0.0,
+            "bytes": budget.bytes,
+            "detail": budget.detail,
+            "assumptions": dict(budget.assumptions),
+        },
         "notes": list(p.notes),
         "calibration": CALIBRATION_PROVENANCE.get("fitted_at", CALIBRATION_PROVENANCE.get("status", "")),
     }
+
+
+def _range(p: ThroughputPrediction, name: str, value: float) -> str:
+    low, high = p.ranges.get(name, (value, value))
+    return f"{value:,.0f} ({low:,.0f}-{high:,.0f})"
 
 
 def _print_human(p: ThroughputPrediction) -> None:
@@ -61,10 +90,16 @@ def _print_human(p: ThroughputPrediction) -> None:
     )
     table.add_column("quantity")
     table.add_column("value", justify="right")
+    budget = p.kv_budget
     rows = [
-        ("output tokens/s (colocated)", f"{p.output_tokens_per_s:,.0f}"),
-        ("prefill tokens/s (prefill-only)", f"{p.prefill_tokens_per_s:,.0f}"),
-        ("decode tokens/s (decode-only)", f"{p.decode_tokens_per_s:,.0f}"),
+        ("output tokens/s (colocated)", _range(p, "output", p.output_tokens_per_s)),
+        ("prefill tokens/s (prefill-only)", _range(p, "prefill", p.prefill_tokens_per_s)),
+        ("decode tokens/s (decode-only)", _range(p, "decode", p.decode_tokens_per_s)),
+        ("regime", p.regime),
+        (
+            "KV budget",
+            "-" if budget is None else f"{budget.tokens(d):,.0f} tokens ({budget.source}): {budget.detail}",
+        ),
         ("max batch (KV capacity)", f"{max(0.0, p.max_batch):,.0f}"),
         ("batch", f"{p.batch:,.1f}"),
         ("bottleneck", f"{p.bottleneck} (prefill {p.prefill_bottleneck}, decode {p.decode_bottleneck})"),
@@ -97,12 +132,48 @@ def predict(
         str | None,
         typer.Option("--kv-precision", help="KV-cache precision (default: fp8 with fp8/fp4 weights)."),
     ] = None,
+    ep: Annotated[
+        int, typer.Option("--ep", min=1, help="Expert-parallel degree of a MoE model (divides --tp).")
+    ] = 1,
+    attention_dp: Annotated[
+        bool,
+        typer.Option("--attention-dp", help="Attention data-parallel across the TP GPUs (MoE models)."),
+    ] = False,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="Serving engine whose KV memory rule models the budget (vllm, sglang, trtllm; the "
+            "catalog's engines:). Default: the calibrated trtllm-bench rule, or vllm with "
+            "--gpu-memory-utilization.",
+        ),
+    ] = None,
+    gpu_memory_utilization: Annotated[
+        float | None,
+        typer.Option(
+            "--gpu-memory-utilization",
+            min=0.01,
+            max=1.0,
+            help="The engine's KV memory fraction (vLLM gpu_memory_utilization, SGLang "
+            "mem_fraction_static, TensorRT-LLM free_gpu_memory_fraction).",
+        ),
+    ] = None,
+    kv_budget_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--kv-budget-tokens",
+            min=1,
+            help="The KV cache the engine reports holding, in tokens: used instead of any modelled budget.",
+        ),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
 ) -> None:
     """Predict prefill, decode and colocated throughput of one serving instance of TP GPUs."""
     from pydantic import ValidationError
 
     from analyzer.deployment import DeploymentError, make_deployment
+    from analyzer.efficiency import CALIBRATED
+    from analyzer.kv_budget import BudgetSource, measured_budget, modelled_budget
     from analyzer.perf_model import Workload
     from analyzer.perf_model import predict as run_model
     from fleet.catalog import CatalogError, load_catalog
@@ -111,9 +182,28 @@ def predict(
     try:
         catalog = load_catalog(Settings().catalog_path)
         deployment = make_deployment(
-            catalog, model=model, gpu=gpu, precision=precision, tp=tp, kv_precision=kv_precision
+            catalog,
+            model=model,
+            gpu=gpu,
+            precision=precision,
+            tp=tp,
+            kv_precision=kv_precision,
+            ep=ep,
+            attention_dp=attention_dp,
         )
-        prediction = run_model(deployment, Workload(isl, osl, concurrency))
+        budget = None
+        if kv_budget_tokens is not None:
+            budget = measured_budget(
+                deployment, kv_budget_tokens, BudgetSource.GIVEN, f"{kv_budget_tokens:,} tokens as stated"
+            )
+        elif engine is not None or gpu_memory_utilization is not None:
+            name = engine or "vllm"
+            settings = catalog.engines.resolve(name)
+            if settings is None:
+                known = ", ".join(sorted(catalog.engines.engines))
+                raise ValueError(f"unknown engine {name!r}; known engines: {known}")
+            budget = modelled_budget(deployment, settings, CALIBRATED, fraction=gpu_memory_utilization)
+        prediction = run_model(deployment, Workload(isl, osl, concurrency), budget=budget)
     except (CatalogError, DeploymentError, ValidationError, ValueError) as exc:
         fail(str(exc))
         return

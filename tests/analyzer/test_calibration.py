@@ -7,18 +7,34 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
+from analyzer import uncertainty
 from analyzer.calibration import (
+    PRIOR_WEIGHT,
+    HeldOutReport,
     UsableRow,
+    cross_validate,
     evaluate,
     fit,
+    pair_regime,
     predict_row,
     prepare_rows,
+    prior_residuals,
     ratio_pairs,
+    row_engine,
+    row_layout,
+    row_regime,
 )
-from analyzer.efficiency import CALIBRATED, CALIBRATION_PROVENANCE, PRIOR, EfficiencyParams
+from analyzer.efficiency import (
+    CALIBRATED,
+    CALIBRATION_ACCURACY,
+    CALIBRATION_PROVENANCE,
+    PRIOR,
+    EfficiencyParams,
+)
 from analyzer.published import (
     PublishedFormatError,
     PublishedRow,
@@ -161,7 +177,8 @@ def test_fit_recovers_parameters_that_generated_the_data(usable: list[UsableRow]
         allreduce_bandwidth_efficiency=0.45,
         runtime_reserve_bytes=4e9,
     )
-    result = fit(_synthetic(usable, truth), start=PRIOR)
+    # The rows alone (no prior): the machinery finds what generated them.
+    result = fit(_synthetic(usable, truth), start=PRIOR, prior_weight=0.0)
     for name in (
         "compute_efficiency",
         "bandwidth_efficiency",
@@ -182,3 +199,111 @@ def test_robust_loss_resists_an_outlier_that_plain_least_squares_follows(usable:
     plain = evaluate(clean, fit(spoiled, loss="linear", start=CALIBRATED).params)
     assert robust.absolute_all.median < plain.absolute_all.median
     assert robust.absolute_all.median < 0.03
+
+
+def test_the_prior_holds_a_parameter_the_rows_do_not_determine(usable: list[UsableRow]) -> None:
+    """Only TP1 rows (no all-reduce at all): nothing pins the all-reduce constants, so without a prior the
+    fit leaves them wherever the search wandered; with it they stay at the documented prior."""
+    tp1 = [u for u in usable if u.row.tp == 1]
+    assert all(r == 0.0 for r in prior_residuals(PRIOR))
+    held = fit(tp1).params
+    assert held.allreduce_hop_latency_s == pytest.approx(PRIOR.allreduce_hop_latency_s, rel=0.05)
+    assert held.allreduce_bandwidth_efficiency == pytest.approx(
+        PRIOR.allreduce_bandwidth_efficiency, rel=0.05
+    )
+    # Where the rows do determine a parameter, the prior barely moves it.
+    free = fit(usable, prior_weight=0.0).params
+    assert fit(usable).params.compute_efficiency == pytest.approx(free.compute_efficiency, rel=0.05)
+    assert PRIOR_WEIGHT > 0
+
+
+def test_rows_say_their_layout_and_engine_rule(published: list[PublishedRow], catalog: Catalog) -> None:
+    row = published[0]
+    assert row_layout(row) == (1, False)
+    assert row_engine(row, catalog) == (None, None)  # TensorRT-LLM: the trtllm-bench rule
+    moe_row = replace(row, tp_text="8 (EP 8)", notes="trtllm-bench; enable_attention_dp: true")
+    assert row_layout(moe_row) == (8, True)
+    vllm_row = replace(row, source="vLLM v0.9.0 benchmarks", notes="--gpu-memory-utilization 0.95")
+    settings, fraction = row_engine(vllm_row, catalog)
+    assert settings is catalog.engines.resolve("vllm") and fraction == 0.95
+    trt_row = replace(row, notes="--kv_cache_free_gpu_mem_fraction 0.90")
+    assert row_engine(trt_row, catalog) == (None, 0.9)
+    # A layout the model cannot hold is skipped with the reason, never guessed.
+    dense_ep = replace(row, tp_text="1 (EP 2)")
+    _, skipped = prepare_rows([dense_ep], catalog)
+    assert skipped and "ep must divide" in skipped[0].reason
+
+
+def test_regimes_of_rows_and_pairs(usable: list[UsableRow]) -> None:
+    regimes = {u.row.line: row_regime(u) for u in usable}
+    assert set(regimes.values()) <= set(uncertainty.REGIMES)
+    starved = next(
+        u for u in usable if u.row.tp == 1 and u.row.gpu.startswith("H100") and "70B" in u.row.model
+    )
+    assert regimes[starved.row.line] == "kv-starved"
+    mixtral = next(u for u in usable if u.deployment.model.key == "mixtral-8x7b")
+    assert regimes[mixtral.row.line] == "moe"
+    assert pair_regime("compute-bound", "kv-starved") == "kv-starved"
+    assert pair_regime("compute-bound", "bandwidth-bound") == "bandwidth-bound"
+    assert pair_regime("moe", "kv-starved") == "moe"
+    assert pair_regime("compute-bound", "compute-bound") == "compute-bound"
+
+
+@pytest.fixture(scope="module")
+def held_out(usable: list[UsableRow]) -> HeldOutReport:
+    return cross_validate(usable)
+
+
+def test_every_scheme_holds_out_whole_groups(usable: list[UsableRow], held_out: HeldOutReport) -> None:
+    schemes = {e.scheme for e in held_out.errors}
+    assert schemes == {"model", "release", "isl/osl"}
+    releases = {u.row.release for u in usable}
+    assert len(releases) >= 3  # TensorRT-LLM v0.14, v0.9 and NIM: each can be held out
+    assert {e.group for e in held_out.errors if e.scheme == "release"} == releases
+    assert not held_out.skipped
+    # Every usable row is predicted once per scheme, by a fit that never saw its group.
+    for scheme in schemes:
+        assert sum(1 for e in held_out.errors if e.scheme == scheme and e.kind == "absolute") == len(usable)
+    inflight = (RowKind.MAX_THROUGHPUT, RowKind.FIXED_CONCURRENCY)
+    pairs = [
+        p
+        for p in ratio_pairs(usable)
+        if (p.numerator.deployment.gpu.key, p.denominator.deployment.gpu.key) == ("H200-SXM", "H100-SXM")
+        and p.numerator.row.kind in inflight
+    ]
+    assert held_out.summary("ratio").count == 3 * len(pairs)
+
+
+def test_stored_bands_are_this_cross_validation(held_out: HeldOutReport) -> None:
+    """If this fails, rerun `.venv/bin/python benchmarks/perf_model_accuracy.py --write`."""
+    tables: tuple[tuple[dict[str, uncertainty.RegimeError], Literal["absolute", "ratio"]], ...] = (
+        (uncertainty.HELDOUT_ABSOLUTE, "absolute"),
+        (uncertainty.HELDOUT_RATIO, "ratio"),
+    )
+    for table, kind in tables:
+        for regime in (*uncertainty.REGIMES, None):
+            fresh = held_out.summary(kind, regime=regime)
+            stored = table["all" if regime is None else regime]
+            assert stored.count == fresh.count, (kind, regime)
+            assert stored.median == pytest.approx(fresh.median, abs=2e-4), (kind, regime)
+            assert stored.p90 == pytest.approx(fresh.p90, abs=2e-4), (kind, regime)
+    assert CALIBRATION_ACCURACY.heldout_ratio_p90 == pytest.approx(held_out.summary("ratio").p90, abs=2e-4)
+
+
+def test_bands_are_never_narrower_than_the_evidence_allows() -> None:
+    assert uncertainty.band("moe") >= uncertainty.band("compute-bound") or (
+        uncertainty.HELDOUT_ABSOLUTE["moe"].count >= uncertainty.MIN_COUNT
+    )
+    thin = [r for r in uncertainty.REGIMES if uncertainty.HELDOUT_ABSOLUTE[r].count < uncertainty.MIN_COUNT]
+    widest = max(
+        [uncertainty.HELDOUT_ABSOLUTE["all"].p90]
+        + [
+            e.p90
+            for r, e in uncertainty.HELDOUT_ABSOLUTE.items()
+            if r != "all" and e.count >= uncertainty.MIN_COUNT
+        ]
+    )
+    for regime in thin:
+        assert uncertainty.band(regime) == pytest.approx(widest)
+    with pytest.raises(ValueError, match="kind"):
+        uncertainty.band("moe", "relative")

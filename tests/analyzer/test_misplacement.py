@@ -171,7 +171,9 @@ def test_small_models_with_short_outputs_do_not_pay_for_disaggregation() -> None
         workers([("node00", H100, 2, 2), ("node01", H200, 2, 2)]),
         hours=12,
         rate_rps=lambda h: 200.0,
-        osl=lambda h: 6.0,
+        # Two output tokens (classification-style): colocated serving then beats the split by ~13% under
+        # the refitted model; at 6 tokens it was within a point of the 10% rule either side, fit to fit.
+        osl=lambda h: 2.0,
         model="meta-llama/Llama-3.1-8B-Instruct",
     )
     result = _run(fleet)

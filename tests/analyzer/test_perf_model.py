@@ -8,9 +8,11 @@ import math
 
 import pytest
 
+from analyzer import uncertainty
 from analyzer.deployment import Deployment, DeploymentError, default_kv_precision, make_deployment
 from analyzer.efficiency import CALIBRATED, DEFAULT_LIMITS, EfficiencyParams
-from analyzer.perf_model import Mode, Workload, predict
+from analyzer.kv_budget import BudgetSource, measured_budget
+from analyzer.perf_model import Mode, Workload, predict, regime_of
 from analyzer.roofline import kv_capacity_sequences, kv_replication, step_time
 from fleet.catalog import Catalog, load_catalog
 from fleet.contract import Bottleneck
@@ -211,3 +213,54 @@ def test_prediction_is_finite_for_every_catalogued_model_on_h200(catalog: Catalo
             math.isfinite(v) and v > 0 for v in (p.output_tokens_per_s, p.decode_tokens_per_s, p.ttft_s)
         )
         assert p.prefill_tokens_per_s > p.decode_tokens_per_s * 0.5, key
+
+
+def test_a_stated_budget_replaces_the_modelled_one(catalog: Catalog) -> None:
+    d = instance(catalog, "H100-SXM", 1)
+    given = measured_budget(d, 30_000, BudgetSource.GIVEN, "as stated")
+    p = predict(d, Workload(1000, 1000), budget=given)
+    assert p.max_batch == pytest.approx(30_000 / 2000)
+    assert p.kv_budget is given
+    modelled = predict(d, Workload(1000, 1000))
+    assert modelled.kv_budget is not None and modelled.kv_budget.source is BudgetSource.MODELLED
+    assert "trtllm-bench" in modelled.kv_budget.detail
+    # Under vLLM's rule 0.9 of the device must hold weights and reserve: 70B FP8 does not fit one H100.
+    vllm = catalog.engines.resolve("vllm")
+    assert vllm is not None
+    assert not predict(d, Workload(1000, 1000), settings=vllm).fits
+
+
+def test_the_band_widens_where_the_model_is_weakest(catalog: Catalog) -> None:
+    w = Workload(1000, 1000)
+    starved = predict(instance(catalog, "H100-SXM", 1), w)  # weights nearly fill the GPU
+    roomy = predict(instance(catalog, "H200-SXM", 8), w)
+    assert starved.regime == "kv-starved"
+    assert roomy.regime in ("compute-bound", "bandwidth-bound")
+    for p in (starved, roomy):
+        low, high = p.ranges["output"]
+        assert low < p.output_tokens_per_s < high
+        assert p.uncertainty_parts["model"] == pytest.approx(uncertainty.band(p.regime))
+    assert starved.uncertainty > 2 * roomy.uncertainty
+    assert starved.uncertainty_parts["kv_budget"] > 0.5
+    assert roomy.uncertainty_parts["kv_budget"] < 0.2
+    # A measured budget leaves only the model's own band.
+    measured = predict(
+        instance(catalog, "H100-SXM", 1), w, budget=measured_budget(instance(catalog, "H100-SXM", 1), 25_000)
+    )
+    assert measured.uncertainty < starved.uncertainty
+    assert measured.uncertainty_parts["kv_budget"] < 0.05
+    # Without ranges, the central figures are the same.
+    bare = predict(instance(catalog, "H100-SXM", 1), w, with_range=False)
+    assert bare.output_tokens_per_s == starved.output_tokens_per_s and not bare.ranges
+
+
+def test_regimes(catalog: Catalog) -> None:
+    assert regime_of(instance(catalog, "H100-SXM", 1, model="mixtral-8x7b"), Bottleneck.COMPUTE) == "moe"
+    d = instance(catalog, "H100-SXM", 1)
+    assert regime_of(d, Bottleneck.CAPACITY) == "kv-starved"
+    assert regime_of(d, Bottleneck.COMPUTE) == "compute-bound"
+    assert regime_of(d, Bottleneck.MEMORY_BANDWIDTH) == "bandwidth-bound"
+    assert regime_of(d, Bottleneck.UNDERUTILISED) == "bandwidth-bound"
+    assert predict(instance(catalog, "H200-SXM", 1, model="llama-3.1-8b"), Workload(2048, 128)).regime == (
+        "compute-bound"
+    )

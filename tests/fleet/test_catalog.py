@@ -18,7 +18,7 @@ def test_builtin_catalog_loads() -> None:
     catalog = load_catalog()
     assert isinstance(catalog, Catalog)
     assert len(catalog.gpus.skus) == 10
-    assert len(catalog.models.models) == 9
+    assert len(catalog.models.models) == 12
     assert load_catalog(None).gpus.get("H100-SXM") == catalog.gpus.get("H100-SXM")
 
 
@@ -158,7 +158,7 @@ def test_an_empty_file_changes_nothing(tmp_path: Path) -> None:
     catalog = load_catalog(_write(tmp_path, "# nothing yet\n"))
     assert len(catalog.gpus.skus) == 10
     catalog = load_catalog(_write(tmp_path, "gpus:\nmodels:\n"))
-    assert len(catalog.models.models) == 9
+    assert len(catalog.models.models) == 12
 
 
 def test_catalog_error_is_a_value_error() -> None:

@@ -34,6 +34,9 @@ KEY_OF_CSV_ROW = {
     "Qwen3-235B-A22B": "qwen3-235b-a22b",
     "DeepSeek-V3 / R1": "deepseek-v3",
     "Mixtral-8x7B": "mixtral-8x7b",
+    "Llama-2-70B": "llama-2-70b",
+    "Llama-7B": "llama-7b",
+    "Mistral-7B": "mistral-7b",
 }
 
 

@@ -108,3 +108,73 @@ def test_model_that_does_not_fit_says_so() -> None:
     assert payload["output_tokens_per_s"] == 0
     assert payload["tpot_s"] is None
     assert "no room" in payload["notes"][0]
+
+
+ONE_H100 = ["--model", "llama-3.3-70b", "--gpu", "H100-SXM", "--tp", "1", "--precision", "fp8"]
+LENGTHS = ["--isl", "1000", "--osl", "1000", "--json"]
+
+
+def test_the_budget_names_its_source_and_assumptions() -> None:
+    modelled = json.loads(runner.invoke(app, [*ONE_H100, *LENGTHS]).stdout)
+    budget = modelled["kv_budget"]
+    assert budget["source"] == "modelled"
+    assert budget["assumptions"]["engine"] == "trtllm-bench"
+    assert budget["assumptions"]["fraction"] == 0.95
+    assert budget["tokens_low"] < budget["tokens"] < budget["tokens_high"]
+    assert modelled["regime"] == "kv-starved"
+    low, high = modelled["ranges"]["output"]["low"], modelled["ranges"]["output"]["high"]
+    assert low < modelled["output_tokens_per_s"] < high
+    assert modelled["uncertainty_parts"]["kv_budget"] > 0.5
+
+
+def test_a_reported_budget_replaces_the_model() -> None:
+    result = runner.invoke(app, [*ONE_H100, "--kv-budget-tokens", "30000", *LENGTHS])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["kv_budget"]["source"] == "given"
+    assert payload["kv_budget"]["tokens"] == pytest.approx(30_000)
+    assert payload["max_batch"] == 15  # 30,000 tokens of 2,000-token sequences
+    modelled = json.loads(runner.invoke(app, [*ONE_H100, *LENGTHS]).stdout)
+    assert payload["uncertainty"] < modelled["uncertainty"]
+
+
+def test_an_engine_rule_and_its_fraction() -> None:
+    args = ["--model", "llama-3.1-8b", "--gpu", "H100-SXM", "--precision", "fp8", *LENGTHS]
+    vllm = json.loads(runner.invoke(app, [*args, "--gpu-memory-utilization", "0.8"]).stdout)
+    assert vllm["kv_budget"]["assumptions"]["engine"] == "vllm"
+    assert vllm["kv_budget"]["assumptions"]["fraction"] == 0.8
+    fuller = json.loads(runner.invoke(app, [*args, "--gpu-memory-utilization", "0.95"]).stdout)
+    assert fuller["kv_budget"]["tokens"] > vllm["kv_budget"]["tokens"]
+    sglang = json.loads(runner.invoke(app, [*args, "--engine", "sglang"]).stdout)
+    assert sglang["kv_budget"]["assumptions"]["basis"] == "static"
+    unknown = runner.invoke(app, [*args, "--engine", "nope"])
+    assert unknown.exit_code == 1 and "unknown engine 'nope'" in unknown.stderr
+
+
+def test_expert_and_attention_data_parallel_layouts() -> None:
+    args = ["--model", "qwen3-235b-a22b", "--gpu", "H200-SXM", "--tp", "8", "--precision", "fp8", *LENGTHS]
+    plain = json.loads(runner.invoke(app, args).stdout)
+    dp = json.loads(runner.invoke(app, [*args, "--ep", "8", "--attention-dp"]).stdout)
+    assert (dp["ep"], dp["attention_dp"], plain["ep"], plain["attention_dp"]) == (8, True, 1, False)
+    assert plain["regime"] == dp["regime"] == "moe"
+    assert (
+        dp["kv_budget"]["assumptions"]["weight_bytes_per_gpu"]
+        > plain["kv_budget"]["assumptions"]["weight_bytes_per_gpu"]
+    )
+    dense = runner.invoke(
+        app,
+        [
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "H200-SXM",
+            "--precision",
+            "fp8",
+            "--tp",
+            "2",
+            "--ep",
+            "2",
+            *LENGTHS,
+        ],
+    )
+    assert dense.exit_code == 1 and "dense model" in " ".join(dense.stderr.split())

@@ -1,0 +1,140 @@
+"""VictoriaMetrics (Debian's ``victoria-metrics``, single node) on loopback, scraping for a test.
+
+The server gets a free 127.0.0.1 port, its data under the caller's directory, a scrape configuration
+(``-promscrape.config``: VictoriaMetrics' own scraper, strict about unknown fields, so not Prometheus's
+configuration with rule files), and is stopped (SIGTERM, then SIGKILL) when its ``with`` block ends, even on
+a failed assertion. One that does not become ready raises :class:`alerts.testing.ServerStartError` with the
+tail of its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from alerts.testing import RunningServer, ScrapeJob, ServerStartError, free_port
+
+BINARY = "victoria-metrics"
+PACKAGE = "victoria-metrics"
+_START_ATTEMPTS = 3
+
+
+def scrape_config(
+    jobs: Sequence[ScrapeJob], *, interval: str = "1s", external_labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A ``-promscrape.config`` scraping ``jobs`` every ``interval``; ``external_labels`` are added to every
+    scraped series (as vmagent and Prometheus's remote write add theirs)."""
+    config: dict[str, Any] = {
+        "global": {"scrape_interval": interval, "scrape_timeout": interval},
+        "scrape_configs": [
+            {
+                "job_name": job.name,
+                "metrics_path": job.metrics_path,
+                "static_configs": [{"targets": [job.target], "labels": dict(job.labels)}],
+            }
+            for job in jobs
+        ],
+    }
+    if external_labels:
+        config["global"]["external_labels"] = dict(external_labels)
+    return config
+
+
+@contextlib.contextmanager
+def running_victoria_metrics(
+    binary: Path,
+    workdir: Path,
+    config: dict[str, Any],
+    *,
+    flags: Sequence[str] = (),
+    ready_timeout_s: float = 30.0,
+) -> Iterator[RunningServer]:
+    """VictoriaMetrics scraping per ``config``, its data and log under ``workdir``; ``flags`` are added
+    (e.g. ``-search.maxUniqueTimeseries=4``). By default it keeps a day (``-retentionPeriod=1d``) and shows
+    samples as soon as they are stored (``-search.latencyOffset=0s``; its default hides the last 30 s)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "scrape.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+    def command(port: int) -> list[str]:
+        return [
+            str(binary),
+            f"-httpListenAddr=127.0.0.1:{port}",
+            f"-storageDataPath={workdir / 'data'}",
+            "-retentionPeriod=1d",
+            f"-promscrape.config={workdir / 'scrape.yml'}",
+            "-search.latencyOffset=0s",
+            "-loggerLevel=INFO",
+            *flags,
+        ]
+
+    server = _start(workdir, command, ready_timeout_s)
+    try:
+        yield server
+    finally:
+        _stop(server.process)
+
+
+def _start(workdir: Path, command: Callable[[int], list[str]], ready_timeout_s: float) -> RunningServer:
+    last_error = ""
+    for _ in range(_START_ATTEMPTS):
+        port = free_port()
+        with (workdir / "server.log").open("ab") as log:
+            process = subprocess.Popen(
+                command(port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=workdir,
+                start_new_session=True,
+            )
+        server = RunningServer("victoria-metrics", port, workdir, process)
+        try:
+            _wait_ready(server, ready_timeout_s)
+            return server
+        except ServerStartError as exc:
+            _stop(process)
+            last_error = str(exc)
+            if "address already in use" not in server.log_tail().lower():
+                break  # not a port race: retrying would fail the same way
+    raise ServerStartError(last_error)
+
+
+def _wait_ready(server: RunningServer, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise ServerStartError(
+                f"victoria-metrics exited with {server.process.returncode} before it was ready:\n"
+                f"{server.log_tail()}"
+            )
+        try:
+            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.1)
+    raise ServerStartError(f"victoria-metrics not ready after {timeout_s}s:\n{server.log_tail()}")
+
+
+def _stop(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=grace_s)
