@@ -14,7 +14,7 @@ labels of its ``cache_config_info`` info gauge.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -87,16 +87,28 @@ class MetricQuery:
     quantile: float | None = None
     matchers: str = ""  # label matchers, e.g. '{xid="79"}'
 
-    def promql(self, range_s: float) -> str:
-        window = format_duration(range_s)
+    def selector(self, extra: Sequence[str] = ()) -> str:
+        """The series selector this query reads, with ``extra`` label matchers (a shard of its series: see
+        prometheus_split)."""
         if self.reduce is Reduce.PRESENT:
-            return f'group without (__name__) ({{__name__=~"{self.name}"}})'
+            return "{" + ",".join((f'__name__=~"{self.name}"', *extra)) + "}"
+        name = f"{self.name}_bucket" if self.reduce is Reduce.QUANTILE else self.name
+        inner = [m for m in (self.matchers.strip().removeprefix("{").removesuffix("}"),) if m]
+        inner += extra
+        return f"{name}{{{','.join(inner)}}}" if inner else name
+
+    def promql(self, range_s: float, extra: Sequence[str] = ()) -> str:
+        """The query, over windows of ``range_s``; ``extra`` label matchers select a shard of its series."""
+        window = format_duration(range_s)
+        selector = self.selector(extra)
+        if self.reduce is Reduce.PRESENT:
+            return f"group without (__name__) ({selector})"
         if self.reduce is Reduce.QUANTILE:
             return (
                 f"histogram_quantile({self.quantile}, sum without ({', '.join(RANK_LABELS)}) "
-                f"(rate({self.name}_bucket[{window}])))"
+                f"(rate({selector}[{window}])))"
             )
-        return f"{self.reduce.value}({self.name}{self.matchers}[{window}])"
+        return f"{self.reduce.value}({selector}[{window}])"
 
     def reads(self, names: Collection[str]) -> bool:
         """Whether a metric this query reads is among ``names`` (Prometheus's metric-name listing)."""

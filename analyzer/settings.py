@@ -13,6 +13,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from analyzer.pipeline import AnalyzerParams
 from analyzer.prometheus_labels import DEFAULT_CLUSTER_LABEL, DEFAULT_DEPLOYMENT_LABELS
+from analyzer.prometheus_split import (
+    DEFAULT_MAX_POINTS,
+    DEFAULT_MAX_SAMPLES,
+    DEFAULT_MAX_SERIES,
+    DEFAULT_TIMEOUT_S,
+    QueryLimits,
+)
 from analyzer.recommend import RecommendParams
 
 
@@ -57,6 +64,50 @@ class AnalyzerSettings(BaseSettings):
         "list; each also matched sanitised and as kube-state-metrics' label_<name>); else "
         "<namespace>/<owner_name> where the series carry them.",
     )
+    prometheus_max_points_per_series: int = Field(
+        default=DEFAULT_MAX_POINTS,
+        ge=1,
+        description="Zero-agent mode: the most evaluation times one query_range asks per series (Prometheus, "
+        "Thanos and Mimir refuse more than 11,000; VictoriaMetrics -search.maxPointsPerTimeseries, 30,000); "
+        "longer ranges are queried in chunks.",
+    )
+    prometheus_max_series_per_query: int = Field(
+        default=DEFAULT_MAX_SERIES,
+        ge=1,
+        description="Zero-agent mode: a query whose answer holds more series is split by a label's values "
+        "(cluster label, namespace, node, scrape target); keep it under VictoriaMetrics' "
+        "-search.maxUniqueTimeseries, Mimir's -querier.max-fetched-series-per-query, Thanos's "
+        "--store.limits.request-series.",
+    )
+    prometheus_max_samples_per_query: int = Field(
+        default=DEFAULT_MAX_SAMPLES,
+        ge=1,
+        description="Zero-agent mode: the most points (series x evaluation times) one answer may hold; "
+        "chunks are shortened to fit. Keep it well under Prometheus's --query.max-samples and Mimir's "
+        "-querier.max-samples (50,000,000).",
+    )
+    prometheus_max_query_length_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Zero-agent mode: the longest time one query may span, its rate/average window "
+        "included (Mimir -querier.max-partial-query-length / -query-frontend.max-total-query-length, "
+        "Thanos --query-range.max-query-length); unset: no limit.",
+    )
+    prometheus_timeout_s: float = Field(
+        default=DEFAULT_TIMEOUT_S,
+        gt=0,
+        description="Zero-agent mode: seconds to wait for one answer of the Prometheus API.",
+    )
+
+    def query_limits(self) -> QueryLimits:
+        """What one zero-agent query may ask of the Prometheus API (analyzer.prometheus_split)."""
+        return QueryLimits(
+            max_points_per_series=self.prometheus_max_points_per_series,
+            max_series_per_query=self.prometheus_max_series_per_query,
+            max_samples_per_query=self.prometheus_max_samples_per_query,
+            max_query_length_s=self.prometheus_max_query_length_s,
+            timeout_s=self.prometheus_timeout_s,
+        )
 
     def params(self) -> AnalyzerParams:
         base = AnalyzerParams()

@@ -8,6 +8,7 @@ _pf_need_debs=()
 command -v promtool >/dev/null || _pf_need_debs+=(prometheus)
 command -v prometheus-alertmanager >/dev/null || command -v alertmanager >/dev/null || _pf_need_debs+=(prometheus-alertmanager)
 command -v chromium >/dev/null || _pf_need_debs+=(chromium)
+command -v victoria-metrics >/dev/null || _pf_need_debs+=(victoria-metrics)
 if [ ${#_pf_need_debs[@]} -gt 0 ]; then
   if [ "${CI:-}" != "true" ] && [ "${PHASEFIT_TEST_INSTALL:-}" != "1" ]; then
     _pf_note "missing ${_pf_need_debs[*]}: the tests that need them will skip."
