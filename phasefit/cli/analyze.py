@@ -141,6 +141,7 @@ def run_prometheus_analysis(
             gpu_catalog=catalog.gpus,
             cluster_label=analyzer_settings.cluster_label,
             deployment_labels=analyzer_settings.deployment_labels,
+            limits=analyzer_settings.query_limits(),
         )
     except (PrometheusError, CatalogError) as exc:
         die(str(exc))
