@@ -1,20 +1,25 @@
 """Alertmanager episodes for a simulated fleet, as phasefit's webhook receiver stores them.
 
 The dashboard's and the report's alert panels need some: one firing misplacement alert, one resolved
-pool-drift alert, placed in the simulated week.
+pool-drift alert, placed in the simulated week. The store is imported when they are stored, not before:
+the collector image ships fleetsim without the store's dependencies.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
-from fleet.store.alerts import AlertEvent, upsert_alert_event
+    from fleet.store.alerts import AlertEvent
 
 
 def alert_episodes(start: datetime, pool: str, worker: str = "node03/decode-1") -> list[AlertEvent]:
     """Two episodes: a firing PhasefitWorkerMisplaced on ``worker``, a resolved PhasefitPoolRatioDrift."""
+    from fleet.store.alerts import AlertEvent
+
     return [
         AlertEvent(
             fingerprint="4b1e6c0f9d2a7e31",
@@ -44,5 +49,7 @@ def alert_episodes(start: datetime, pool: str, worker: str = "node03/decode-1") 
 
 def store_alert_episodes(connection: Connection, start: datetime, pool: str) -> None:
     """:func:`alert_episodes` into the store, each received a minute after it started."""
+    from fleet.store.alerts import upsert_alert_event
+
     for event in alert_episodes(start, pool):
         upsert_alert_event(connection, event, now=event.starts_at + timedelta(minutes=1))

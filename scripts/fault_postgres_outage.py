@@ -51,7 +51,11 @@ def probe(port: int, token: str, seq: int) -> tuple[int, str | None, int]:
     async def run() -> tuple[int, str | None, int]:
         client = RawHttp("127.0.0.1", port)
         try:
-            headers = {"Authorization": f"Bearer {token}", "Content-Encoding": "gzip"}
+            headers = {
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                "Content-Encoding": "gzip",
+            }
             status, answer, _ = await client.request(
                 "POST", "/v1/ingest", encode(batch(PROBE_COLLECTOR, seq)), headers
             )

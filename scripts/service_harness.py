@@ -2,7 +2,9 @@
 a lean keep-alive HTTP client, the service as a subprocess, a private PostgreSQL instance, and the store's
 count and checksum of what it holds.
 
-Batches are a pure function of (collector, sequence number): collector ``c`` owns node
+Batches are a pure function of (collector, sequence number) and the start (``START``: a day before the hour
+the first process of a run imported this, passed on to its children in ``PHASEFIT_HARNESS_START``, so the
+service's ingest window accepts them): collector ``c`` owns node
 ``load-node-{c:03d}``, 8 GPUs and 2 workers (TP 4); batch ``s`` holds 10 windows of 1 s. Every sample
 carries a value derived from its natural key (``mem_used_bytes`` for GPU samples, ``generation_tokens`` for
 engine samples), so the store's count and sum of those values tell missing or doubled samples apart from
@@ -33,7 +35,23 @@ from typing import Any
 import orjson
 
 REPO = Path(__file__).resolve().parents[1]
-START = datetime(2026, 3, 2, tzinfo=UTC)
+START_ENV = "PHASEFIT_HARNESS_START"
+
+
+def _start() -> datetime:
+    """Where batch timestamps begin: a day before the current hour, so everything a run sends (a batch covers
+    10 s, so about 8,600 batches per collector fit before the present) lies inside the window the service
+    accepts (PHASEFIT_INGEST_MAX_AGE_S, 14 days by default, to 1 h ahead of its clock). Exported in the
+    environment, so client processes started later (spawned, or a second command) build the same batches."""
+    given = os.environ.get(START_ENV)
+    if given:
+        return datetime.fromisoformat(given)
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=1)
+    os.environ[START_ENV] = start.isoformat()
+    return start
+
+
+START = _start()
 GPUS, WINDOWS, WORKERS = 8, 10, 2
 H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 MODEL = "meta-llama/Llama-3.1-70B-Instruct"

@@ -122,7 +122,7 @@ def list_alert_events(
                 starts_at=row["starts_at"],
                 status=row["status"],
                 receiver=row["receiver"],
-                ends_at=row["ends_at"],
+                ends_at=_real_end(row["ends_at"]),
                 labels=row["labels"],
                 annotations=row["annotations"],
                 generator_url=row["generator_url"],

@@ -6,7 +6,8 @@
   integer arithmetic. To read them by hand: ``datetime(ts / 1000000, 'unixepoch')`` in the sqlite3 shell.
 
 Both come back from the ORM and the read helpers as timezone-aware ``datetime`` in UTC; a naive datetime is
-refused on the way in rather than guessed.
+refused on the way in rather than guessed. A stored value beyond Python's calendar (years 1-9999, in UTC)
+reads as the calendar's first or last instant, so one such row cannot fail a whole read.
 """
 
 from __future__ import annotations
@@ -29,7 +30,21 @@ def to_epoch_us(value: datetime) -> int:
     return (value - EPOCH) // _MICROSECOND
 
 
+_FIRST = datetime.min.replace(tzinfo=UTC)
+_LAST = datetime.max.replace(tzinfo=UTC)
+_FIRST_US = (_FIRST - EPOCH) // _MICROSECOND
+_LAST_US = (_LAST - EPOCH) // _MICROSECOND
+
+
 def from_epoch_us(value: int) -> datetime:
+    """The instant ``value`` microseconds after the epoch; a value beyond Python's calendar (years 1-9999)
+    reads as the calendar's first or last instant instead of failing the whole read. The store held such
+    values before the service bounded the times it accepts (``0001-01-01T00:00:00+05:00`` is 5 h before the
+    calendar starts); the row itself is left as it is."""
+    if value < _FIRST_US:
+        return _FIRST
+    if value > _LAST_US:
+        return _LAST
     return EPOCH + timedelta(microseconds=value)
 
 
@@ -53,7 +68,10 @@ class UtcDateTime(TypeDecorator[datetime]):
             raise ValueError(
                 f"naive datetime {value.isoformat()} has no time zone; phasefit stores UTC instants"
             )
-        return value.astimezone(UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError(f"{value.isoformat()} lies outside the calendar in UTC (years 1-9999)") from None
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -61,4 +79,7 @@ class UtcDateTime(TypeDecorator[datetime]):
         if dialect.name == "sqlite":
             return from_epoch_us(int(value))
         assert isinstance(value, datetime)
-        return value.astimezone(UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:  # within a day of the calendar's edge, read in a session's other time zone
+            return _FIRST if value.year == 1 else _LAST

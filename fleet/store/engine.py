@@ -44,7 +44,11 @@ def make_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS, **kw
         _configure_sqlite(engine, busy_timeout_ms, in_memory=path is None)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
-    return create_engine(url, **kwargs)
+    # Sessions in UTC whatever the server's time zone: instants come back as UTC, and times at the very edge
+    # of the calendar (stored before the contract bounded them) stay readable by psycopg.
+    connect_args = dict(kwargs.pop("connect_args", {}))
+    connect_args.setdefault("options", "-c timezone=UTC")
+    return create_engine(url, connect_args=connect_args, **kwargs)
 
 
 def _configure_sqlite(engine: Engine, busy_timeout_ms: int, *, in_memory: bool) -> None:

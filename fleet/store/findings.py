@@ -164,7 +164,7 @@ def list_findings(
 
 def _stored(row: Any) -> StoredFinding:
     recommendation = row["recommendation"]
-    finding = Finding(
+    fields = dict(
         kind=row["kind"],
         worker_id=row["worker_id"],
         pool=row["pool"],
@@ -183,4 +183,6 @@ def _stored(row: Any) -> StoredFinding:
         first_seen=row["first_seen"],
         last_seen=row["last_seen"],
     )
+    # Rows stored before the contract bounded its times (year 1, 9999) must still read.
+    finding = Finding.model_validate(fields, context={"stored": True})
     return StoredFinding(row["id"], finding, row["resolved_at"], row["updated_at"])

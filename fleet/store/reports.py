@@ -27,6 +27,8 @@ def check_week(week: str) -> str:
     match = _WEEK.fullmatch(week)
     if match is None:
         raise ValueError(f"{week!r} is not an ISO week such as 2026-W48")
+    if not 2000 <= int(match[1]) <= 2099:  # the years the data contract accepts: no sample lies outside them
+        raise ValueError(f"{week!r} is outside the years 2000-2099 that phasefit stores")
     try:
         datetime.fromisocalendar(int(match[1]), int(match[2]), 1)
     except ValueError as exc:

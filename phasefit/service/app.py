@@ -35,6 +35,7 @@ from starlette.requests import ClientDisconnect
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import make_engine
 from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
+from fleet.store.rows import INT32_MAX
 from phasefit import __version__
 from phasefit.service import metrics as metrics_module
 from phasefit.service.analyzer_gauges import AnalyzerCollector
@@ -276,6 +277,7 @@ def _openapi(app: FastAPI, state: ServiceState) -> dict[str, Any]:
     )
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     schemas.update(definitions.get("$defs", {}))
+    _as_validated(schemas, state.settings)
     for path_item in document.get("paths", {}).values():
         for operation in path_item.values():
             model = operation.pop("x-phasefit-request-body", None)
@@ -287,6 +289,46 @@ def _openapi(app: FastAPI, state: ServiceState) -> dict[str, Any]:
                 }
     app.openapi_schema = document
     return document
+
+
+_LIMITED_NAMES = {  # the names whose length the service limits below the contract's (batches._name_errors)
+    "GpuSample": ("node", "gpu_uuid", "gpu_name", "worker_id", "parent_gpu_uuid", "mig_profile"),
+    "EngineSample": ("worker_id", "node", "engine", "model", "precision", "gpu_uuids"),
+}
+
+
+def _as_validated(schemas: dict[str, Any], settings: ServiceSettings) -> None:
+    """Make the record schemas say what ingest validates, where pydantic's rendering of the contract says
+    something else: ``kind`` is the union's discriminator, so required (the models' default applies only to
+    records built in Python); ``gpu_index`` is stored as a 32-bit integer; names are at most
+    ``max_string_length`` long; ``ts`` lies within a window around the service's clock (said in words: JSON
+    Schema has no "now")."""
+    window = (
+        f"Window end, RFC 3339 with a time zone, within the window this service accepts: from "
+        f"{settings.ingest_max_age:g} s before its clock (PHASEFIT_INGEST_MAX_AGE_S) to "
+        f"{settings.ingest_max_future_s:g} s after it (PHASEFIT_INGEST_MAX_FUTURE_S); 422 otherwise."
+    )
+    for name in ("GpuSample", "EngineSample"):
+        schema = schemas.get(name)
+        if schema is None:
+            continue
+        properties = schema["properties"]
+        properties["kind"].pop("default", None)
+        if "kind" not in schema.setdefault("required", []):
+            schema["required"].insert(0, "kind")
+        properties["ts"]["description"] = window
+        for field in _LIMITED_NAMES[name]:
+            for variant in _variants(properties[field]):
+                target = variant.get("items", variant)
+                if "maxLength" in target:
+                    target["maxLength"] = min(target["maxLength"], settings.max_string_length)
+    gpu_index = schemas.get("GpuSample", {}).get("properties", {}).get("gpu_index")
+    if gpu_index is not None:
+        gpu_index["maximum"] = INT32_MAX
+
+
+def _variants(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v for v in schema.get("anyOf", [schema]) if v.get("type") != "null"]
 
 
 def app_from_environment() -> FastAPI:

@@ -1,8 +1,10 @@
 """The ingest envelope ``{"records": [...]}`` validated into store rows, or errors naming record and field.
 
-Validation is the data contract's (:mod:`fleet.contract`, strict) plus the service's own limits: records per
-batch, the length of names (node, GPU, worker, model, engine) and no control characters in them, and the
-nodes a token is bound to. Nothing here touches the store; the result is a :class:`RowBatch` ready to write.
+Validation is the data contract's (:mod:`fleet.contract`, strict, with timestamps inside the window the
+service passes: ``PHASEFIT_INGEST_MAX_AGE_S`` before its clock to ``PHASEFIT_INGEST_MAX_FUTURE_S`` after it)
+plus the service's own limits: no object repeating a key, records per batch, the length of names (node, GPU,
+worker, model, engine) and no control characters in them, and the nodes a token is bound to. Nothing here
+touches the store; the result is a :class:`RowBatch` ready to write.
 """
 
 from __future__ import annotations
@@ -10,12 +12,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from fleet.contract import RECORD_KINDS, EngineSample, GpuSample, Record
+from fleet.contract import RECORD_KINDS, EngineSample, GpuSample, Record, error_message
 from fleet.store.rows import RowBatch, RowValueError, TimeEncoding
+from phasefit.service.wire import keys_all_distinct, repeated_key
 
 MAX_REPORTED_ERRORS = 50
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -52,9 +56,12 @@ class BatchValidator:
             records=(Annotated[list[Record], Field(max_length=max_records)], ...),
         )
 
-    def parse(self, body: bytes) -> list[GpuSample | EngineSample]:
+    def parse(self, body: bytes, ts_window: tuple[datetime, datetime]) -> list[GpuSample | EngineSample]:
+        """The records of ``body``, each stamped inside ``ts_window`` (earliest, latest exclusive), no object
+        of it repeating a key (validated first: pydantic reads the last of repeated keys, and what it read
+        tells how many distinct keys the body holds, which proves most bodies free of repeats cheaply)."""
         try:
-            envelope = self.envelope.model_validate_json(body)
+            envelope = self.envelope.model_validate_json(body, context={"ts_window": ts_window})
         except ValidationError as exc:
             errors = exc.errors(include_url=False)
             if any(e["type"] == "too_long" and tuple(e["loc"]) == ("records",) for e in errors):
@@ -62,8 +69,13 @@ class BatchValidator:
                     413, "too_many_records",
                     [RecordError(None, "records", f"more than {self.max_records} records in one batch")],
                 ) from None  # fmt: skip
-            raise BatchRejectedError(422, "invalid", _record_errors(errors)) from None
+            raise BatchRejectedError(422, "invalid", _record_errors(errors, ts_window)) from None
         records: list[GpuSample | EngineSample] = envelope.records  # type: ignore[attr-defined]
+        distinct = len(envelope.model_fields_set) + sum(len(record.model_fields_set) for record in records)
+        if not keys_all_distinct(body, distinct):
+            repeated = repeated_key(body)
+            if repeated is not None:
+                raise BatchRejectedError(422, "repeated_key", [_repeat_error(repeated)])
         problems = list(_name_errors(records, self.max_string_length))
         if problems:
             raise BatchRejectedError(422, "invalid", problems[:MAX_REPORTED_ERRORS])
@@ -133,7 +145,16 @@ def _names(record: GpuSample | EngineSample) -> list[tuple[str, str | None]]:
     return texts
 
 
-def _record_errors(errors: Sequence[Any]) -> list[RecordError]:
+def _repeat_error(path: tuple[str | int, ...]) -> RecordError:
+    """A repeated key as an error naming its record (when inside one) and its field."""
+    key = path[-1]
+    message = f"the key {key!r} appears more than once in one object (send each field once)"
+    if len(path) >= 3 and path[0] == "records" and isinstance(path[1], int):
+        return RecordError(path[1], ".".join(str(part) for part in path[2:]), message)
+    return RecordError(None, ".".join(str(part) for part in path), message)
+
+
+def _record_errors(errors: Sequence[Any], ts_window: tuple[datetime, datetime]) -> list[RecordError]:
     found = []
     for error in errors[:MAX_REPORTED_ERRORS]:
         loc = list(error["loc"])
@@ -144,7 +165,7 @@ def _record_errors(errors: Sequence[Any]) -> list[RecordError]:
             if loc and loc[0] in RECORD_KINDS:
                 loc = loc[1:]  # the union's tag, not a field
         field: str | None = ".".join(str(part) for part in loc) if loc else None
-        message = str(error["msg"])
+        message = error_message(error)
         kind = error["type"]
         if kind in ("union_tag_invalid", "union_tag_not_found"):
             field = "kind"
@@ -155,6 +176,13 @@ def _record_errors(errors: Sequence[Any]) -> list[RecordError]:
             message = "not a JSON object"
         elif "input" in error and kind not in ("missing", "extra_forbidden"):
             message = f"{message} (got {_short(error['input'])})"
+        if field == "ts" and kind == "value_error" and "accepted window" in message:
+            earliest, latest = ts_window
+            message += (
+                f"; this service accepts records stamped from {earliest:%Y-%m-%dT%H:%M:%SZ} to "
+                f"{latest:%Y-%m-%dT%H:%M:%SZ} (PHASEFIT_INGEST_MAX_AGE_S before its clock to "
+                "PHASEFIT_INGEST_MAX_FUTURE_S after it)"
+            )
         found.append(RecordError(index, field, message))
     return found
 

@@ -1,5 +1,8 @@
-"""Request bodies read under limits: a deadline, bytes on the wire counted as they stream, gzip decoded under
-a ceiling.
+"""Request bodies read under limits: JSON only, a deadline, bytes on the wire counted as they stream, gzip
+decoded under a ceiling.
+
+The media type is checked first, from the headers (415 naming ``application/json`` for anything else, see
+:mod:`phasefit.service.wire`), so a body that would never be read as JSON is not read at all.
 
 A ``Content-Length`` check alone is false security (starlette #2350): the stream itself is counted, and the
 gzip decoder never produces more than the decoded limit plus one byte, so a bomb costs at most that much
@@ -14,6 +17,8 @@ import asyncio
 import zlib
 
 from starlette.requests import Request
+
+from phasefit.service.wire import content_type_problem
 
 
 class BodyError(Exception):
@@ -32,7 +37,10 @@ _IDENTITY = ("", "identity")
 
 
 async def read_body(request: Request, *, max_bytes: int, max_decoded_bytes: int, timeout_s: float) -> bytes:
-    """The decoded body, or :class:`BodyError`."""
+    """The decoded body of a JSON request, or :class:`BodyError`."""
+    problem = content_type_problem(request.headers.get("content-type"))
+    if problem is not None:
+        raise BodyError(415, problem, "content_type")
     encoding = request.headers.get("content-encoding", "").strip().lower()
     if encoding not in _GZIP + _IDENTITY:
         raise BodyError(

@@ -23,6 +23,7 @@ from prometheus_client import (
 )
 
 from phasefit.service.deps import StateDep
+from phasefit.service.models import ErrorMessage
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -167,7 +168,14 @@ router = APIRouter(tags=["metrics"])
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text exposition."}},
+    responses={
+        200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text exposition."},
+        401: {
+            "model": ErrorMessage,
+            "description": "Read access is token-guarded and the token is missing or wrong.",
+        },
+        403: {"model": ErrorMessage, "description": "The token may not read (an ingest token)."},
+    },
     summary="Prometheus metrics: the service's health and the analyzer's conclusions",
 )
 async def metrics(state: StateDep) -> Response:

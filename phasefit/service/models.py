@@ -7,12 +7,13 @@ and fields at fault.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 
 from fleet.contract import Recommendation
+from phasefit.service.wire import AS_DATETIME, InstantRange, json_integer
 
 _OUT = ConfigDict(extra="forbid")
 
@@ -268,36 +269,79 @@ class Report(ReportInfo):
     body: str
 
 
+ALERTMANAGER_ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time: Alertmanager's endsAt while firing
+STILL_FIRING = datetime(1, 1, 1, tzinfo=UTC)
+# Alert times: the contract's years (2000-2099, as written); endsAt also Alertmanager's zero time.
+ALERT_TIME = InstantRange(2000, 2099, numbers=False)
+ALERT_END = InstantRange(2000, 2099, numbers=False, extra={ALERTMANAGER_ZERO_TIME: STILL_FIRING})
+_NO_NUL = r"^[^\x00]*$"  # PostgreSQL text cannot hold NUL
+_NO_NUL_TEXT = {"type": "string", "pattern": _NO_NUL}
+
+
+def _labels(value: dict[str, str]) -> dict[str, str]:
+    if any("\x00" in text for text in (*value, *value.values())):
+        raise ValueError("label names and values must not contain NUL characters")
+    if len(value.get("alertname", "")) > 253:
+        raise ValueError("alertname is longer than 253 characters")
+    return value
+
+
+Labels = Annotated[
+    dict[str, str],
+    AfterValidator(_labels),
+    WithJsonSchema({
+        "type": "object", "propertyNames": _NO_NUL_TEXT, "additionalProperties": _NO_NUL_TEXT,
+        "properties": {"alertname": {"type": "string", "maxLength": 253, "pattern": _NO_NUL}},
+    }),
+]  # fmt: skip
+AlertTime = Annotated[
+    datetime,
+    PlainValidator(ALERT_TIME),
+    AS_DATETIME,
+    WithJsonSchema(ALERT_TIME.json_schema(), mode="validation"),
+]
+AlertEnd = Annotated[
+    datetime,
+    PlainValidator(ALERT_END),
+    AS_DATETIME,
+    WithJsonSchema(ALERT_END.json_schema(), mode="validation"),
+]
+Count = Annotated[
+    int,
+    PlainValidator(json_integer(0, 2**63 - 1)),
+    WithJsonSchema({"type": "integer", "minimum": 0, "maximum": 2**63 - 1}, mode="validation"),
+]
+# Strict: what the JSON Schema says is all that is accepted (no "1" for 1, no true for 1, no number for a
+# time); unknown fields are kept, as newer Alertmanagers add some.
+_ALERTMANAGER = ConfigDict(extra="allow", strict=True, validate_by_alias=True, validate_by_name=False)
+
+
 class AlertmanagerAlert(BaseModel):
     """One alert of a webhook notification (unknown fields are kept: newer Alertmanagers add some)."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = _ALERTMANAGER
     status: Literal["firing", "resolved"]
-    labels: dict[str, str]
+    labels: Labels
     annotations: dict[str, str] = Field(default_factory=dict)
-    starts_at: AwareDatetime = Field(alias="startsAt")
-    ends_at: AwareDatetime | None = Field(
-        default=None, alias="endsAt", description="0001-01-01T00:00:00Z while firing."
+    starts_at: AlertTime = Field(alias="startsAt")
+    ends_at: AlertEnd | None = Field(
+        default=None,
+        alias="endsAt",
+        description=f"{ALERTMANAGER_ZERO_TIME} (Go's zero time) while firing; else a time of the years "
+        "2000-2099, as written.",
     )
-    generator_url: str | None = Field(default=None, alias="generatorURL", max_length=4096)
-    fingerprint: Annotated[str, Field(min_length=1, max_length=64)]
-
-    @model_validator(mode="after")
-    def _storable(self) -> AlertmanagerAlert:
-        texts = [self.fingerprint, self.generator_url or "", *self.labels, *self.labels.values()]
-        if any("\x00" in text for text in texts):
-            raise ValueError("labels, fingerprint and generatorURL must not contain NUL characters")
-        if len(self.labels.get("alertname", "")) > 253:
-            raise ValueError("alertname is longer than 253 characters")
-        return self
+    generator_url: Annotated[str, Field(max_length=4096, pattern=_NO_NUL)] | None = Field(
+        default=None, alias="generatorURL"
+    )
+    fingerprint: Annotated[str, Field(min_length=1, max_length=64, pattern=_NO_NUL)]
 
 
 class AlertmanagerPayload(BaseModel):
     """Alertmanager's webhook body, version "4" (notify/webhook/webhook.go); extra fields tolerated."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = _ALERTMANAGER
     version: Literal["4"]
-    receiver: Annotated[str, Field(min_length=1, max_length=253)]
+    receiver: Annotated[str, Field(min_length=1, max_length=253, pattern=_NO_NUL)]
     status: Literal["firing", "resolved"]
     alerts: Annotated[list[AlertmanagerAlert], Field(max_length=10_000)]
     group_labels: dict[str, str] = Field(default_factory=dict, alias="groupLabels")
@@ -305,13 +349,7 @@ class AlertmanagerPayload(BaseModel):
     common_annotations: dict[str, str] = Field(default_factory=dict, alias="commonAnnotations")
     external_url: str | None = Field(default=None, alias="externalURL")
     group_key: str | None = Field(default=None, alias="groupKey")
-    truncated_alerts: Annotated[int, Field(ge=0)] = Field(default=0, alias="truncatedAlerts")
-
-    @model_validator(mode="after")
-    def _storable(self) -> AlertmanagerPayload:
-        if "\x00" in self.receiver:
-            raise ValueError("receiver must not contain NUL characters")
-        return self
+    truncated_alerts: Count = Field(default=0, alias="truncatedAlerts")
 
 
 class AlertmanagerResult(BaseModel):

@@ -15,20 +15,35 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-_STEP = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
+# A bucket width from one second to about three centuries, as its text says (so the OpenAPI document says it
+# too): a number from 1 up with at most 10 integer digits in seconds (unit s or none), 8 in m, 6 in h, 5 in d,
+# or from 1000 up with at most 13 in ms. Buckets align to multiples of the step since the epoch, so a range
+# starting just before 1970 begins a step earlier: bounded, that start stays inside the calendar.
+STEP_PATTERN = (
+    r"^(?:[1-9][0-9]{0,9}(?:\.[0-9]+)?s?|[1-9][0-9]{0,7}(?:\.[0-9]+)?m|[1-9][0-9]{0,5}(?:\.[0-9]+)?h"
+    r"|[1-9][0-9]{0,4}(?:\.[0-9]+)?d|[1-9][0-9]{3,12}(?:\.[0-9]+)?ms)$"
+)
+_STEP = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)?")
+_STEP_TEXT = re.compile(STEP_PATTERN)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 Columns = dict[str, list[Any]]
 
 
 def parse_step(text: str) -> float:
-    """``30``, ``30s``, ``5m``, ``1h``, ``1d`` (and ``500ms``) to seconds; ValueError otherwise."""
-    match = _STEP.fullmatch(text.strip())
+    """``30``, ``30s``, ``5m``, ``1h``, ``1d`` (and ``1500ms``) to seconds; ValueError otherwise (also below
+    one second, which :data:`STEP_PATTERN` already refuses)."""
+    match = _STEP.fullmatch(text)
     if match is None:
         raise ValueError(f"step {text!r} is not a duration such as 60, 30s, 5m, 1h or 1d")
     seconds = float(match[1]) * _UNITS[match[2]]
     if not seconds >= 1.0:
         raise ValueError(f"step {text!r} is shorter than one second")
+    if _STEP_TEXT.fullmatch(text) is None:
+        raise ValueError(
+            f"step {text!r} must start with a digit from 1 (30m, not 0.5h) and span at most about three "
+            "centuries (10 integer digits in s, 8 in m, 6 in h, 5 in d, 13 in ms)"
+        )
     return seconds
 
 

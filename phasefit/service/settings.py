@@ -115,6 +115,23 @@ class ServiceSettings(Settings):
         le=253,
         description="Longest node, GPU, worker, model or engine name accepted (422 beyond it).",
     )
+    ingest_max_age_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=100 * 365 * 86400.0,
+        description="Oldest record ingest accepts, in seconds before the service's clock (422 naming the "
+        "record's ts beyond it). Collectors spool through outages and send their backlog afterwards, and the "
+        "spool is bounded by bytes, not age, so this must cover the longest outage you ride out. Unset: the "
+        "raw retention (PHASEFIT_RAW_RETENTION_DAYS, 14 days), beyond which `phasefit db prune` deletes "
+        "raw samples anyway.",
+    )
+    ingest_max_future_s: float = Field(
+        default=3600.0,
+        ge=0,
+        le=7 * 86400.0,
+        description="How far ahead of the service's clock a record's ts may lie (422 beyond it): room for "
+        "clock skew between nodes and the service, not for records from the future.",
+    )
     max_new_series_per_token_per_hour: int = Field(
         default=10_000,
         ge=1,
@@ -245,6 +262,13 @@ class ServiceSettings(Settings):
         if self.read_access is not None:
             return self.read_access
         return "token" if self.on_network else "open"
+
+    @property
+    def ingest_max_age(self) -> float:
+        """Seconds before the service's clock of the oldest record ingest accepts."""
+        if self.ingest_max_age_s is not None:
+            return self.ingest_max_age_s
+        return self.raw_retention_days * 86400.0
 
     @property
     def ingest_limit_per_token(self) -> int:

@@ -85,3 +85,6 @@ def test_week_names() -> None:
     for bad in ("2025-W53", "2026-W00", "2026-48", "2026-W7"):
         with pytest.raises(ValueError, match="ISO week"):
             check_week(bad)
+    for edge in ("0001-W01", "9999-W52", "1999-W52", "2100-W01"):  # no sample can lie there
+        with pytest.raises(ValueError, match="outside the years 2000-2099"):
+            check_week(edge)

@@ -2,9 +2,12 @@
 
 Alertmanager retries 5xx and connection errors and drops every other 4xx (notify/util.go), so: 2xx once the
 alerts are stored (one row per (fingerprint, startsAt), status and endsAt updated on resolution); 503 with
-Retry-After when the store is down or the body did not arrive within ``body_timeout_s``; 400/413/422 only
-for bodies that can never become valid (not JSON, a version other than "4", a user-templated payload, over
-the size limit); 401 for wrong credentials.
+Retry-After when the store is down or the body did not arrive within ``body_timeout_s``; 400/413/415/422
+only for bodies that can never become valid (not JSON, not ``application/json``, a version other than "4",
+a user-templated payload, an object repeating a key, a time outside the years 2000-2099, over the size
+limit), the 422 naming the field; 401 for wrong credentials. ``endsAt: "0001-01-01T00:00:00Z"`` (Go's zero
+time) is what Alertmanager sends for a firing alert and means "still firing"; no other time outside those
+years is accepted.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from fleet.contract import error_message
 from fleet.store.alerts import AlertEvent, upsert_alert_event
 from fleet.store.engine import writing
 from phasefit.service.body import BodyError, read_body
 from phasefit.service.deps import AlertmanagerAuth, StateDep
 from phasefit.service.models import AlertmanagerPayload, AlertmanagerResult, ErrorMessage
 from phasefit.service.state import ServiceState, StoreNotReadyError
+from phasefit.service.wire import repeated_key
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["alerts"])
@@ -31,8 +36,17 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorMessage, "description": "Body claims gzip but is not gzip (never retried)."},
     401: {"model": ErrorMessage, "description": "Missing or wrong credentials (bearer or basic)."},
     413: {"model": ErrorMessage, "description": "Body over the size limit (never retried)."},
-    415: {"model": ErrorMessage, "description": "Unsupported Content-Encoding."},
-    422: {"model": ErrorMessage, "description": "Not a version 4 webhook payload (never retried)."},
+    415: {
+        "model": ErrorMessage,
+        "description": "A Content-Type other than application/json (optionally with charset=utf-8), or an "
+        "unsupported Content-Encoding (never retried).",
+    },
+    422: {
+        "model": ErrorMessage,
+        "description": "Not a version 4 webhook payload, an object that repeats a key, or a time outside the "
+        "years 2000-2099 (endsAt 0001-01-01T00:00:00Z excepted: still firing); the message names the field "
+        "(never retried).",
+    },
     503: {
         "model": ErrorMessage,
         "description": "Store unavailable, or the body did not arrive within the deadline: Alertmanager "
@@ -63,13 +77,21 @@ async def alertmanager(request: Request, state: StateDep) -> AlertmanagerResult 
             retry = state.settings.store_retry_after_s
             return _refuse(state, exc.reason, 503, f"{exc.message}; retry", retry_after=retry)
         return _refuse(state, exc.reason, exc.status, exc.message)
+    repeated = repeated_key(body)
+    if repeated is not None:
+        where = ".".join(str(part) for part in repeated)
+        return _refuse(
+            state, "repeated_key", 422,
+            f"invalid Alertmanager notification: {where}: the key {repeated[-1]!r} appears more than once in "
+            "one object",
+        )  # fmt: skip
     try:
         payload = AlertmanagerPayload.model_validate_json(body)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
         return _refuse(
-            state, "invalid", 422, f"not an Alertmanager version 4 payload: {where}: {first['msg']}"
+            state, "invalid", 422, f"invalid Alertmanager notification: {where}: {error_message(first)}"
         )
     if payload.truncated_alerts:
         log.warning(

@@ -10,11 +10,13 @@ from typing import Annotated, Any, TypeVar
 import anyio.to_thread
 from fastapi import Query, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import AwareDatetime, WithJsonSchema
+from pydantic import PlainValidator, WithJsonSchema
 from sqlalchemy import Connection
 
 from phasefit.service.models import ErrorMessage
+from phasefit.service.series import STEP_PATTERN
 from phasefit.service.state import ServiceState
+from phasefit.service.wire import InstantRange
 
 T = TypeVar("T")
 
@@ -31,15 +33,25 @@ Limit = Annotated[
     int, Query(ge=1, le=100_000, description="Page size; capped at the service's max_page_size.")
 ]
 Offset = Annotated[int, Query(ge=0, le=10_000_000, description="Items to skip.")]
+# Instants of the years 1970-2099 as written (RFC 3339 with a time zone), or POSIX seconds of those years:
+# every conversion after (to UTC, a default span back, epoch microseconds) stays clear of the calendar's
+# edges.
+INSTANT = InstantRange(1970, 2099, numbers=True)
 Instant = Annotated[
-    AwareDatetime,
-    WithJsonSchema({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "number"}]}),
-]  # RFC 3339 with a time zone, or POSIX seconds (UTC)
+    datetime, PlainValidator(INSTANT), WithJsonSchema(INSTANT.json_schema(), mode="validation")
+]
 From = Annotated[Instant | None, Query(alias="from", description="Range start (RFC 3339 with a time zone, or "
-                                        "POSIX seconds); inclusive.")]  # fmt: skip
+                                        "POSIX seconds; years 1970-2099); inclusive.")]  # fmt: skip
 To = Annotated[Instant | None, Query(alias="to", description="Range end; exclusive. Default: now.")]
-Step = Annotated[str | None, Query(pattern=r"^\s*\d+(\.\d+)?(ms|s|m|h|d)?\s*$", max_length=32,
-                                   description="Bucket width: 60, 30s, 5m, 1h or 1d.")]  # fmt: skip
+Step = Annotated[str | None, Query(pattern=STEP_PATTERN, max_length=32,
+                                   description="Bucket width from one second to about three centuries: 60, "
+                                   "30s, 5m, 1h, 1d or 1500ms.")]  # fmt: skip
+NO_NUL = r"^[^\x00]*$"  # PostgreSQL text cannot hold NUL
+
+
+def text_query(max_length: int, description: str) -> Any:
+    """A free-text query parameter: bounded, and without NUL (which the store cannot compare)."""
+    return Query(max_length=max_length, pattern=NO_NUL, description=description)
 
 
 async def read_store(state: ServiceState, fn: Callable[[Connection], T]) -> T:

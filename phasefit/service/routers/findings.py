@@ -24,6 +24,7 @@ from phasefit.service.routers.common import (
     next_link,
     page_limit,
     read_store,
+    text_query,
     time_range,
 )
 from phasefit.service.series import Episode, RunTotals, lost_from_episodes, lost_from_runs, parse_step
@@ -61,14 +62,17 @@ async def findings(
     state: StateDep,
     status: Annotated[FindingStatus | None, Query(description="open or resolved.")] = None,
     kind: Annotated[FindingKind | None, Query(description="A finding kind.")] = None,
-    worker: Annotated[str | None, Query(max_length=253, description="Only this worker's findings.")] = None,
-    pool: Annotated[str | None, Query(max_length=253, description="Only this pool's findings.")] = None,
+    worker: Annotated[str | None, text_query(253, "Only this worker's findings.")] = None,
+    pool: Annotated[str | None, text_query(253, "Only this pool's findings.")] = None,
     start: From = None,
     end: To = None,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> FindingPage:
-    """Findings, latest ``last_seen`` first; ``from``/``to`` keep episodes overlapping [from, to)."""
+    """Findings, latest ``last_seen`` first; ``from``/``to`` keep episodes overlapping [from, to).
+
+    A rule between parameters, which JSON Schema cannot state: 'from' must be before 'to' when both are given
+    (422 naming 'from')."""
     limit = page_limit(state, limit)
     if start is not None and end is not None and start >= end:
         raise invalid("from", "'from' must be before 'to'", start.isoformat())
@@ -105,8 +109,12 @@ async def lost_tokens(
     state: StateDep, start: From = None, end: To = None, step: Step = None
 ) -> LostTokensSeries:
     """The analyzer runs' fleet totals per bucket (mean over the runs whose analysed window ends in it); when
-    the range holds no run,
-    the sum over findings (per worker or pool, the largest loss of its episodes overlapping the bucket)."""
+    the range holds no run, the sum over findings (per worker or pool, the largest loss of its episodes
+    overlapping the bucket).
+
+    Rules between parameters, which JSON Schema cannot state: 'from' must be before 'to' ('to' defaults to
+    now, 'from' to 24 h before 'to'; 422 naming 'from'); the (to - from) / step buckets requested must not
+    exceed PHASEFIT_MAX_POINTS (10,000 by default; 422 naming 'step')."""
     begin, finish = time_range(state, start, end, timedelta(hours=24))
     span = (finish - begin).total_seconds()
     try:

@@ -6,7 +6,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Path, Query, Request
 from sqlalchemy import Connection
 
 from fleet.contract import FindingStatus
@@ -33,6 +33,7 @@ from phasefit.service.models import (
     WorkerSamples,
 )
 from phasefit.service.routers.common import (
+    NO_NUL,
     READ_RESPONSES,
     From,
     Instant,
@@ -44,6 +45,7 @@ from phasefit.service.routers.common import (
     next_link,
     page_limit,
     read_store,
+    text_query,
     time_range,
 )
 from phasefit.service.routers.findings import finding_out
@@ -51,6 +53,7 @@ from phasefit.service.series import cut_page, engine_points, gpu_points, parse_s
 from phasefit.service.state import ServiceState
 
 router = APIRouter(tags=["fleet"])
+WorkerId = Annotated[str, Path(pattern=NO_NUL, description="The worker's id (slashes allowed).")]
 Source = Literal["raw", "rollup-1m", "rollup-1h"]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": READ_RESPONSES[503]["model"], "description": "No such worker."}
@@ -97,10 +100,8 @@ async def workers(
     *,
     request: Request,
     state: StateDep,
-    model: Annotated[str | None, Query(max_length=253, description="Served model id.")] = None,
-    role: Annotated[
-        str | None, Query(max_length=32, description="prefill, decode, mixed or unknown.")
-    ] = None,
+    model: Annotated[str | None, text_query(253, "Served model id.")] = None,
+    role: Annotated[str | None, text_query(32, "prefill, decode, mixed or unknown.")] = None,
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> WorkerPage:
@@ -128,14 +129,19 @@ async def worker_samples(
     *,
     request: Request,
     state: StateDep,
-    worker_id: str,
+    worker_id: WorkerId,
     start: From = None,
     end: To = None,
     step: Step = None,
     limit: Annotated[int, Query(ge=1, le=100_000, description="Most timestamps in this page.")] = 1000,
 ) -> WorkerSamples:
-    """Raw samples (no ``step``; the range may span at most max_raw_range_s) or buckets of ``step``
-    (from rollups when the range reaches past raw retention). Ranges are half-open: from <= ts < to."""
+    """Raw samples (no ``step``) or buckets of ``step`` (from rollups when the range reaches past raw
+    retention). Ranges are half-open: from <= ts < to.
+
+    Rules between parameters, which JSON Schema cannot state: 'from' must be before 'to' ('to' defaults to
+    now, 'from' to 1 h before 'to'; 422 naming 'from'); without a step, raw samples span at most
+    PHASEFIT_MAX_RAW_RANGE_S (6 h by default; 422 naming 'step'); with one, the (to - from) / step buckets
+    requested must not exceed PHASEFIT_MAX_POINTS (10,000 by default; 422 naming 'step')."""
     limit = page_limit(state, limit)
     start, end = time_range(state, start, end, timedelta(hours=1))
     step_s = _step(state, step, start, end)
@@ -186,7 +192,7 @@ async def worker_samples(
     responses={**READ_RESPONSES, **_NOT_FOUND},
     summary="One worker, its GPUs and its open findings",
 )
-async def worker(state: StateDep, worker_id: str) -> WorkerDetail:
+async def worker(state: StateDep, worker_id: WorkerId) -> WorkerDetail:
     def load(connection: Connection) -> WorkerDetail | None:
         info = get_worker(connection, worker_id)
         if info is None:

@@ -1,9 +1,10 @@
 """``POST /v1/ingest``: a batch of data-contract records from a collector, stored whole or not at all.
 
 Order of refusals, cheapest first: credentials (401/403), the token's requests in progress (429, before the
-body is read), the body's encoding, size and deadline (415/413/408/400, read before any admission slot is
-taken, so a slow body holds none), admission (429), the contract (422 naming record and field; 413 for too
-many records), the records' nodes against the token's binding (403); then, in the write transaction, GPUs
+body is read), the body's media type and encoding, size and deadline (415/413/408/400, read before any
+admission slot is taken, so a slow body holds none), admission (429), an object repeating a key and the
+contract, timestamps inside the window the service accepts (422 naming record and field; 413 for too many
+records), the records' nodes against the token's binding (403); then, in the write transaction, GPUs
 and workers the store holds on nodes outside the binding (403), re-sent keys with other values (409), the
 cardinality budget (429); the write queue (429 when full or when a batch waited too long), the store (503).
 Every refusal stores nothing; a batch is written in one transaction (with others: group commit), and a
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -55,8 +57,18 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
         "names the key and the fields that differ. Nothing of the batch is stored.",
     },
     413: {"model": RecordErrors, "description": "Body, decoded body or record count over the limit."},
-    415: {"model": ErrorMessage, "description": "A Content-Encoding other than gzip."},
-    422: {"model": RecordErrors, "description": "Invalid records: each error names the record and field."},
+    415: {
+        "model": ErrorMessage,
+        "description": "A Content-Type other than application/json (optionally with charset=utf-8), or a "
+        "Content-Encoding other than gzip.",
+    },
+    422: {
+        "model": RecordErrors,
+        "description": "Invalid records, each error naming the record and field: the schema's rules, an "
+        "object that repeats a key, and a ts outside the window the service accepts (from "
+        "PHASEFIT_INGEST_MAX_AGE_S before its clock, 14 days by default, to PHASEFIT_INGEST_MAX_FUTURE_S "
+        "after it, 1 h by default).",
+    },
     429: {
         "model": ErrorMessage,
         "description": "Overloaded, the token's requests in progress at their limit, or over the token's "
@@ -78,7 +90,11 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
     openapi_extra={"x-phasefit-request-body": "IngestBatch"},
 )
 async def ingest(request: Request, state: StateDep, token: IngestToken) -> IngestResult | JSONResponse:
-    """Body ``{"records": [...]}`` (JSON, optionally ``Content-Encoding: gzip``); all stored or none."""
+    """Body ``{"records": [...]}`` (``Content-Type: application/json``, optionally ``Content-Encoding:
+    gzip``); all stored or none. Each record's ``ts`` must lie within the window the service accepts, from
+    PHASEFIT_INGEST_MAX_AGE_S (default: the raw retention, 14 days) before the service's clock to
+    PHASEFIT_INGEST_MAX_FUTURE_S (default 1 h) after it; the JSON Schema cannot say "relative to now", so the
+    422 does, naming the record."""
     settings = state.settings
     try:
         async with state.token_slots.taken(token.name):
@@ -136,12 +152,19 @@ class _Prepared:
 
 
 def _prepare(state: ServiceState, token: Token, body: bytes) -> _Prepared:
-    records = state.validator.parse(body)
+    records = state.validator.parse(body, ingest_window(state))
     refs = None
     if token.nodes:
         check_nodes(records, token.allows_node)
         refs = references(records)
     return _Prepared(records, rows_for(records, state.time_encoding), refs)
+
+
+def ingest_window(state: ServiceState) -> tuple[datetime, datetime]:
+    """The timestamps ingest accepts now: [clock - max age, clock + max future)."""
+    now = state.clock.now()
+    age, future = state.settings.ingest_max_age, state.settings.ingest_max_future_s
+    return now - timedelta(seconds=age), now + timedelta(seconds=future)
 
 
 async def _write(state: ServiceState, token: Token, prepared: _Prepared) -> WriteCounts:

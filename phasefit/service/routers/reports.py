@@ -14,14 +14,21 @@ from phasefit.service.routers.common import (
     READ_RESPONSES,
     Limit,
     Offset,
-    invalid,
     next_link,
     page_limit,
     read_store,
 )
 
 router = APIRouter(tags=["reports"])
-Week = Annotated[str, Path(pattern=r"^\d{4}-W\d{2}$", description="ISO week, e.g. 2026-W48.")]
+# Years 0001-9999 and weeks 01-53, as the document can say; a week 53 the year does not have is 404.
+WEEK_PATTERN = r"^(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})-W(?:0[1-9]|[1-4][0-9]|5[0-3])$"
+Week = Annotated[
+    str,
+    Path(
+        pattern=WEEK_PATTERN,
+        description="ISO week, e.g. 2026-W48 (404 for week 53 of a year that has 52).",
+    ),
+]
 
 
 def _info(request: Request, info: StoredReportInfo) -> dict[str, object]:
@@ -55,15 +62,18 @@ async def reports(request: Request, state: StateDep, limit: Limit = 52, offset: 
     response_model=Report,
     responses={
         **READ_RESPONSES,
-        404: {"model": READ_RESPONSES[503]["model"], "description": "No report that week."},
+        404: {
+            "model": READ_RESPONSES[503]["model"],
+            "description": "No report that week (or no such week: week 53 of a year that has 52).",
+        },
     },
     summary="One week's audit report",
 )
 async def report(request: Request, state: StateDep, week: Week) -> Report:
     try:
         check_week(week)
-    except ValueError as exc:
-        raise invalid("week", str(exc), week, where="path") from None
+    except ValueError as exc:  # the pattern admits only week 53 of a 52-week year here: no such report
+        raise HTTPException(404, f"no report for {week}: {exc}") from None
     found = await read_store(state, lambda c: get_report(c, week))
     if found is None:
         raise HTTPException(404, f"no report for {week}")

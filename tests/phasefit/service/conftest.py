@@ -37,6 +37,9 @@ READ = "dashboard-read-0123456789abcd"
 ALERTMANAGER = "alertmanager-0123456789abcdef"
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -55,6 +58,14 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         self.current += timedelta(seconds=seconds)
         self.elapsed += seconds
+
+
+class PinnedWallClock(FakeClock):
+    """The FakeClock's wall time (records.T0 is an hour before it), with real monotonic time: for a service
+    under uvicorn, whose deadlines and budgets run on their own."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
 
 @pytest.fixture
@@ -108,7 +119,7 @@ def make_client(
     def make(engine: Engine | None = None, **overrides: Any) -> Any:
         settings = service_settings(token_file, read_file, **overrides)
         app = create_app(settings, engine=engine or sqlite_engine, clock=clock, registry=CollectorRegistry())
-        client = TestClient(app)
+        client = TestClient(app, headers=JSON)  # as collectors and Alertmanager send their bodies
         client.__enter__()
         started.append(client)
         return client
@@ -148,7 +159,7 @@ def live_service(token_file: Path, read_file: Path) -> Iterator[LiveFactory]:
     @contextmanager
     def run(engine: Engine, **overrides: Any) -> Iterator[LiveService]:
         settings = service_settings(token_file, read_file, bind_host="127.0.0.1", **overrides)
-        app = create_app(settings, engine=engine, registry=CollectorRegistry())
+        app = create_app(settings, engine=engine, clock=PinnedWallClock(), registry=CollectorRegistry())
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = int(probe.getsockname()[1])

@@ -34,6 +34,7 @@ from tests.phasefit.service.conftest import (
     ALERTMANAGER,
     INGEST_A,
     INGEST_B,
+    JSON,
     READ,
     ClientFactory,
     LiveFactory,
@@ -331,7 +332,7 @@ def test_256_slow_bodies_under_one_token_do_not_stop_another_collectors_batches(
             with httpx.Client(base_url=service.url, timeout=5) as collector:
                 landed = [
                     collector.post("/v1/ingest", content=body([gpu(12, m, node="node-b")]),
-                                   headers=auth(INGEST_B)).status_code
+                                   headers={**JSON, **auth(INGEST_B)}).status_code
                     for m in range(5)
                 ]  # fmt: skip
             assert landed == [200] * 5
@@ -361,7 +362,7 @@ def test_a_body_within_the_deadline_is_stored(live_service: LiveFactory, store_e
         try:
             sock.sendall(
                 f"POST /v1/ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {INGEST_A}\r\n"
-                f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n".encode()
             )
             for start in range(0, len(payload), len(payload) // 4 + 1):  # in pieces, well in time
                 sock.sendall(payload[start : start + len(payload) // 4 + 1])
@@ -380,7 +381,8 @@ def test_a_slow_alertmanager_body_is_503_which_alertmanager_retries(
         try:
             sock.sendall(
                 "POST /v1/alerts/alertmanager HTTP/1.1\r\nHost: x\r\n"
-                f"Authorization: Bearer {ALERTMANAGER}\r\nContent-Length: 5000\r\n\r\n{{".encode()
+                f"Authorization: Bearer {ALERTMANAGER}\r\nContent-Type: application/json\r\n"
+                "Content-Length: 5000\r\n\r\n{".encode()
             )
             answer = _answer(sock, 10)
         finally:
@@ -417,7 +419,7 @@ def test_a_client_that_disconnects_mid_body_is_one_log_line_and_code_499(
         sock = socket.create_connection(("127.0.0.1", service.port))
         sock.sendall(
             f"POST /v1/ingest HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {INGEST_A}\r\n"
-            'Content-Length: 5000\r\n\r\n{"records": ['.encode()
+            'Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{"records": ['.encode()
         )
         time.sleep(0.3)
         sock.close()
