@@ -47,7 +47,7 @@ def test_models_json_carries_derived_figures() -> None:
     result = runner.invoke(app, ["models", "--json"])
     assert result.exit_code == 0, result.output
     models = {row["key"]: row for row in json.loads(result.stdout)}
-    assert len(models) == 9
+    assert len(models) == 12
     llama = models["llama-3.1-70b"]
     assert llama["kv_bytes_per_token_bf16"] == 327_680
     assert llama["total_params"] == pytest.approx(70.554e9, rel=1e-3)
