@@ -27,7 +27,6 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.agent import Agent
-from collector.clock import FakeClock
 from collector.dcgm_source import dcgm_window
 from collector.engines import read_engine, window_delta
 from collector.exporter import ExporterState, StateHolder
@@ -37,6 +36,7 @@ from collector.nvml_source import GPM_METRICS, NvmlSource
 from collector.procfs import FakeProcs
 from collector.promtext import parse
 from collector.spool import Spool
+from fleet.clock import FakeClock
 
 CAPTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "metrics"
 LOAD = Load(

@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from collector.clock import Clock
 from collector.deployments import resolve_deployment
 from collector.discovery import discovered_urls, merged_urls
 from collector.engine_ids import identity_of
@@ -54,6 +53,7 @@ from collector.shipper import Shipper
 from collector.spool import Spool
 from collector.window import GpuSource, PodRef, SourceWindow
 from collector.workers import Attribution, EndpointJoin, ListenerFinder, Worker, attribute_gpus, join_endpoint
+from fleet.clock import Clock
 from fleet.contract import EngineSample, GpuSample, Role, RoleSource, dump_record
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,6 @@ from typing import Any
 
 import httpx
 
-from collector.clock import Clock
 from collector.failures import REASON_NO_GPU_SERIES, STAGE_DCGM, Failure
 from collector.promtext import Exposition
 from collector.scrape import ScrapeError, scrape
@@ -50,6 +49,7 @@ from collector.window import (
     PodRef,
     SourceWindow,
 )
+from fleet.clock import Clock
 from fleet.contract import ActivityEvidence, GpuSample, GpuState, TelemetrySource
 from fleet.vocabulary.dcgm import (
     DCGM_FIELDS,

@@ -26,10 +26,10 @@ from datetime import datetime
 
 import httpx
 
-from collector.clock import Clock
 from collector.engine_ids import EngineIdentity, engine_identity
 from collector.promtext import Exposition
 from collector.scrape import ScrapeError, scrape
+from fleet.clock import Clock
 from fleet.labels import (
     DYNAMO_COMPONENT_METRIC_LABEL,
     DYNAMO_NAMESPACE_METRIC_LABEL,

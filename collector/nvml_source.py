@@ -26,7 +26,6 @@ from typing import Any
 
 from collector import nvml_api as nv
 from collector.call_guard import Call, CallGuard, CallTimeoutError, DriverUnresponsiveError
-from collector.clock import Clock
 from collector.failures import REASON_NO_GPUS, STAGE_NVML, Failure
 from collector.window import (
     REASON_CALL_TIMEOUT,
@@ -38,6 +37,7 @@ from collector.window import (
     GpuStatus,
     SourceWindow,
 )
+from fleet.clock import Clock
 from fleet.contract import ActivityEvidence, GpuSample, GpuState, TelemetrySource
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 import httpx
 
 from collector.agent import Agent
-from collector.clock import Clock
 from collector.dcgm_source import DcgmSource
 from collector.engines import EngineScraper
 from collector.exporter import ExporterState, StateHolder
@@ -26,6 +25,7 @@ from collector.settings import CollectorSettings
 from collector.shipper import FileSink, HttpSink, Shipper, Sink
 from collector.spool import Spool
 from collector.window import GpuSource
+from fleet.clock import Clock
 
 SOURCES = ("nvml", "dcgm", "sim")
 

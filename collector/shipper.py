@@ -29,7 +29,6 @@ from typing import Literal, Protocol
 
 import httpx
 
-from collector.clock import Clock
 from collector.failures import (
     REASON_EXCEPTION,
     REASON_IO_ERROR,
@@ -42,6 +41,7 @@ from collector.failures import (
     http_reason,
 )
 from collector.spool import Spool, SpooledRecord
+from fleet.clock import Clock
 
 log = logging.getLogger(__name__)
 

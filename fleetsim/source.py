@@ -43,9 +43,9 @@ from fleetsim.records import RecordBuilder, to_records
 from fleetsim.scenario import Scenario, load_scenario
 
 if TYPE_CHECKING:
-    from collector.clock import Clock
     from collector.settings import CollectorSettings
     from collector.window import SourceWindow
+    from fleet.clock import Clock
 
 
 BATCH_RECORDS = 60_000  # records per batch of a whole run: bounds memory whatever the fleet's size

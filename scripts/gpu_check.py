@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from collector.clock import Clock, SystemClock
 from collector.nvml_source import NvmlSource
+from fleet.clock import SleepingClock, SystemClock
 from fleet.contract import GpuSample, GpuState
 
 BUSY = 0.5  # a ratio at or above this is "near its limit" for this check
@@ -52,7 +52,7 @@ def _median(values: list[float | None]) -> float | None:
 
 def measure(
     source: NvmlSource,
-    clock: Clock,
+    clock: SleepingClock,
     *,
     windows: int,
     interval_s: float,
@@ -115,7 +115,7 @@ Work = Callable[[threading.Event], None]
 
 def run_load(
     source: NvmlSource,
-    clock: Clock,
+    clock: SleepingClock,
     work: Work,
     *,
     windows: int,

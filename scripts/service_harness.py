@@ -329,9 +329,9 @@ class CollectorFleet:
 
         import httpx
 
-        from collector.clock import SystemClock
         from collector.shipper import HttpSink, Shipper
         from collector.spool import Spool
+        from fleet.clock import SystemClock
 
         logging.getLogger("collector.shipper").setLevel(logging.ERROR)  # retries are expected here
         self.interval_s = interval_s

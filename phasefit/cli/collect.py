@@ -19,11 +19,11 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from collector.clock import Clock
     from collector.failures import Failure
     from collector.runtime import Runtime
     from collector.settings import CollectorSettings
     from collector.window import GpuSource
+    from fleet.clock import Clock, SleepingClock
     from fleet.contract import EngineSample, GpuSample
 
 EXIT_OK = 0  # every source yielded data and every record was delivered
@@ -124,10 +124,10 @@ def collect(
     """
     from pydantic import ValidationError
 
-    from collector.clock import SystemClock
     from collector.nvml_source import NvmlStartError
     from collector.runtime import RuntimeConfigError, build_runtime
     from collector.settings import CollectorSettings
+    from fleet.clock import SystemClock
 
     overrides: dict[str, object] = {}
     if dcgm_url is not None:
@@ -187,7 +187,7 @@ def _quiet_failure_logs() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _run_once(runtime: Runtime, clock: Clock, settings: CollectorSettings, output: OutputKind) -> int:
+def _run_once(runtime: Runtime, clock: SleepingClock, settings: CollectorSettings, output: OutputKind) -> int:
     """One window, output, and the exit status (``EXIT_*``); every failure is listed on stderr."""
     import sys
 

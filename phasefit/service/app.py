@@ -32,6 +32,7 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.requests import ClientDisconnect
 
+from fleet.clock import Clock, SystemClock
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import make_engine
 from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
@@ -40,7 +41,6 @@ from phasefit import __version__
 from phasefit.service import metrics as metrics_module
 from phasefit.service.analyzer_gauges import AnalyzerCollector
 from phasefit.service.batches import BatchValidator
-from phasefit.service.clock import Clock, SystemClock
 from phasefit.service.deps import ReadAuth
 from phasefit.service.guards import CardinalityGuard, TokenSlots, WriteGate
 from phasefit.service.metrics import RequestMetricsMiddleware, ServiceMetrics

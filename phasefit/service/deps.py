@@ -17,7 +17,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
 from sqlalchemy import Engine
 
-from phasefit.service.clock import Clock
+from fleet.clock import Clock
 from phasefit.service.settings import ServiceSettings
 from phasefit.service.state import ServiceState
 from phasefit.service.tokens import Token

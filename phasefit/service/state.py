@@ -13,11 +13,11 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
+from fleet.clock import Clock
 from fleet.store.migrate import SchemaState, SchemaStatus, head_revision, schema_status
 from fleet.store.rows import TimeEncoding
 from fleet.store.writer import SkuResolver
 from phasefit.service.batches import BatchValidator
-from phasefit.service.clock import Clock
 from phasefit.service.guards import CardinalityGuard, TokenSlots, WriteGate
 from phasefit.service.settings import ServiceSettings
 from phasefit.service.tokens import TokenRegistry

@@ -30,10 +30,10 @@ from alerts.testing import ScrapeJob, prometheus_config, running_prometheus
 from analyzer.prometheus_client_io import read_fleet
 from analyzer.prometheus_fleet import PrometheusFleet
 from collector.agent import Agent
-from collector.clock import SystemClock
 from collector.dcgm_source import DcgmSource
 from collector.engines import EngineScraper
 from collector.mapping import MappedWorker, RoleMapping
+from fleet.clock import SystemClock
 from fleet.contract import EngineSample, GpuSample
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import make_engine, writing

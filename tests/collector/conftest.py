@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collector.clock import FakeClock
 from collector.fake_nvml import FakeNvml
+from fleet.clock import FakeClock
 
 METRICS = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 DCGM_FIXTURE = METRICS / "dcgm-exporter_h100_standalone_digitalocean_docs_excerpt.prom"

@@ -11,7 +11,6 @@ import pytest
 from prometheus_client import generate_latest
 
 from collector.agent import Agent
-from collector.clock import FakeClock
 from collector.dcgm_source import DcgmSource
 from collector.engines import EngineScraper
 from collector.exporter import ExporterState, StateHolder, build_registry
@@ -21,6 +20,7 @@ from collector.procfs import FakeProcs
 from collector.runtime import default_sku_of
 from collector.spool import Spool
 from collector.window import SourceWindow
+from fleet.clock import FakeClock
 from fleet.contract import EngineSample, GpuSample, Role, RoleSource, TelemetrySource
 from tests.analyzer.prometheus_fixtures import VLLM_CACHE_CONFIG_INFO
 from tests.collector.conftest import SGLANG_FIXTURE, VLLM_FIXTURE, fixture_text
@@ -205,7 +205,7 @@ def test_nvml_and_dcgm_together_keep_one_sample_per_gpu_and_merge_pod_labels(clo
 
 
 def test_run_loop_collects_every_interval_and_stops(tmp_path: Path) -> None:
-    from collector.clock import SystemClock
+    from fleet.clock import SystemClock
 
     clock = SystemClock()
     fake = fleet_node(1, clock.monotonic)

@@ -8,10 +8,10 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from collector.clock import FakeClock
 from collector.dcgm_source import DcgmSource, dcgm_window
 from collector.promtext import parse
 from collector.window import REASON_METRIC_MISSING, REASON_PROFILING_ZERO, REASON_SCRAPE_FAILED
+from fleet.clock import FakeClock
 from fleet.contract import ActivityEvidence, GpuState, TelemetrySource
 from tests.collector.conftest import DCGM_FIXTURE, fixture_text
 from tests.collector.dcgm_text import DEFAULT_FIELDS, exposition

@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from collector.agent import Agent
-from collector.clock import FakeClock
 from collector.deployments import DEPLOYMENT_LABELS, OwnerRef, owner_name, resolve_deployment
 from collector.discovery import Discovered
 from collector.engines import EngineScraper
@@ -23,6 +22,7 @@ from collector.procfs import FakeProcs
 from collector.roles import sanitise_label
 from collector.settings import CollectorSettings
 from collector.window import PodRef
+from fleet.clock import FakeClock
 from fleet.contract import EngineSample, GpuJoin, GpuSample, Role
 from tests.collector.conftest import VLLM_FIXTURE, fixture_text
 

@@ -8,9 +8,9 @@ import re
 import httpx
 import pytest
 
-from collector.clock import FakeClock
 from collector.engines import EngineParseError, EngineScraper, quantile, read_engine, window_delta
 from collector.promtext import parse
+from fleet.clock import FakeClock
 from tests.analyzer.prometheus_fixtures import (
     SGLANG_KV_CAPACITY_TOKENS,
     VLLM_CACHE_CONFIG_INFO,

@@ -6,9 +6,9 @@ import httpx
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.clock import FakeClock
 from collector.exporter import ExporterState, GpuView, StateHolder, WorkerView, build_registry, serve
 from collector.window import REASON_GPM_UNSUPPORTED
+from fleet.clock import FakeClock
 from fleet.contract import GpuSample, GpuState, TelemetrySource
 
 

@@ -7,9 +7,9 @@ import ctypes
 import pynvml
 import pytest
 
-from collector.clock import FakeClock
 from collector.fake_nvml import FakeGpu, FakeNvml, Fault, Load, average_gpm, fake_uuid, fleet_node
 from collector.nvml_api import GPM_ANY_TENSOR_UTIL, GPM_DRAM_BW_UTIL, GPM_SM_UTIL
+from fleet.clock import FakeClock
 
 
 def test_errors_are_pynvml_subclasses_with_real_codes(clock: FakeClock) -> None:

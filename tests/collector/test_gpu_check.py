@@ -10,9 +10,9 @@ from types import ModuleType
 
 import pytest
 
-from collector.clock import FakeClock
 from collector.fake_nvml import FakeGpu, FakeNvml, Load, fake_uuid, fleet_node
 from collector.nvml_source import NvmlSource
+from fleet.clock import FakeClock
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
 MATMUL = Load(

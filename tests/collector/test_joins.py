@@ -323,10 +323,10 @@ def test_agent_joins_a_bare_metal_engine_and_leaves_an_unjoinable_one_unknown(tm
     import httpx
 
     from collector.agent import Agent
-    from collector.clock import FakeClock
     from collector.engines import EngineScraper
     from collector.fake_nvml import Load, fake_uuid, fleet_node
     from collector.nvml_source import NvmlSource
+    from fleet.clock import FakeClock
     from fleet.contract import EngineSample, GpuSample
     from tests.collector.conftest import VLLM_FIXTURE
 

@@ -7,7 +7,6 @@ import time
 import pynvml
 import pytest
 
-from collector.clock import FakeClock
 from collector.fake_nvml import (
     H200_SXM_NAME,
     FakeGpu,
@@ -27,6 +26,7 @@ from collector.window import (
     REASON_METRIC_MISSING,
     REASON_NO_PERMISSION,
 )
+from fleet.clock import FakeClock
 from fleet.contract import ActivityEvidence, GpuState, TelemetrySource
 
 DECODE_LIKE = Load(

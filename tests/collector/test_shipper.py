@@ -12,11 +12,11 @@ import httpx
 import pytest
 
 from collector.agent import Agent
-from collector.clock import FakeClock
 from collector.fake_nvml import Load, fleet_node
 from collector.nvml_source import NvmlSource
 from collector.shipper import FileSink, HttpSink, Shipper, parse_retry_after
 from collector.spool import DROP_REJECTED, DROP_SPOOL_FULL, Spool
+from fleet.clock import FakeClock
 from fleet.contract import parse_record
 
 Handler = Callable[[httpx.Request], httpx.Response]

@@ -82,7 +82,7 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from collector.clock import SystemClock
+    from fleet.clock import SystemClock
     from collector.shipper import FileSink, Shipper
     from collector.spool import Spool
 

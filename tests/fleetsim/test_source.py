@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from collector.clock import FakeClock
 from collector.settings import CollectorSettings
 from fleet.catalog import Catalog
+from fleet.clock import FakeClock
 from fleet.contract import EngineSample, GpuSample
 from fleetsim.fleet_sim import FleetSimulation
 from fleetsim.records import RecordBuilder, to_records

@@ -1,4 +1,8 @@
-"""Time, injected: wall time for record timestamps, monotonic time for intervals, and sleeping."""
+"""Time, injected: wall time for timestamps, monotonic time for intervals and budgets, and sleeping.
+
+One protocol for every part of phasefit (the collector's windows, the service's deadlines); a loop that
+waits asks for a :class:`SleepingClock`.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ class Clock(Protocol):
         """Seconds from an arbitrary origin that never goes back (window lengths, deadlines)."""
         ...
 
+
+class SleepingClock(Clock, Protocol):
     def sleep(self, seconds: float) -> None: ...
 
 
