@@ -62,3 +62,73 @@ def test_nothing_but_tests_imports_tests(folder: str) -> None:
 def test_the_rule_sees_the_imports_it_forbids(tmp_path: Path) -> None:
     (tmp_path / "m.py").write_text("import fleetsim.truth\nfrom collector import agent\nfrom . import x\n")
     assert imported_packages(tmp_path, tmp_path) == {"m.py": {"fleetsim", "collector"}}
+
+
+def _modules_imported(path: Path) -> set[str]:
+    """Dotted modules a file imports (absolute imports; ``from a import b`` counts ``a`` and ``a.b``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (as the nodes along it), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+def test_the_top_level_packages_import_each_other_without_a_cycle() -> None:
+    graph = {
+        package: {
+            name
+            for names in imported_packages(ROOT / package).values()
+            for name in names
+            if name in PACKAGES and name != package
+        }
+        for package in PACKAGES
+    }
+    assert _cycle(graph) is None, f"import cycle between packages: {' -> '.join(_cycle(graph) or [])}"
+
+
+@pytest.mark.parametrize("package", ["phasefit/service", "collector", "analyzer", "fleet"])
+def test_the_modules_of_a_package_import_each_other_without_a_cycle(package: str) -> None:
+    folder = ROOT / package
+    dotted = package.replace("/", ".")
+    modules = {
+        f"{dotted}.{'.'.join(p.relative_to(folder).with_suffix('').parts)}".removesuffix(".__init__"): p
+        for p in folder.rglob("*.py")
+    }
+    graph = {
+        name: {m for m in _modules_imported(path) if m in modules and m != name}
+        for name, path in modules.items()
+    }
+    found = _cycle(graph)
+    assert found is None, f"import cycle in {package}: {' -> '.join(found or [])}"
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None

@@ -38,7 +38,6 @@ from fleet.store.engine import make_engine
 from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
 from fleet.store.rows import INT32_MAX
 from phasefit import __version__
-from phasefit.service import metrics as metrics_module
 from phasefit.service.analyzer_gauges import AnalyzerCollector
 from phasefit.service.batches import BatchValidator
 from phasefit.service.deps import ReadAuth
@@ -46,6 +45,7 @@ from phasefit.service.guards import CardinalityGuard, TokenSlots, WriteGate
 from phasefit.service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from phasefit.service.models import AlertmanagerPayload
 from phasefit.service.routers import alerts, docs, findings, fleet, health, ingest, reports
+from phasefit.service.routers import metrics as metrics_route
 from phasefit.service.routers.common import no_nul_characters
 from phasefit.service.settings import ServiceSettings
 from phasefit.service.state import (
@@ -102,7 +102,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(ingest.router)
     app.include_router(alerts.router)
-    for router in (fleet.router, findings.router, reports.router, metrics_module.router, docs.router):
+    for router in (fleet.router, findings.router, reports.router, metrics_route.router, docs.router):
         app.include_router(router, dependencies=read_guard)
     _store_error_handlers(app, state)
     _disconnect_handler(app, state)

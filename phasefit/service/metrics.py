@@ -1,4 +1,5 @@
-"""``GET /metrics``: the service's own health and, computed per scrape, the analyzer's conclusions.
+"""The service's own metrics (``phasefit_service_*``) and the middleware that counts requests; the
+``GET /metrics`` route is :mod:`phasefit.service.routers.metrics`.
 
 Everything is registered on the app's own ``CollectorRegistry`` (injected, never the global one), so two
 apps in one process (tests) never share a series. Own metrics are prefixed ``phasefit_service_``; the
@@ -11,19 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import anyio.to_thread
-from fastapi import APIRouter, Response
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
-
-from phasefit.service.deps import StateDep
-from phasefit.service.models import ErrorMessage
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -160,25 +149,3 @@ class RequestMetricsMiddleware:
             method = str(scope.get("method", ""))
             self.metrics.requests.labels(method, template, str(status)).inc()
             self.metrics.request_seconds.labels(method, template).observe(time.perf_counter() - started)
-
-
-router = APIRouter(tags=["metrics"])
-
-
-@router.get(
-    "/metrics",
-    response_class=Response,
-    responses={
-        200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text exposition."},
-        401: {
-            "model": ErrorMessage,
-            "description": "Read access is token-guarded and the token is missing or wrong.",
-        },
-        403: {"model": ErrorMessage, "description": "The token may not read (an ingest token)."},
-    },
-    summary="Prometheus metrics: the service's health and the analyzer's conclusions",
-)
-async def metrics(state: StateDep) -> Response:
-    """Computed per scrape (the analyzer gauges read the store); a store outage gives store_up 0."""
-    body = await anyio.to_thread.run_sync(generate_latest, state.registry)
-    return Response(body, media_type=CONTENT_TYPE_LATEST)

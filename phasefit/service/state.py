@@ -6,7 +6,6 @@ import hashlib
 import hmac
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
@@ -19,12 +18,10 @@ from fleet.store.rows import TimeEncoding
 from fleet.store.writer import SkuResolver
 from phasefit.service.batches import BatchValidator
 from phasefit.service.guards import CardinalityGuard, TokenSlots, WriteGate
+from phasefit.service.metrics import ServiceMetrics
 from phasefit.service.settings import ServiceSettings
 from phasefit.service.tokens import TokenRegistry
 from phasefit.service.writes import BatchWriter, SeriesCache
-
-if TYPE_CHECKING:
-    from phasefit.service.metrics import ServiceMetrics  # metrics.py's /metrics route needs deps -> state
 
 
 class StoreNotReadyError(Exception):
