@@ -19,6 +19,7 @@ from analyzer.misplacement import FindingParams, placement_findings
 from analyzer.pool_analysis import PoolAnalysis, PoolParams, analyze_pool
 from analyzer.pools import Inventory, build_pools, inventory_from_samples
 from analyzer.summary import build_summary
+from analyzer.summary_model import Summary
 from analyzer.telemetry import (
     BUCKET_S,
     Columns,
@@ -55,11 +56,15 @@ class AnalyzerParams:
 
 @dataclass(frozen=True)
 class AnalysisResult:
+    """``typed_summary`` is the summary (:mod:`analyzer.summary_model`); ``summary`` is its JSON, as stored
+    and printed (``typed_summary.to_json_dict()``), for readers of the untyped form."""
+
     summary: dict[str, Any]
     findings: list[Finding]
     pools: list[PoolAnalysis]
     grid: WorkerGrid
     bottlenecks: BottleneckGrid
+    typed_summary: Summary
 
 
 def input_from_samples(
@@ -152,7 +157,7 @@ def analyze(
     }
     findings += health_findings(grid, bottlenecks, context, p.health)
     findings.sort(key=lambda f: (-f.lost_tokens_per_s, f.kind.value, f.pool or "", f.worker_id or ""))
-    summary = build_summary(
+    typed = build_summary(
         start=data.start,
         end=data.end,
         bucket_s=data.bucket_s,
@@ -165,4 +170,4 @@ def analyze(
         extra_warnings=extra_warnings,
         catalog=catalog,
     )
-    return AnalysisResult(summary, findings, analyses, grid, bottlenecks)
+    return AnalysisResult(typed.to_json_dict(), findings, analyses, grid, bottlenecks, typed)

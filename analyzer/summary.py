@@ -15,13 +15,17 @@ instances; null, with ``physical_gpus_reason``, where an instance does not name 
 Lost capacity is reported in the units an SRE acts on first: ``lost_output_tokens_per_s`` (generated
 tokens) and ``lost_requests_per_s``; ``lost_tokens_per_s`` (prompt + output tokens) stays as a secondary
 figure. Each comes with ``_low``/``_high`` and the time-weighted ``_mean`` variants.
+
+The summary is typed (:mod:`analyzer.summary_model`): :func:`build_summary` returns a
+:class:`~analyzer.summary_model.Summary`, whose ``to_json_dict()`` is the JSON the analyzer has always
+written (stored as the analysis run, printed by ``phasefit analyze --json``).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
@@ -35,11 +39,23 @@ from analyzer.placement import PlacementResult
 from analyzer.pool_analysis import PoolAnalysis, SegmentAnalysis
 from analyzer.pools import DeviceCounts, Inventory, Pool, device_counts
 from analyzer.recommend import recommended_ratio, rules_of_thumb
+from analyzer.summary_model import (
+    SUMMARY_VERSION,
+    FleetTotals,
+    GroupRecommendation,
+    ModelInfo,
+    PoolSummary,
+    Routing,
+    RuleCheck,
+    SegmentSummary,
+    Summary,
+    Traffic,
+    TrafficDrift,
+    WorkerSummary,
+)
 from analyzer.telemetry import WorkerGrid
 from fleet.catalog import Catalog
 from fleet.contract import Bottleneck, Finding, FindingKind, FindingStatus, Role
-
-SUMMARY_VERSION = 2
 
 # Why a worker could not be judged (the keys of the fleet's ``unjudged_reasons``).
 NO_GPUS = "no GPUs attributed to the worker"
@@ -164,36 +180,36 @@ def _placement_counts(
     return out
 
 
-def _segment_summary(pool: Pool, s: SegmentAnalysis) -> dict[str, Any]:
+def _segment_summary(pool: Pool, s: SegmentAnalysis) -> SegmentSummary:
     pl = s.placement
     capacity, capacity_reason = capacity_of(s)
-    return {
-        "start": iso(s.start),
-        "end": iso(s.end),
-        "mean_prompt_tokens": num(s.mix.isl),
-        "mean_output_tokens": num(s.mix.osl),
-        "requests_per_s": num(s.mix.request_rate, 3),
-        "demand_output_tokens_per_s": num(s.mix.output_rate),
-        "demand_tokens_per_s": num(s.mix.tokens_rate),
+    return SegmentSummary(
+        start=iso(s.start),
+        end=iso(s.end),
+        mean_prompt_tokens=num(s.mix.isl),
+        mean_output_tokens=num(s.mix.osl),
+        requests_per_s=num(s.mix.request_rate, 3),
+        demand_output_tokens_per_s=num(s.mix.output_rate),
+        demand_tokens_per_s=num(s.mix.tokens_rate),
         **_lost(pl),
-        "capacity_tokens_per_s": capacity,
-        "capacity_reason": capacity_reason,
-        "best_tokens_per_s": num(pl.best.tokens_per_s) if pl else capacity,
-        "utilisation": num(pl.utilisation, 4) if pl else None,
-        "demand_limited": pl.demand_limited if pl else None,
-        "bound": pl.current.bound if pl else None,
-        "routing": (
-            {
-                "prefill": "round-robin" if pl.routing.prefill_equal else "load-aware",
-                "decode": "round-robin" if pl.routing.decode_equal else "load-aware",
-            }
+        capacity_tokens_per_s=capacity,
+        capacity_reason=capacity_reason,
+        best_tokens_per_s=num(pl.best.tokens_per_s) if pl else capacity,
+        utilisation=num(pl.utilisation, 4) if pl else None,
+        demand_limited=pl.demand_limited if pl else None,
+        bound=pl.current.bound if pl else None,
+        routing=(
+            Routing(
+                prefill="round-robin" if pl.routing.prefill_equal else "load-aware",
+                decode="round-robin" if pl.routing.decode_equal else "load-aware",
+            )
             if pl
             else None
         ),
-        "current_placement": _placement_counts(pool, s, None),
-        "best_placement": _placement_counts(pool, s, pl.best.prefill) if pl else None,
-        "notes": list(s.notes),
-    }
+        current_placement=_placement_counts(pool, s, None),
+        best_placement=_placement_counts(pool, s, pl.best.prefill) if pl else None,
+        notes=list(s.notes),
+    )
 
 
 def _price(pl: PlacementResult | None) -> str:
@@ -225,7 +241,7 @@ def _pool_summary(
     grid: WorkerGrid,
     inventory: Inventory,
     catalog: Catalog | None = None,
-) -> dict[str, Any]:
+) -> PoolSummary:
     pool = analysis.pool
     latest = analysis.latest
     pl = latest.placement if latest else None
@@ -242,64 +258,69 @@ def _pool_summary(
     devices = devices_of(
         inventory, catalog, {u for u, worker in inventory.gpu_worker().items() if worker in members}
     )
-    return {
-        "pool": pool.key,
-        "cluster": pool.cluster,
-        "deployment": pool.deployment,
-        "model": pool.model_id,
-        "model_key": pool.arch.key if pool.arch else None,
-        "precision": str(pool.precision) if pool.precision else None,
-        "serving": analysis.serving,
-        "gpus": sum(g.gpus for g in pool.groups),
-        "whole_gpus": devices.whole_gpus,
-        "mig_instances": devices.mig_instances,
-        "physical_gpus": devices.physical_gpus,
-        "physical_gpus_reason": devices.physical_reason,
-        "workers": len(pool.members),
-        "workers_by_sku_role": by_sku,
+    return PoolSummary(
+        pool=pool.key,
+        cluster=pool.cluster,
+        deployment=pool.deployment,
+        model=pool.model_id,
+        model_key=pool.arch.key if pool.arch else None,
+        precision=str(pool.precision) if pool.precision else None,
+        serving=analysis.serving,
+        gpus=sum(g.gpus for g in pool.groups),
+        whole_gpus=devices.whole_gpus,
+        mig_instances=devices.mig_instances,
+        physical_gpus=devices.physical_gpus,
+        physical_gpus_reason=devices.physical_reason,
+        workers=len(pool.members),
+        workers_by_sku_role=by_sku,
         **_lost(pl),
-        "lost_reason": _lost_reason(analysis, latest),
+        lost_reason=_lost_reason(analysis, latest),
         **_lost_mean(analysis),
-        "capacity_tokens_per_s": capacity,
-        "capacity_reason": capacity_reason,
-        "best_tokens_per_s": num(pl.best.tokens_per_s) if pl else capacity,
-        "demand_output_tokens_per_s": num(latest.mix.output_rate) if latest else None,
-        "demand_tokens_per_s": num(latest.mix.tokens_rate) if latest else None,
-        "utilisation": num(pl.utilisation, 4) if pl else None,
-        "demand_limited": pl.demand_limited if pl else None,
-        "bound": pl.current.bound if pl else None,
-        "weekly_cost_usd": num(pl.weekly_cost_usd, 2) if pl else None,
-        "idle_cost_per_week_usd": num(pl.idle_cost_per_week_usd, 2) if pl else None,
-        "misplacement_cost_per_week_usd": num(pl.misplacement_cost_per_week_usd, 2) if pl else None,
-        "price": _price(pl),
-        "prefill_decode_ratio": num(ratio.ratio_now, 4) if ratio else None,
-        "recommended_prefill_decode_ratio": num(ratio.ratio_recommended, 4) if ratio else None,
-        "prefill_decode_now": ratio.now if ratio else None,
-        "prefill_decode_recommended": ratio.recommended if ratio else None,
-        "peak_requests_per_s": num(ratio.peak_requests_per_s, 3) if ratio else None,
-        "recommended": {k: asdict(v) for k, v in ratio.per_sku.items()} if ratio else None,
-        "ratio_drift": any(f.kind is FindingKind.POOL_RATIO_DRIFT for f in mine),
-        "traffic": {
-            "prompt_tokens_per_s": num(latest.mix.prompt_rate) if latest else None,
-            "output_tokens_per_s": num(latest.mix.output_rate) if latest else None,
-            "requests_per_s": num(latest.mix.request_rate, 3) if latest else None,
-            "mean_prompt_tokens": num(latest.mix.isl) if latest else None,
-            "mean_output_tokens": num(latest.mix.osl) if latest else None,
-            "requests_counted": analysis.traffic.requests_counted,
-        },
-        "checks": [c.as_dict() for c in rules_of_thumb(analysis, latest)] if latest else [],
-        "calibration": analysis.calibration.as_dict(),
-        "drift_events": [
-            {
-                "start": iso(float(grid.bucket_start[cp.index])),
-                "description": cp.describe(),
-                "magnitude": num(cp.magnitude, 4),
-            }
+        capacity_tokens_per_s=capacity,
+        capacity_reason=capacity_reason,
+        best_tokens_per_s=num(pl.best.tokens_per_s) if pl else capacity,
+        demand_output_tokens_per_s=num(latest.mix.output_rate) if latest else None,
+        demand_tokens_per_s=num(latest.mix.tokens_rate) if latest else None,
+        utilisation=num(pl.utilisation, 4) if pl else None,
+        demand_limited=pl.demand_limited if pl else None,
+        bound=pl.current.bound if pl else None,
+        weekly_cost_usd=num(pl.weekly_cost_usd, 2) if pl else None,
+        idle_cost_per_week_usd=num(pl.idle_cost_per_week_usd, 2) if pl else None,
+        misplacement_cost_per_week_usd=num(pl.misplacement_cost_per_week_usd, 2) if pl else None,
+        price=_price(pl),
+        prefill_decode_ratio=num(ratio.ratio_now, 4) if ratio else None,
+        recommended_prefill_decode_ratio=num(ratio.ratio_recommended, 4) if ratio else None,
+        prefill_decode_now=ratio.now if ratio else None,
+        prefill_decode_recommended=ratio.recommended if ratio else None,
+        peak_requests_per_s=num(ratio.peak_requests_per_s, 3) if ratio else None,
+        recommended=(
+            {k: GroupRecommendation(**asdict(v)) for k, v in ratio.per_sku.items()} if ratio else None
+        ),
+        ratio_drift=any(f.kind is FindingKind.POOL_RATIO_DRIFT for f in mine),
+        traffic=Traffic(
+            prompt_tokens_per_s=num(latest.mix.prompt_rate) if latest else None,
+            output_tokens_per_s=num(latest.mix.output_rate) if latest else None,
+            requests_per_s=num(latest.mix.request_rate, 3) if latest else None,
+            mean_prompt_tokens=num(latest.mix.isl) if latest else None,
+            mean_output_tokens=num(latest.mix.osl) if latest else None,
+            requests_counted=analysis.traffic.requests_counted,
+        ),
+        checks=[
+            RuleCheck(check=c.name, value=c.value, threshold=c.threshold, passed=c.passed, detail=c.detail)
+            for c in (rules_of_thumb(analysis, latest) if latest else [])
+        ],
+        calibration=analysis.calibration.as_dict(),
+        drift_events=[
+            TrafficDrift(
+                start=iso(float(grid.bucket_start[cp.index])),
+                description=cp.describe(),
+                magnitude=num(cp.magnitude, 4),
+            )
             for cp in analysis.change_points
         ],
-        "segments": [_segment_summary(pool, s) for s in analysis.segments],
-        "notes": list(analysis.notes),
-    }
+        segments=[_segment_summary(pool, s) for s in analysis.segments],
+        notes=list(analysis.notes),
+    )
 
 
 def unjudged_reason(
@@ -340,17 +361,23 @@ def unjudged_reason(
     return None
 
 
-def _sum(rows: Sequence[dict[str, Any]], key: str, digits: int = 1) -> float | None:
-    """Sum over the rows that know the figure; None when none does."""
-    known = [float(row[key]) for row in rows if row.get(key) is not None]
+def _figure(row: PoolSummary, key: str) -> float | None:
+    """One of the pool's figures by field name (the lost-capacity fields are named, not spelled out)."""
+    value = getattr(row, key)
+    return None if value is None else float(value)
+
+
+def _sum(values: Iterable[float | None], digits: int = 1) -> float | None:
+    """Sum over the values that are known; None when none is."""
+    known = [float(v) for v in values if v is not None]
     return num(sum(known), digits) if known else None
 
 
-def _all_or_none(rows: Sequence[dict[str, Any]], key: str, digits: int = 1) -> float | None:
-    """Sum when every row knows the figure (a partial sum would pass for the whole); else None."""
-    if not rows or any(row.get(key) is None for row in rows):
+def _all_or_none(values: Sequence[float | None], digits: int = 1) -> float | None:
+    """Sum when every value is known (a partial sum would pass for the whole); else None."""
+    if not values or any(v is None for v in values):
         return None
-    return num(sum(float(row[key]) for row in rows), digits)
+    return num(sum(float(v) for v in values if v is not None), digits)
 
 
 def build_summary(
@@ -366,7 +393,7 @@ def build_summary(
     inventory: Inventory,
     extra_warnings: Sequence[str] = (),
     catalog: Catalog | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     pool_rows = [_pool_summary(a, findings, grid, inventory, catalog) for a in analyses]
     open_findings = [f for f in findings if f.status is FindingStatus.OPEN]
     placements = {a.pool.key: a.latest.placement for a in analyses if a.latest and a.latest.placement}
@@ -439,93 +466,93 @@ def build_summary(
             )
             mine = lost.get(worker, {})
             workers.append(
-                {
-                    "worker_id": worker,
-                    "pool": pool.key,
-                    "cluster": pool.cluster,
-                    "sku": pool.sku_of(row).key,
-                    "role": str(grid_role(grid, row)),
-                    "model": pool.model_id,
-                    "bottleneck": str(bottleneck),
-                    "activity_evidence": evidence_label(level) if reason is None else None,
-                    "misplaced": is_misplaced,
-                    "unjudged_reason": reason,
-                    "kinds": misplaced.get(worker, []),
-                    "lost_output_tokens_per_s": num(mine.get("lost_output_tokens_per_s", 0.0)),
-                    "lost_requests_per_s": num(mine.get("lost_requests_per_s", 0.0), 4),
-                    "lost_tokens_per_s": num(mine.get("lost_tokens_per_s", 0.0)),
-                }
+                WorkerSummary(
+                    worker_id=worker,
+                    pool=pool.key,
+                    cluster=pool.cluster,
+                    sku=pool.sku_of(row).key,
+                    role=grid_role(grid, row),
+                    model=pool.model_id,
+                    bottleneck=bottleneck,
+                    activity_evidence=evidence_label(level) if reason is None else None,
+                    misplaced=is_misplaced,
+                    unjudged_reason=reason,
+                    kinds=misplaced.get(worker, []),
+                    lost_output_tokens_per_s=num(mine.get("lost_output_tokens_per_s", 0.0)),
+                    lost_requests_per_s=num(mine.get("lost_requests_per_s", 0.0), 4),
+                    lost_tokens_per_s=num(mine.get("lost_tokens_per_s", 0.0)),
+                )
             )
 
-    priced = [row for row in pool_rows if row["price"] != PRICE_NOT_ANALYSED]
+    priced = [row for row in pool_rows if row.price != PRICE_NOT_ANALYSED]
     if not priced:
         price = PRICE_NOT_ANALYSED
-    elif all(row["price"] == PRICE_CATALOG for row in priced):
+    elif all(row.price == PRICE_CATALOG for row in priced):
         price = PRICE_CATALOG
     else:
         price = PRICE_NOT_SET
 
     def cost(key: str) -> float | None:
-        return _all_or_none(priced, key, 2) if price == PRICE_CATALOG else None
+        return _all_or_none([_figure(row, key) for row in priced], 2) if price == PRICE_CATALOG else None
 
-    serving_pools = [row for row in pool_rows if row["workers"]]
+    def total(key: str) -> float | None:
+        return _sum((_figure(row, key) for row in pool_rows), 4 if "requests" in key else 1)
+
+    serving_pools = [row for row in pool_rows if row.workers]
     kinds = Counter(f.kind.value for f in open_findings)
     devices = devices_of(inventory, catalog)
-    warnings = [f"{row['pool']}: {note}" for row in pool_rows for note in row["notes"]]
+    warnings = [f"{row.pool}: {note}" for row in pool_rows for note in row.notes]
     warnings += [str(w) for w in extra_warnings]
-    lost_totals = {key: _sum(pool_rows, key, 4 if "requests" in key else 1) for key in LOST_FIELDS}
-    mean_totals = {key: _sum(pool_rows, key, 4 if "requests" in key else 1) for key in LOST_MEAN_FIELDS}
-    return {
-        "version": SUMMARY_VERSION,
-        "from": iso(start),
-        "to": iso(end),
-        "bucket_s": bucket_s,
-        "fleet": {
-            **lost_totals,
-            "lost_unknown_pools": [row["pool"] for row in pool_rows if row["lost_tokens_per_s"] is None],
-            **mean_totals,
-            "capacity_tokens_per_s": _all_or_none(serving_pools, "capacity_tokens_per_s"),
-            "best_tokens_per_s": _all_or_none(serving_pools, "best_tokens_per_s"),
-            "capacity_unknown_pools": [
-                row["pool"] for row in serving_pools if row["capacity_tokens_per_s"] is None
-            ],
-            "demand_output_tokens_per_s": _sum(pool_rows, "demand_output_tokens_per_s"),
-            "demand_tokens_per_s": _sum(pool_rows, "demand_tokens_per_s"),
-            "demand_limited": all(row["demand_limited"] is not False for row in pool_rows),
-            "weekly_cost_usd": cost("weekly_cost_usd"),
-            "idle_cost_per_week_usd": cost("idle_cost_per_week_usd"),
-            "misplacement_cost_per_week_usd": cost("misplacement_cost_per_week_usd"),
-            "price": price,
-            "pools": len(pool_rows),
-            "workers": len(workers),
-            "judged_workers": len(workers) - sum(unjudged.values()),
-            "unjudged_workers": sum(unjudged.values()),
-            "unjudged_reasons": dict(unjudged.most_common()),
-            "judged_by_evidence": dict(by_evidence.most_common()),
-            "gpus": devices.devices,
-            "whole_gpus": devices.whole_gpus,
-            "mig_instances": devices.mig_instances,
-            "mig_parent_gpus": devices.mig_parent_gpus,
-            "physical_gpus": devices.physical_gpus,
-            "physical_gpus_reason": devices.physical_reason,
-            "unattributed_gpus": len(inventory.unattributed_gpus()),
-            "misplaced_workers": len(misplaced),
-            "open_findings": len(open_findings),
-            "open_findings_by_kind": dict(sorted(kinds.items())),
-        },
-        "model": {
-            "calibration": CALIBRATION_PROVENANCE.get("fitted_at", ""),
-            "heldout_ratio_error_p90": CALIBRATION_ACCURACY.heldout_ratio_p90,
-            "heldout_absolute_error_p90": CALIBRATION_ACCURACY.heldout_absolute_p90,
-        },
-        "warnings": warnings,
-        "pools": pool_rows,
-        "workers": workers,
-    }
+    return Summary(
+        version=SUMMARY_VERSION,
+        from_=iso(start),
+        to=iso(end),
+        bucket_s=bucket_s,
+        fleet=FleetTotals(
+            **{key: total(key) for key in LOST_FIELDS},
+            lost_unknown_pools=[row.pool for row in pool_rows if row.lost_tokens_per_s is None],
+            **{key: total(key) for key in LOST_MEAN_FIELDS},
+            capacity_tokens_per_s=_all_or_none([row.capacity_tokens_per_s for row in serving_pools]),
+            best_tokens_per_s=_all_or_none([row.best_tokens_per_s for row in serving_pools]),
+            capacity_unknown_pools=[row.pool for row in serving_pools if row.capacity_tokens_per_s is None],
+            demand_output_tokens_per_s=_sum(row.demand_output_tokens_per_s for row in pool_rows),
+            demand_tokens_per_s=_sum(row.demand_tokens_per_s for row in pool_rows),
+            demand_limited=all(row.demand_limited is not False for row in pool_rows),
+            weekly_cost_usd=cost("weekly_cost_usd"),
+            idle_cost_per_week_usd=cost("idle_cost_per_week_usd"),
+            misplacement_cost_per_week_usd=cost("misplacement_cost_per_week_usd"),
+            price=price,
+            pools=len(pool_rows),
+            workers=len(workers),
+            judged_workers=len(workers) - sum(unjudged.values()),
+            unjudged_workers=sum(unjudged.values()),
+            unjudged_reasons=dict(unjudged.most_common()),
+            judged_by_evidence=dict(by_evidence.most_common()),
+            gpus=devices.devices,
+            whole_gpus=devices.whole_gpus,
+            mig_instances=devices.mig_instances,
+            mig_parent_gpus=devices.mig_parent_gpus,
+            physical_gpus=devices.physical_gpus,
+            physical_gpus_reason=devices.physical_reason,
+            unattributed_gpus=len(inventory.unattributed_gpus()),
+            misplaced_workers=len(misplaced),
+            open_findings=len(open_findings),
+            open_findings_by_kind=dict(sorted(kinds.items())),
+        ),
+        model=ModelInfo(
+            calibration=CALIBRATION_PROVENANCE.get("fitted_at", ""),
+            heldout_ratio_error_p90=CALIBRATION_ACCURACY.heldout_ratio_p90,
+            heldout_absolute_error_p90=CALIBRATION_ACCURACY.heldout_absolute_p90,
+        ),
+        warnings=warnings,
+        pools=pool_rows,
+        workers=workers,
+    )
 
 
 def add_warnings(summary: dict[str, Any], warnings: Sequence[str]) -> dict[str, Any]:
-    """The summary with ``warnings`` appended to its list (for notes a caller learns after the run)."""
+    """The summary's JSON with ``warnings`` appended to its list (for notes a caller learns after the run;
+    a typed summary has :meth:`Summary.with_warnings <analyzer.summary_model.Summary.with_warnings>`)."""
     summary["warnings"] = [*summary.get("warnings", []), *(str(w) for w in warnings)]
     return summary
 
@@ -534,6 +561,7 @@ __all__ = [
     "LOST_FIELDS",
     "LOST_MEAN_FIELDS",
     "SUMMARY_VERSION",
+    "Summary",
     "add_warnings",
     "build_summary",
     "capacity_of",

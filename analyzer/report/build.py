@@ -9,7 +9,7 @@ fingerprint is a hash of the rows read. So the same store gives the same report,
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -24,6 +24,7 @@ from analyzer.report.fleet_roofline import roofs_for
 from analyzer.report.model import PRICE_NOT_SET, AuditReport, DriftEvent, FollowUp, WeekFigures
 from analyzer.report.sections import actions_of, hourly_lost, pool_rows, ratio_points, verdict
 from analyzer.store_io import read_input
+from analyzer.summary_model import SegmentSummary, Summary
 from fleet.catalog import Catalog
 from fleet.contract import FindingKind, FindingStatus
 from fleet.store.alerts import list_alert_events
@@ -102,44 +103,45 @@ def _parse(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
-def _segment_tokens(summary: dict[str, Any], key: str, end: float) -> float:
+Figure = Callable[[SegmentSummary], float | None]
+
+
+def _segment_tokens(summary: Summary, figure: Figure, end: float) -> float:
+    """A segment figure (per second) integrated over the segments, up to ``end``."""
     total = 0.0
-    for pool in summary["pools"]:
-        for s in pool["segments"]:
-            start, stop = _parse(s["start"]).timestamp(), min(_parse(s["end"]).timestamp(), end)
+    for pool in summary.pools:
+        for s in pool.segments:
+            start, stop = _parse(s.start).timestamp(), min(_parse(s.end).timestamp(), end)
             if stop > start:
-                total += float(s.get(key) or 0.0) * (stop - start)
+                total += float(figure(s) or 0.0) * (stop - start)
     return total
 
 
-def _segment_total(summary: dict[str, Any], key: str, end: float) -> float | None:
+def _segment_total(summary: Summary, figure: Figure, end: float) -> float | None:
     """Like :func:`_segment_tokens`, but None when no segment estimated the figure (unknown, not 0)."""
-    known = any(s.get(key) is not None for pool in summary["pools"] for s in pool["segments"])
-    return _segment_tokens(summary, key, end) if known else None
+    known = any(figure(s) is not None for pool in summary.pools for s in pool.segments)
+    return _segment_tokens(summary, figure, end) if known else None
 
 
 def week_figures(w: WeekAnalysis) -> WeekFigures:
-    summary = w.result.summary
-    fleet = summary["fleet"]
+    summary = w.result.typed_summary
+    fleet = summary.fleet
     end = w.data.end
     hours = (end - w.data.start) / 3600.0
-    lost = _segment_tokens(summary, "lost_tokens_per_s", end)
-    lost_output = _segment_total(summary, "lost_output_tokens_per_s", end)
-    lost_requests = _segment_total(summary, "lost_requests_per_s", end)
+    lost = _segment_tokens(summary, lambda s: s.lost_tokens_per_s, end)
+    lost_output = _segment_total(summary, lambda s: s.lost_output_tokens_per_s, end)
+    lost_requests = _segment_total(summary, lambda s: s.lost_requests_per_s, end)
     seconds = hours * 3600.0
     quality = data_quality(w.data)
     worst = max(
         (
             p
-            for p in summary["pools"]
-            if p.get("prefill_decode_now")
-            and p.get("prefill_decode_recommended")
-            and p["prefill_decode_now"] != p["prefill_decode_recommended"]
+            for p in summary.pools
+            if p.prefill_decode_now
+            and p.prefill_decode_recommended
+            and p.prefill_decode_now != p.prefill_decode_recommended
         ),
-        key=lambda p: (
-            float(p.get("lost_output_tokens_per_s") or 0.0),
-            float(p.get("lost_tokens_per_s") or 0.0),
-        ),
+        key=lambda p: (float(p.lost_output_tokens_per_s or 0.0), float(p.lost_tokens_per_s or 0.0)),
         default=None,
     )
     return WeekFigures(
@@ -148,26 +150,26 @@ def week_figures(w: WeekAnalysis) -> WeekFigures:
         until=w.until,
         analysed_hours=hours,
         lost_tokens=lost,
-        lost_tokens_low=_segment_tokens(summary, "lost_tokens_per_s_low", end),
-        lost_tokens_high=_segment_tokens(summary, "lost_tokens_per_s_high", end),
+        lost_tokens_low=_segment_tokens(summary, lambda s: s.lost_tokens_per_s_low, end),
+        lost_tokens_high=_segment_tokens(summary, lambda s: s.lost_tokens_per_s_high, end),
         mean_lost_tokens_per_s=lost / (hours * 3600.0) if hours > 0 else 0.0,
-        capacity_tokens_per_s=fleet.get("capacity_tokens_per_s"),
-        best_tokens_per_s=fleet.get("best_tokens_per_s"),
-        demand_tokens_per_s=fleet.get("demand_tokens_per_s"),
-        demand_limited=bool(fleet.get("demand_limited")),
-        misplaced_workers=int(fleet.get("misplaced_workers") or 0),
-        open_findings=int(fleet.get("open_findings") or 0),
-        findings_by_kind=dict(fleet.get("open_findings_by_kind") or {}),
-        weekly_cost_usd=fleet.get("weekly_cost_usd"),
-        misplacement_cost_usd=fleet.get("misplacement_cost_per_week_usd"),
-        idle_cost_usd=fleet.get("idle_cost_per_week_usd"),
-        worst_ratio=f"{worst['pool']}: {worst['prefill_decode_now']} -> {worst['prefill_decode_recommended']}"
+        capacity_tokens_per_s=fleet.capacity_tokens_per_s,
+        best_tokens_per_s=fleet.best_tokens_per_s,
+        demand_tokens_per_s=fleet.demand_tokens_per_s,
+        demand_limited=fleet.demand_limited,
+        misplaced_workers=fleet.misplaced_workers,
+        open_findings=fleet.open_findings,
+        findings_by_kind=dict(fleet.open_findings_by_kind),
+        weekly_cost_usd=fleet.weekly_cost_usd,
+        misplacement_cost_usd=fleet.misplacement_cost_per_week_usd,
+        idle_cost_usd=fleet.idle_cost_per_week_usd,
+        worst_ratio=f"{worst.pool}: {worst.prefill_decode_now} -> {worst.prefill_decode_recommended}"
         if worst
         else None,
         telemetry_coverage=quality.coverage,
         lost_output_tokens=lost_output,
-        lost_output_tokens_low=_segment_total(summary, "lost_output_tokens_per_s_low", end),
-        lost_output_tokens_high=_segment_total(summary, "lost_output_tokens_per_s_high", end),
+        lost_output_tokens_low=_segment_total(summary, lambda s: s.lost_output_tokens_per_s_low, end),
+        lost_output_tokens_high=_segment_total(summary, lambda s: s.lost_output_tokens_per_s_high, end),
         lost_requests=lost_requests,
         mean_lost_output_tokens_per_s=lost_output / seconds
         if lost_output is not None and seconds > 0
@@ -175,10 +177,10 @@ def week_figures(w: WeekAnalysis) -> WeekFigures:
         mean_lost_requests_per_s=lost_requests / seconds
         if lost_requests is not None and seconds > 0
         else None,
-        judged_workers=fleet.get("judged_workers"),
-        unjudged_workers=int(fleet.get("unjudged_workers") or 0),
-        unjudged_reasons=dict(fleet.get("unjudged_reasons") or {}),
-        capacity_unknown_pools=list(fleet.get("capacity_unknown_pools") or []),
+        judged_workers=fleet.judged_workers,
+        unjudged_workers=fleet.unjudged_workers,
+        unjudged_reasons=dict(fleet.unjudged_reasons),
+        capacity_unknown_pools=list(fleet.capacity_unknown_pools),
     )
 
 
@@ -208,24 +210,19 @@ def fingerprint(data: AnalysisInput) -> str:
 def _drift_events(result: AnalysisResult, alerts: Sequence[Any]) -> list[DriftEvent]:
     ratio_findings = {f.pool: f for f in result.findings if f.kind is FindingKind.POOL_RATIO_DRIFT and f.pool}
     out = []
-    for pool in result.summary["pools"]:
-        for event in pool.get("drift_events", []):
-            at = _parse(event["start"])
+    for pool in result.typed_summary.pools:
+        for event in pool.drift_events:
+            at = _parse(event.start)
             became = []
-            finding = ratio_findings.get(pool["pool"])
+            finding = ratio_findings.get(pool.pool)
             if finding is not None and finding.first_seen <= at + timedelta(hours=6):
                 became.append("pool-ratio-drift finding")
             became += [
                 f"alert {a.labels.get('alertname', '?')} ({a.fingerprint})"
                 for a in alerts
-                if a.labels.get("pool") == pool["pool"]
-                and abs((a.starts_at - at).total_seconds()) <= 6 * 3600
+                if a.labels.get("pool") == pool.pool and abs((a.starts_at - at).total_seconds()) <= 6 * 3600
             ]
-            out.append(
-                DriftEvent(
-                    at, pool["pool"], event.get("description", ""), event.get("magnitude"), ", ".join(became)
-                )
-            )
+            out.append(DriftEvent(at, pool.pool, event.description, event.magnitude, ", ".join(became)))
     for f in result.findings:
         if f.kind is FindingKind.ROLE_DRIFT and f.worker_id:
             out.append(
@@ -286,7 +283,7 @@ def build_audit(
             f"no telemetry between {since:%Y-%m-%d} and {until:%Y-%m-%d} ({week}): nothing to audit"
         )
     last = analyse_week(connection, previous_week(week), catalog, params)
-    result, summary = this.result, this.result.summary
+    result, summary = this.result, this.result.typed_summary
     alerts = [
         s.event
         for s in list_alert_events(connection, since=this.since, limit=10_000)
@@ -296,7 +293,7 @@ def build_audit(
         {(f.kind.value, f.worker_id or f.pool or "fleet") for f in last.result.findings} if last else set()
     )
     actions, considered, appendix = actions_of(result.findings, previous_keys)
-    workers = summary["workers"]
+    workers = summary.workers
     misplaced_episodes = {
         f.worker_id: (f.first_seen, f.last_seen)
         for f in result.findings
@@ -305,14 +302,14 @@ def build_audit(
     points = roofline_points(
         this.data,
         catalog,
-        {w["worker_id"]: w["pool"] for w in workers},
-        {w["worker_id"]: w["sku"] for w in workers},
+        {w.worker_id: w.pool for w in workers},
+        {w.worker_id: w.sku for w in workers},
         sorted(misplaced_episodes),
         params.clusters if params else None,
     )
     by_sku_role: dict[str, dict[str, int]] = {}
-    for pool in summary["pools"]:
-        for sku, roles in pool["workers_by_sku_role"].items():
+    for pool in summary.pools:
+        for sku, roles in pool.workers_by_sku_role.items():
             for role, n in roles.items():
                 by_sku_role.setdefault(sku, {})[role] = by_sku_role.get(sku, {}).get(role, 0) + n
     skus = [catalog.gpus.lookup(k) for k in by_sku_role]
@@ -327,26 +324,26 @@ def build_audit(
         week=week,
         since=this.since,
         until=this.until,
-        clusters=sorted({p.get("cluster") or p["pool"].split("/", 1)[0] for p in summary["pools"]}),
+        clusters=sorted({p.cluster or p.pool.split("/", 1)[0] for p in summary.pools}),
         this_week=figures,
         last_week=week_figures(last) if last else None,
         verdict=verdict(figures, actions),
         actions=actions,
         considered=considered,
-        pools=pool_rows(summary),
+        pools=pool_rows(summary.pools),
         drift_events=_drift_events(result, alerts),
         follow_up=_follow_up(result, last.result if last else None),
         quality=data_quality(this.data, catalog),
         roofs=roofs_for(catalog, sorted({(p.sku, p.precision) for p in points})),
         points=points,
         hourly_lost=hourly_lost(summary, this.data.end),
-        hourly_lost_last_week=hourly_lost(last.result.summary, last.data.end, shift=timedelta(days=7))
+        hourly_lost_last_week=hourly_lost(last.result.typed_summary, last.data.end, shift=timedelta(days=7))
         if last
         else [],
         ratios=ratio_points(summary),
         sku_hours=sku_hours(this.data, catalog, misplaced_episodes),
         gpus_by_sku_role=by_sku_role,
-        model_error=dict(summary.get("model") or {}),
+        model_error=summary.model,
         price_source=price_source,
         fingerprint=fingerprint(this.data),
         version=version,

@@ -76,8 +76,8 @@ def blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
     out.append(
         Para(
             f"phasefit {report.version or 'dev'} · performance model calibrated "
-            f"{model.get('calibration') or '-'}, held-out p90 ratio error "
-            f"{percent(model.get('heldout_ratio_error_p90'), 1)} · prices: {report.price_source} · input "
+            f"{model.calibration or '-'}, held-out p90 ratio error "
+            f"{percent(model.heldout_ratio_error_p90, 1)} · prices: {report.price_source} · input "
             f"fingerprint {report.fingerprint} · telemetry coverage {percent(q.coverage, 1)} of GPU-hours",
             "note",
         )

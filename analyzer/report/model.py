@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from analyzer.report.fleet_roofline import Roof, WorkerPoint
+from analyzer.summary_model import GroupRecommendation, ModelInfo, RuleCheck
 
 PRICE_NOT_SET = "price not set (PHASEFIT_CATALOG_PATH)"
 
@@ -104,10 +105,10 @@ class PoolRow:
     utilisation: float | None
     ratio_now: str | None
     ratio_recommended: str | None
-    per_sku: dict[str, dict[str, Any]]
+    per_sku: dict[str, GroupRecommendation]
     ratio_drift: bool
     lost_tokens_per_s: float | None  # secondary: total (prompt + output); None: not estimated
-    checks: list[dict[str, Any]]
+    checks: list[RuleCheck]
     notes: list[str]
     lost_output_tokens_per_s: float | None = None
     lost_requests_per_s: float | None = None
@@ -218,7 +219,7 @@ class AuditReport:
     ratios: list[RatioPoint]
     sku_hours: list[SkuHours]
     gpus_by_sku_role: dict[str, dict[str, int]]
-    model_error: dict[str, Any]
+    model_error: ModelInfo
     price_source: str
     fingerprint: str
     version: str

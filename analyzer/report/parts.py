@@ -258,10 +258,10 @@ def pool_blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
         [
             p.pool,
             group,
-            f"{g.get('prefill_now')}P/{g.get('decode_now')}D",
-            f"{g.get('prefill_best')}P/{g.get('decode_best')}D",
-            si(g.get("prefill_tokens_per_s_per_worker")),
-            si(g.get("decode_tokens_per_s_per_worker")),
+            f"{g.prefill_now}P/{g.decode_now}D",
+            f"{g.prefill_best}P/{g.decode_best}D",
+            si(g.prefill_tokens_per_s_per_worker),
+            si(g.decode_tokens_per_s_per_worker),
         ]
         for p in report.pools
         for group, g in sorted(p.per_sku.items())
@@ -284,7 +284,7 @@ def pool_blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
     if "ratio" in charts:
         out.append(Figure(charts["ratio"]))
     checks = [
-        [p.pool, c["check"], {True: "pass", False: "fail"}.get(c["passed"], "n/a"), c["detail"]]
+        [p.pool, c.check, "n/a" if c.passed is None else ("pass" if c.passed else "fail"), c.detail]
         for p in report.pools
         for c in p.checks
     ]

@@ -11,6 +11,7 @@ from typing import Any
 
 from analyzer.report.model import Action, HourlyLost, PoolRow, RatioPoint, WeekFigures
 from analyzer.report.style import evidence_line, output_range, output_rate, requests_rate, tokens_rate
+from analyzer.summary_model import PoolSummary, SegmentSummary, Summary
 from fleet.contract import Finding, FindingStatus
 
 NO_ACTION = {"none", "investigate"}
@@ -82,51 +83,55 @@ def actions_of(
     return numbered, considered, [replace(a, rank=ranks.get((a.kind, a.subject), 0)) for a in appendix]
 
 
-def pool_rows(summary: dict[str, Any]) -> list[PoolRow]:
-    rows = []
-    for p in summary["pools"]:
-        traffic = p.get("traffic") or {}
-        rows.append(
-            PoolRow(
-                pool=p["pool"],
-                model=p["model"],
-                precision=p.get("precision"),
-                serving=p.get("serving", ""),
-                gpus=int(p.get("gpus") or 0),
-                workers_by_sku_role=p.get("workers_by_sku_role") or {},
-                mean_prompt_tokens=traffic.get("mean_prompt_tokens"),
-                mean_output_tokens=traffic.get("mean_output_tokens"),
-                requests_per_s=traffic.get("requests_per_s"),
-                bound=p.get("bound"),
-                utilisation=p.get("utilisation"),
-                ratio_now=p.get("prefill_decode_now"),
-                ratio_recommended=p.get("prefill_decode_recommended"),
-                per_sku=p.get("recommended") or {},
-                ratio_drift=bool(p.get("ratio_drift")),
-                lost_tokens_per_s=_share(p.get("lost_tokens_per_s")),
-                checks=list(p.get("checks") or []),
-                notes=list(p.get("notes") or []),
-                lost_output_tokens_per_s=_share(p.get("lost_output_tokens_per_s")),
-                lost_requests_per_s=_share(p.get("lost_requests_per_s")),
-                demand_limited=p.get("demand_limited") if isinstance(p.get("demand_limited"), bool) else None,
-            )
+def pool_rows(pools: Sequence[PoolSummary]) -> list[PoolRow]:
+    """The report's pool rows from the summary's pools."""
+    return [
+        PoolRow(
+            pool=p.pool,
+            model=p.model,
+            precision=p.precision,
+            serving=p.serving,
+            gpus=p.gpus,
+            workers_by_sku_role=p.workers_by_sku_role,
+            mean_prompt_tokens=p.traffic.mean_prompt_tokens,
+            mean_output_tokens=p.traffic.mean_output_tokens,
+            requests_per_s=p.traffic.requests_per_s,
+            bound=p.bound,
+            utilisation=p.utilisation,
+            ratio_now=p.prefill_decode_now,
+            ratio_recommended=p.prefill_decode_recommended,
+            per_sku=dict(p.recommended or {}),
+            ratio_drift=p.ratio_drift,
+            lost_tokens_per_s=p.lost_tokens_per_s,
+            checks=list(p.checks),
+            notes=list(p.notes),
+            lost_output_tokens_per_s=p.lost_output_tokens_per_s,
+            lost_requests_per_s=p.lost_requests_per_s,
+            demand_limited=p.demand_limited,
         )
-    return rows
+        for p in pools
+    ]
 
 
-def hourly_lost(summary: dict[str, Any], end: float, shift: timedelta = timedelta(0)) -> list[HourlyLost]:
+def _lost_figures(s: SegmentSummary, output: bool) -> tuple[float | None, float | None, float | None]:
+    """The segment's lost output tokens/s (else total tokens/s, secondary) and its range."""
+    if output:
+        return s.lost_output_tokens_per_s, s.lost_output_tokens_per_s_low, s.lost_output_tokens_per_s_high
+    return s.lost_tokens_per_s, s.lost_tokens_per_s_low, s.lost_tokens_per_s_high
+
+
+def hourly_lost(summary: Summary, end: float, shift: timedelta = timedelta(0)) -> list[HourlyLost]:
     """Lost output tokens/s per hour (all pools), from the run's segments; total (prompt + output) tokens/s
     only where no segment estimated output tokens. ``shift`` moves last week onto this one."""
-    segments = [s for pool in summary["pools"] for s in pool["segments"]]
-    output = any(s.get("lost_output_tokens_per_s") is not None for s in segments)
-    name = "lost_output_tokens_per_s" if output else "lost_tokens_per_s"
+    segments = [s for pool in summary.pools for s in pool.segments]
+    output = any(s.lost_output_tokens_per_s is not None for s in segments)
     hours: dict[datetime, list[float]] = {}
     for s in segments:
-        t, stop = _parse(s["start"]), min(_parse(s["end"]), datetime.fromtimestamp(end, tz=UTC))
+        t, stop = _parse(s.start), min(_parse(s.end), datetime.fromtimestamp(end, tz=UTC))
         while t < stop:
             slot = hours.setdefault(t + shift, [0.0, 0.0, 0.0])
-            for i, key in enumerate((name, f"{name}_low", f"{name}_high")):
-                slot[i] += float(s.get(key) or 0.0)
+            for i, value in enumerate(_lost_figures(s, output)):
+                slot[i] += float(value or 0.0)
             t += timedelta(hours=1)
     return [HourlyLost(ts, lost, low, high, output) for ts, (lost, low, high) in sorted(hours.items())]
 
@@ -139,18 +144,14 @@ def _ratio(counts: dict[str, dict[str, int]] | None) -> float | None:
     return prefill / decode if decode else None
 
 
-def ratio_points(summary: dict[str, Any]) -> list[RatioPoint]:
+def ratio_points(summary: Summary) -> list[RatioPoint]:
     return [
         RatioPoint(
-            p["pool"],
-            _parse(s["start"]),
-            _parse(s["end"]),
-            _ratio(s.get("current_placement")),
-            _ratio(s.get("best_placement")),
+            p.pool, _parse(s.start), _parse(s.end), _ratio(s.current_placement), _ratio(s.best_placement)
         )
-        for p in summary["pools"]
-        for s in p["segments"]
-        if s.get("utilisation") is not None
+        for p in summary.pools
+        for s in p.segments
+        if s.utilisation is not None
     ]
 
 

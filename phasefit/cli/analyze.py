@@ -2,7 +2,8 @@
 
 A plain command function; the lead registers it with ``app.command()(analyze)``. Human output (rich tables)
 goes to stderr, ``--json`` prints ``{"summary": {...}, "findings": [...], "warnings": [...]}`` on stdout
-(``warnings``: every warning printed on stderr, the pools' notes included).
+(``warnings``: every warning printed on stderr, the pools' notes included): an
+:class:`analyzer.summary_model.AnalyzeOutput`, whose JSON schema is ``docs/summary.schema.json``.
 
 Unknown is never shown as zero: a capacity the analyzer could not estimate reads "unknown", a cost without
 a catalog price "price not set", and "No findings" is said only when every worker could be judged.
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from analyzer.pipeline import AnalysisResult
+    from analyzer.summary_model import FleetTotals
     from fleet.contract import Finding
 
 DEFAULT_SPAN = timedelta(days=7)
@@ -49,11 +51,11 @@ def finding_payload(finding: Finding) -> dict[str, Any]:
 
 
 def analysis_payload(result: AnalysisResult) -> dict[str, Any]:
-    return {
-        "summary": result.summary,
-        "findings": [finding_payload(f) for f in result.findings],
-        "warnings": list(result.summary.get("warnings", [])),
-    }
+    """What ``--json`` prints (:class:`analyzer.summary_model.AnalyzeOutput`, as JSON data)."""
+    from analyzer.summary_model import AnalyzeOutput
+
+    summary = result.typed_summary
+    return AnalyzeOutput(summary=summary, findings=result.findings, warnings=summary.warnings).to_json_dict()
 
 
 def analyze(
@@ -221,11 +223,12 @@ def _range(value: float | None, low: float | None, high: float | None, digits: i
     return f"{value:,.{digits}f} ({_rate(low, digits)}-{_rate(high, digits)})"
 
 
-def _lost(row: Any, name: str, digits: int = 0, suffix: str = "") -> str:
-    """A lost-capacity figure and its range from a summary row or a finding (``suffix``: e.g. ``_mean``)."""
+def _lost(row: object, name: str, digits: int = 0, suffix: str = "") -> str:
+    """A lost-capacity figure and its range from a summary row (fleet, pool) or a finding, by field name
+    (``suffix``: e.g. ``_mean``)."""
 
     def get(key: str) -> float | None:
-        value = row.get(key) if isinstance(row, dict) else getattr(row, key, None)
+        value = getattr(row, key, None)
         return None if value is None else float(value)
 
     return _range(get(f"{name}{suffix}"), get(f"{name}{suffix}_low"), get(f"{name}{suffix}_high"), digits)
@@ -237,31 +240,28 @@ def _money(value: float | None, price: str) -> str:
     return "price not set" if price in ("price not set", "catalog") else f"cost unknown ({price})"
 
 
-def _reasons(fleet: dict[str, Any]) -> str:
-    return "; ".join(f"{reason} ({n})" for reason, n in (fleet.get("unjudged_reasons") or {}).items())
+def _reasons(fleet: FleetTotals) -> str:
+    return "; ".join(f"{reason} ({n})" for reason, n in fleet.unjudged_reasons.items())
 
 
-def judged_sentence(fleet: dict[str, Any]) -> str:
+def judged_sentence(fleet: FleetTotals) -> str:
     """What to say when there are no findings: "No findings" only when every worker was judged."""
-    unjudged = int(fleet.get("unjudged_workers") or 0)
+    unjudged = fleet.unjudged_workers
     if not unjudged:
         return "No findings: every worker sits on hardware its bottleneck needs."
-    judged = int(fleet.get("judged_workers") or 0)
+    judged = fleet.judged_workers
     return f"No findings among {judged} judged workers; {unjudged} could not be judged: {_reasons(fleet)}"
 
 
-def unjudged_sentence(fleet: dict[str, Any]) -> str:
+def unjudged_sentence(fleet: FleetTotals) -> str:
     """Under the findings: how many workers nobody could judge, and why."""
-    return (
-        f"{fleet.get('unjudged_workers')} of {fleet.get('workers')} workers could not be judged: "
-        f"{_reasons(fleet)}"
-    )
+    return f"{fleet.unjudged_workers} of {fleet.workers} workers could not be judged: {_reasons(fleet)}"
 
 
-def judged_phrase(fleet: dict[str, Any]) -> str:
+def judged_phrase(fleet: FleetTotals) -> str:
     """ "9 judged: 7 on profiling, 2 on utilisation only" (the evidence behind the verdicts)."""
-    judged = fleet.get("judged_workers", fleet["workers"])
-    by_evidence = fleet.get("judged_by_evidence") or {}
+    judged = fleet.judged_workers
+    by_evidence = fleet.judged_by_evidence
     if not by_evidence or list(by_evidence) == ["profiling"]:
         return f"{judged} judged"
     named = {"utilisation": "utilisation only"}
@@ -269,17 +269,17 @@ def judged_phrase(fleet: dict[str, Any]) -> str:
     return f"{judged} judged: " + ", ".join(parts)
 
 
-def devices_phrase(fleet: dict[str, Any]) -> str:
+def devices_phrase(fleet: FleetTotals) -> str:
     """Whole GPUs and MIG instances counted apart, and the physical GPUs behind them (or why unknown)."""
-    instances = int(fleet.get("mig_instances") or 0)
+    instances = fleet.mig_instances
     if not instances:
-        return f"{fleet['gpus']} GPUs"
-    whole, parents = fleet.get("whole_gpus"), fleet.get("mig_parent_gpus")
-    physical = fleet.get("physical_gpus")
+        return f"{fleet.gpus} GPUs"
+    whole, parents = fleet.whole_gpus, fleet.mig_parent_gpus
+    physical = fleet.physical_gpus
     physical_text = (
         f"{physical} physical GPUs"
         if physical is not None
-        else f"physical GPUs unknown ({fleet.get('physical_gpus_reason') or 'not reported'})"
+        else f"physical GPUs unknown ({fleet.physical_gpus_reason or 'not reported'})"
     )
     return f"{physical_text}: {whole} whole GPUs and {instances} MIG instances on {parents} GPU(s)"
 
@@ -288,15 +288,15 @@ def print_result(result: AnalysisResult, console: Console) -> None:
     """The fleet summary, the pools (with their notes) and the findings as rich tables."""
     from rich.table import Table
 
-    summary = result.summary
-    fleet = summary["fleet"]
+    summary = result.typed_summary
+    fleet = summary.fleet
     console.print(
-        f"[bold]phasefit analyze[/] {summary['from']} -> {summary['to']}: {fleet['pools']} pool(s), "
-        f"{fleet['workers']} workers ({judged_phrase(fleet)}), {devices_phrase(fleet)} "
-        f"({fleet['unattributed_gpus']} unattributed)"
+        f"[bold]phasefit analyze[/] {summary.from_} -> {summary.to}: {fleet.pools} pool(s), "
+        f"{fleet.workers} workers ({judged_phrase(fleet)}), {devices_phrase(fleet)} "
+        f"({fleet.unattributed_gpus} unattributed)"
     )
-    loss = "idle capacity (the fleet served its demand)" if fleet["demand_limited"] else "undelivered"
-    if fleet.get("lost_output_tokens_per_s") is None and fleet.get("lost_tokens_per_s") is None:
+    loss = "idle capacity (the fleet served its demand)" if fleet.demand_limited else "undelivered"
+    if fleet.lost_output_tokens_per_s is None and fleet.lost_tokens_per_s is None:
         console.print("Lost capacity: unknown (no pool's placement could be analysed)")
     else:
         console.print(
@@ -309,16 +309,16 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             f"mean {_lost(fleet, 'lost_tokens_per_s', 0, '_mean')}",
             markup=False,
         )
-    unknown_lost = fleet.get("lost_unknown_pools") or []
-    if unknown_lost and (fleet.get("lost_tokens_per_s") is not None):
+    unknown_lost = fleet.lost_unknown_pools
+    if unknown_lost and (fleet.lost_tokens_per_s is not None):
         console.print(f"Lost capacity unknown for {len(unknown_lost)} pool(s): {', '.join(unknown_lost)}")
     capacity_note = ""
-    if fleet["capacity_tokens_per_s"] is None and fleet.get("capacity_unknown_pools"):
-        capacity_note = f" (unknown for {', '.join(fleet['capacity_unknown_pools'])})"
+    if fleet.capacity_tokens_per_s is None and fleet.capacity_unknown_pools:
+        capacity_note = f" (unknown for {', '.join(fleet.capacity_unknown_pools)})"
     console.print(
-        f"Capacity now {_per_s(fleet['capacity_tokens_per_s'])}{capacity_note}, best plan "
-        f"{_per_s(fleet['best_tokens_per_s'])}, demand {_per_s(fleet['demand_tokens_per_s'])}; "
-        f"misplacement {_money(fleet.get('misplacement_cost_per_week_usd'), fleet.get('price', ''))}",
+        f"Capacity now {_per_s(fleet.capacity_tokens_per_s)}{capacity_note}, best plan "
+        f"{_per_s(fleet.best_tokens_per_s)}, demand {_per_s(fleet.demand_tokens_per_s)}; "
+        f"misplacement {_money(fleet.misplacement_cost_per_week_usd, fleet.price)}",
         markup=False,
     )
     pools = Table(title="Pools", title_justify="left")
@@ -338,35 +338,35 @@ def print_result(result: AnalysisResult, console: Console) -> None:
     ):
         pools.add_column(column, overflow="fold")
     notes: list[str] = []
-    for row in summary["pools"]:
-        traffic = row["traffic"]
+    for row in summary.pools:
+        traffic = row.traffic
         mix = (
-            f"{traffic['mean_prompt_tokens']:,.0f}/{traffic['mean_output_tokens']:,.0f}"
-            if traffic["mean_prompt_tokens"] is not None and traffic["mean_output_tokens"] is not None
+            f"{traffic.mean_prompt_tokens:,.0f}/{traffic.mean_output_tokens:,.0f}"
+            if traffic.mean_prompt_tokens is not None and traffic.mean_output_tokens is not None
             else "unknown"
         )
         by_sku = "; ".join(
             f"{sku} " + ",".join(f"{n} {role}" for role, n in roles.items())
-            for sku, roles in row["workers_by_sku_role"].items()
+            for sku, roles in row.workers_by_sku_role.items()
         )
-        utilisation = f"{row['utilisation']:.0%}" if row["utilisation"] is not None else "unknown"
+        utilisation = f"{row.utilisation:.0%}" if row.utilisation is not None else "unknown"
         pools.add_row(
-            row["pool"],
-            row["serving"],
+            row.pool,
+            row.serving,
             by_sku,
             mix,
-            _tokens(row.get("capacity_tokens_per_s")),
+            _tokens(row.capacity_tokens_per_s),
             utilisation,
-            row["bound"] or "-",
-            f"{row['prefill_decode_now'] or '-'} -> {row['prefill_decode_recommended'] or '-'}",
+            row.bound or "-",
+            f"{row.prefill_decode_now or '-'} -> {row.prefill_decode_recommended or '-'}",
             _lost(row, "lost_output_tokens_per_s"),
-            _rate(row.get("lost_requests_per_s"), 2),
-            _rate(row.get("lost_tokens_per_s")),
-            "yes" if row["ratio_drift"] else "",
+            _rate(row.lost_requests_per_s, 2),
+            _rate(row.lost_tokens_per_s),
+            "yes" if row.ratio_drift else "",
         )
-        notes += [f"{row['pool']}: {note}" for note in row.get("notes", [])]
-        if row.get("capacity_reason"):
-            notes.append(f"{row['pool']}: capacity unknown: {row['capacity_reason']}")
+        notes += [f"{row.pool}: {note}" for note in row.notes]
+        if row.capacity_reason:
+            notes.append(f"{row.pool}: capacity unknown: {row.capacity_reason}")
     console.print(pools)
     if notes:
         console.print("Pool notes", style="bold")
@@ -410,7 +410,7 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             console.print("Recommendations", style="bold")
             for line in advice:
                 console.print(line, markup=False)
-        if fleet.get("unjudged_workers"):
+        if fleet.unjudged_workers:
             console.print(unjudged_sentence(fleet), markup=False)
     else:
         console.print(judged_sentence(fleet), markup=False)

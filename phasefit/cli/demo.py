@@ -192,21 +192,21 @@ def _accuracy(analysis: AnalysisResult, truth: dict[str, Any]) -> dict[str, Any]
     found = {f.worker_id for f in analysis.findings if f.worker_id and f.kind.value in worker_kinds}
     expected = {w["worker_id"] for w in truth["misplaced_workers"]}
     hits = found & expected
-    fleet = analysis.summary.get("fleet", {})
+    fleet = analysis.typed_summary.fleet
     return {
         "misplaced_found": sorted(found),
         "misplaced_truth": sorted(expected),
         "precision": len(hits) / len(found) if found else (1.0 if not expected else 0.0),
         "recall": len(hits) / len(expected) if expected else 1.0,
         # What an SRE acts on first: output tokens and requests; total tokens/s is the secondary figure.
-        "lost_output_tokens_per_s": fleet.get("lost_output_tokens_per_s_mean"),
+        "lost_output_tokens_per_s": fleet.lost_output_tokens_per_s_mean,
         "lost_output_tokens_per_s_truth": truth.get("lost_output_tokens_per_s"),
-        "lost_requests_per_s": fleet.get("lost_requests_per_s_mean"),
+        "lost_requests_per_s": fleet.lost_requests_per_s_mean,
         "lost_requests_per_s_truth": truth.get("lost_requests_per_s"),
-        "lost_tokens_per_s": fleet.get("lost_tokens_per_s_mean"),
+        "lost_tokens_per_s": fleet.lost_tokens_per_s_mean,
         "lost_tokens_per_s_truth": truth["lost_tokens_per_s"],
-        "judged_workers": fleet.get("judged_workers"),
-        "unjudged_workers": fleet.get("unjudged_workers"),
+        "judged_workers": fleet.judged_workers,
+        "unjudged_workers": fleet.unjudged_workers,
     }
 
 

@@ -21,6 +21,11 @@ instead of a failed scrape.
 - ``phasefit_fleet_judged_workers`` and ``phasefit_fleet_unjudged_workers{reason}``: workers whose
   bottleneck was (not) measured, so a quiet fleet nobody could judge does not pass for a healthy one;
 - ``phasefit_analyzer_last_run_timestamp_seconds`` (0 when the analyzer has never run, so staleness alerts).
+
+A stored run may be of any summary version, or partial: the figures are read through
+:class:`fleet.store.analysis.AnalysisSummary` and, beyond it, through small tolerant views named after the
+summary's own fields (:mod:`analyzer.summary_model`): a figure a run did not store, or stored as something
+other than a number, reads as unknown.
 """
 
 from __future__ import annotations
@@ -28,14 +33,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated
 
 from prometheus_client.core import GaugeMetricFamily, Metric
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleet.contract import Finding, FindingKind, FindingStatus
-from fleet.store.analysis import AnalysisSummary, latest_analysis_run
+from fleet.store.analysis import AnalysisSummary, PoolSummary, latest_analysis_run
 from fleet.store.findings import StoredFinding, list_findings
 from fleet.store.queries import list_workers
 
@@ -49,6 +55,57 @@ MISPLACEMENT_KINDS = frozenset({
 })  # fmt: skip
 MAX_OPEN_FINDINGS = 200_000
 WorkerKey = tuple[str, str, str, str, str]  # pool, worker, sku, role, model
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _counts(value: object) -> dict[str, float]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): float(v) for k, v in value.items() if _float(v) is not None}
+
+
+def _text(value: object) -> str:
+    return str(value or "")
+
+
+Figure = Annotated[float | None, BeforeValidator(_float)]
+
+
+class StoredPoolFigures(BaseModel):
+    """A stored pool's figures the gauges read beyond ``fleet.store.analysis.PoolSummary``, by the names of
+    :class:`analyzer.summary_model.PoolSummary`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    model: Annotated[str, BeforeValidator(_text)] = ""
+    lost_output_tokens_per_s: Figure = None
+    lost_requests_per_s: Figure = None
+
+
+class StoredFleetFigures(BaseModel):
+    """A stored run's fleet totals the gauges read, by the names of
+    :class:`analyzer.summary_model.FleetTotals`."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    lost_output_tokens_per_s: Figure = None
+    lost_requests_per_s: Figure = None
+    judged_workers: Figure = None
+    unjudged_reasons: Annotated[dict[str, float], BeforeValidator(_counts)] = {}
+
+
+def pool_figures(pool: PoolSummary) -> StoredPoolFigures:
+    return StoredPoolFigures.model_validate(pool.model_extra or {})
+
+
+def fleet_figures(summary: AnalysisSummary | None) -> StoredFleetFigures:
+    fleet = (summary.model_extra or {}).get("fleet") if summary is not None else None
+    return StoredFleetFigures.model_validate(fleet if isinstance(fleet, dict) else {})
 
 
 @dataclass
@@ -79,10 +136,7 @@ def conclude(
     out = Conclusions()
     open_findings = [s.finding for s in findings if s.finding.status is FindingStatus.OPEN]
     drifting: set[str] = set()
-    pool_models = {
-        p.pool: str((p.model_extra or {}).get("model") or "")
-        for p in (summary.pools if summary is not None else [])
-    }
+    pool_models = {p.pool: pool_figures(p).model for p in (summary.pools if summary is not None else [])}
     for finding in open_findings:
         pool = finding.pool or ""
         if finding.kind is FindingKind.POOL_RATIO_DRIFT and finding.pool is not None:
@@ -106,10 +160,10 @@ def conclude(
         for summary_pool in summary.pools:
             name = summary_pool.pool
             covered.add(name)
-            extra = summary_pool.model_extra or {}
+            figures = pool_figures(summary_pool)
             _put(out.pool_lost, name, summary_pool.lost_tokens_per_s)
-            _put(out.pool_lost_output, name, _float(extra.get("lost_output_tokens_per_s")))
-            _put(out.pool_lost_requests, name, _float(extra.get("lost_requests_per_s")))
+            _put(out.pool_lost_output, name, figures.lost_output_tokens_per_s)
+            _put(out.pool_lost_requests, name, figures.lost_requests_per_s)
             _put(out.pool_capacity, name, summary_pool.capacity_tokens_per_s)
             _put(out.pool_ratio, name, summary_pool.prefill_decode_ratio)
             _put(out.pool_recommended_ratio, name, summary_pool.recommended_prefill_decode_ratio)
@@ -122,31 +176,21 @@ def conclude(
                 target[pool] = lost
     for pool in drifting - covered:
         out.pool_drift[pool] = 1.0
-    fleet: dict[str, Any] = {}
-    if summary is not None and isinstance((summary.model_extra or {}).get("fleet"), dict):
-        fleet = (summary.model_extra or {})["fleet"]
+    fleet = fleet_figures(summary)
     if summary is not None and summary.fleet_lost_tokens_per_s is not None:
         out.fleet_lost = summary.fleet_lost_tokens_per_s
     else:
         unpooled = sum(lost for key, lost in out.worker_lost.items() if not key[0])
         out.fleet_lost = sum(out.pool_lost.values()) + unpooled
-    out.fleet_lost_output = _float(fleet.get("lost_output_tokens_per_s"))
+    out.fleet_lost_output = fleet.lost_output_tokens_per_s
     if out.fleet_lost_output is None and out.pool_lost_output:
         out.fleet_lost_output = sum(out.pool_lost_output.values())
-    out.fleet_lost_requests = _float(fleet.get("lost_requests_per_s"))
+    out.fleet_lost_requests = fleet.lost_requests_per_s
     if out.fleet_lost_requests is None and out.pool_lost_requests:
         out.fleet_lost_requests = sum(out.pool_lost_requests.values())
-    out.judged_workers = _float(fleet.get("judged_workers"))
-    reasons = fleet.get("unjudged_reasons")
-    if isinstance(reasons, dict):
-        out.unjudged_workers = {str(k): float(v) for k, v in reasons.items() if _float(v) is not None}
+    out.judged_workers = fleet.judged_workers
+    out.unjudged_workers = dict(fleet.unjudged_reasons)
     return out
-
-
-def _float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
 
 
 def _largest(target: dict[WorkerKey, float], key: WorkerKey, value: float | None) -> None:

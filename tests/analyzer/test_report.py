@@ -29,6 +29,7 @@ from fleet.contract import Finding, FindingKind, Recommendation, Role
 from fleet.store.engine import make_engine, writing
 from fleet.store.reports import get_report, list_reports
 from phasefit.cli.report import last_complete_week, report
+from tests.analyzer.summary_samples import pool_summary
 from tests.dashboard.seed import Seeded, seed_store, shared_seed
 
 WEEK = "2026-W48"
@@ -391,8 +392,7 @@ def _report_with(row: PoolRow) -> Any:
 
 
 def test_pool_rows_keep_unknown_losses_unknown() -> None:
-    summary = {"pools": [{"pool": "c/m", "model": "m", "lost_tokens_per_s": None, "demand_limited": True}]}
-    (row,) = pool_rows(summary)
+    (row,) = pool_rows([pool_summary(pool="c/m", model="m", lost_tokens_per_s=None, demand_limited=True)])
     assert row.lost_tokens_per_s is None and row.lost_output_tokens_per_s is None
     assert row.demand_limited is True
     cells = pool_blocks(_report_with(row), {})[1].rows[0]

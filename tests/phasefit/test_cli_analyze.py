@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import typer
 from rich.console import Console
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 
 from analyzer.pipeline import AnalysisResult, input_from_samples
 from analyzer.pipeline import analyze as run_pipeline
+from analyzer.summary_model import AnalyzeOutput
 from fleet.catalog import load_catalog
 from fleet.contract import EngineSample, GpuSample, TelemetrySource
 from fleet.ingest import catalog_sku_resolver
@@ -23,8 +25,10 @@ from fleet.store.migrate import upgrade
 from fleet.store.schema import AnalysisRunRow, FindingRow
 from fleet.store.writer import write_samples
 from phasefit.cli.analyze import analyze, parse_time, print_result
+from tests.analyzer.summary_samples import fleet_totals
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
+ROOT = Path(__file__).resolve().parents[2]
 app = typer.Typer()
 app.command()(analyze)
 
@@ -91,6 +95,22 @@ def test_json_output_has_the_summary_and_the_findings(store: str) -> None:
         assert key in finding, key
     kinds = {f["kind"] for f in payload["findings"]}
     assert kinds & {"decode-on-low-bandwidth", "prefill-on-high-bandwidth"}
+
+
+def test_json_output_validates_against_the_published_schema_and_the_model(store: str) -> None:
+    result = _runner().invoke(app, ["--database-url", store, "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    schema = json.loads((ROOT / "docs" / "summary.schema.json").read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(payload)]
+    assert not errors, errors
+    parsed = AnalyzeOutput.model_validate(payload)
+    assert parsed.summary.fleet.workers == 4 and parsed.findings
+    # The model writes back exactly what the CLI printed: keys, order and values.
+    assert json.dumps(parsed.to_json_dict(), indent=2) == result.stdout.rstrip("\n")
 
 
 def test_human_output_prints_the_summary_and_tables_and_reruns_do_not_duplicate(store: str) -> None:
@@ -222,20 +242,24 @@ def test_the_tables_lead_with_output_tokens_and_requests(store: str) -> None:
 def test_devices_are_counted_as_whole_gpus_and_mig_instances() -> None:
     from phasefit.cli.analyze import devices_phrase
 
-    assert devices_phrase({"gpus": 64, "mig_instances": 0}) == "64 GPUs"
+    assert devices_phrase(fleet_totals(gpus=64, mig_instances=0)) == "64 GPUs"
     fleet = {"gpus": 40, "whole_gpus": 24, "mig_instances": 16, "mig_parent_gpus": 8, "physical_gpus": 32}
-    assert devices_phrase(fleet) == "32 physical GPUs: 24 whole GPUs and 16 MIG instances on 8 GPU(s)"
+    assert devices_phrase(fleet_totals(**fleet)) == (
+        "32 physical GPUs: 24 whole GPUs and 16 MIG instances on 8 GPU(s)"
+    )
     unknown = fleet | {"physical_gpus": None, "physical_gpus_reason": "2 MIG instance(s) name no parent GPU"}
-    assert devices_phrase(unknown).startswith("physical GPUs unknown (2 MIG instance(s) name no parent GPU)")
+    assert devices_phrase(fleet_totals(**unknown)).startswith(
+        "physical GPUs unknown (2 MIG instance(s) name no parent GPU)"
+    )
 
 
 def test_judged_workers_say_what_evidence_judged_them() -> None:
     from phasefit.cli.analyze import judged_phrase
 
     strong = {"workers": 9, "judged_workers": 9, "judged_by_evidence": {"profiling": 9}}
-    assert judged_phrase(strong) == "9 judged"
+    assert judged_phrase(fleet_totals(**strong)) == "9 judged"
     weak = {"workers": 9, "judged_workers": 9, "judged_by_evidence": {"profiling": 7, "utilisation": 2}}
-    assert judged_phrase(weak) == "9 judged: 7 on profiling, 2 on utilisation only"
+    assert judged_phrase(fleet_totals(**weak)) == "9 judged: 7 on profiling, 2 on utilisation only"
 
 
 def test_a_sample_stamped_far_in_the_future_does_not_empty_the_default_range(store: str) -> None:

@@ -1,0 +1,102 @@
+"""Small, valid summary models for unit tests of the summary's readers (a fleet or a pool that knew nothing,
+with the figures a test cares about set)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from analyzer.summary import LOST_FIELDS, LOST_MEAN_FIELDS, PRICE_NOT_ANALYSED
+from analyzer.summary_model import FleetTotals, PoolSummary, Traffic
+
+UNKNOWN_LOSS: dict[str, Any] = dict.fromkeys((*LOST_FIELDS, *LOST_MEAN_FIELDS))
+
+
+def fleet_totals(**figures: Any) -> FleetTotals:
+    """A fleet of nothing, unknown wherever unknown is allowed, with ``figures`` set."""
+    base: dict[str, Any] = {
+        **UNKNOWN_LOSS,
+        "lost_unknown_pools": [],
+        "capacity_tokens_per_s": None,
+        "best_tokens_per_s": None,
+        "capacity_unknown_pools": [],
+        "demand_output_tokens_per_s": None,
+        "demand_tokens_per_s": None,
+        "demand_limited": True,
+        "weekly_cost_usd": None,
+        "idle_cost_per_week_usd": None,
+        "misplacement_cost_per_week_usd": None,
+        "price": PRICE_NOT_ANALYSED,
+        "pools": 0,
+        "workers": 0,
+        "judged_workers": 0,
+        "unjudged_workers": 0,
+        "unjudged_reasons": {},
+        "judged_by_evidence": {},
+        "gpus": 0,
+        "whole_gpus": 0,
+        "mig_instances": 0,
+        "mig_parent_gpus": 0,
+        "physical_gpus": 0,
+        "physical_gpus_reason": None,
+        "unattributed_gpus": 0,
+        "misplaced_workers": 0,
+        "open_findings": 0,
+        "open_findings_by_kind": {},
+    }
+    return FleetTotals.model_validate({**base, **figures})
+
+
+def pool_summary(**figures: Any) -> PoolSummary:
+    """A pool with no workers and no estimate, with ``figures`` set."""
+    traffic = Traffic(
+        prompt_tokens_per_s=None,
+        output_tokens_per_s=None,
+        requests_per_s=None,
+        mean_prompt_tokens=None,
+        mean_output_tokens=None,
+        requests_counted=False,
+    )
+    base: dict[str, Any] = {
+        **UNKNOWN_LOSS,
+        "pool": "c/m",
+        "cluster": "c",
+        "deployment": None,
+        "model": "m",
+        "model_key": None,
+        "precision": None,
+        "serving": "unknown",
+        "gpus": 0,
+        "whole_gpus": 0,
+        "mig_instances": 0,
+        "physical_gpus": 0,
+        "physical_gpus_reason": None,
+        "workers": 0,
+        "workers_by_sku_role": {},
+        "lost_reason": "no placement analysis",
+        "capacity_tokens_per_s": None,
+        "capacity_reason": "no telemetry in the range",
+        "best_tokens_per_s": None,
+        "demand_output_tokens_per_s": None,
+        "demand_tokens_per_s": None,
+        "utilisation": None,
+        "demand_limited": None,
+        "bound": None,
+        "weekly_cost_usd": None,
+        "idle_cost_per_week_usd": None,
+        "misplacement_cost_per_week_usd": None,
+        "price": PRICE_NOT_ANALYSED,
+        "prefill_decode_ratio": None,
+        "recommended_prefill_decode_ratio": None,
+        "prefill_decode_now": None,
+        "prefill_decode_recommended": None,
+        "peak_requests_per_s": None,
+        "recommended": None,
+        "ratio_drift": False,
+        "traffic": traffic,
+        "checks": [],
+        "calibration": {},
+        "drift_events": [],
+        "segments": [],
+        "notes": [],
+    }
+    return PoolSummary.model_validate({**base, **figures})

@@ -1,0 +1,67 @@
+"""The gauges read a stored run by the summary's own field names (analyzer.summary_model), tolerantly."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine
+
+from analyzer.pipeline import analyze, input_from_samples
+from analyzer.summary_model import FleetTotals, PoolSummary
+from fleet.catalog import load_catalog
+from fleet.store.analysis import AnalysisSummary, latest_analysis, put_analysis
+from fleet.store.engine import writing
+from phasefit.service.analyzer_gauges import StoredFleetFigures, StoredPoolFigures, conclude, fleet_figures
+from tests.analyzer.synthetic import H100, H200, Fleet, workers
+
+NOW = datetime(2026, 3, 2, 13, 0, tzinfo=UTC)
+
+
+def _stored(engine: Engine, summary: dict[str, Any]) -> AnalysisSummary:
+    with writing(engine) as connection:
+        put_analysis(connection, created_at=NOW, from_ts=NOW - timedelta(hours=1), to_ts=NOW, summary=summary)
+    with engine.connect() as connection:
+        run = latest_analysis(connection)
+    assert run is not None
+    return run.summary
+
+
+def test_the_views_name_only_fields_the_summary_has() -> None:
+    assert set(StoredPoolFigures.model_fields) <= set(PoolSummary.model_fields)
+    assert set(StoredFleetFigures.model_fields) <= set(FleetTotals.model_fields)
+
+
+def test_a_current_summary_reads_as_its_typed_figures(sqlite_engine: Engine) -> None:
+    fleet = Fleet(
+        workers([("node00", H100, 0, 2), ("node01", H200, 2, 0)]),
+        hours=8,
+        window_s=900.0,
+        rate_rps=lambda h: 12.0,
+        osl=lambda h: 900.0,
+    )
+    result = analyze(input_from_samples(*fleet.columns()), load_catalog())
+    typed = result.typed_summary
+    conclusions = conclude([], {}, _stored(sqlite_engine, result.summary))
+    assert typed.fleet.lost_output_tokens_per_s and typed.fleet.lost_requests_per_s  # a loss to read
+    assert conclusions.fleet_lost_output == typed.fleet.lost_output_tokens_per_s
+    assert conclusions.fleet_lost_requests == typed.fleet.lost_requests_per_s
+    assert conclusions.fleet_lost == typed.fleet.lost_tokens_per_s
+    assert conclusions.judged_workers == typed.fleet.judged_workers
+    assert conclusions.unjudged_workers == {k: float(v) for k, v in typed.fleet.unjudged_reasons.items()}
+    for pool in typed.pools:
+        assert conclusions.pool_lost_output.get(pool.pool) == pool.lost_output_tokens_per_s
+        assert conclusions.pool_lost_requests.get(pool.pool) == pool.lost_requests_per_s
+        assert conclusions.pool_capacity.get(pool.pool) == pool.capacity_tokens_per_s
+
+
+def test_figures_that_are_not_numbers_read_as_unknown(sqlite_engine: Engine) -> None:
+    pool = {"pool": "c/m", "model": None, "lost_output_tokens_per_s": "12", "lost_requests_per_s": True}
+    fleet = {"judged_workers": True, "lost_output_tokens_per_s": "5", "unjudged_reasons": {"a": "2", "b": 1}}
+    summary = _stored(sqlite_engine, {"pools": [pool], "fleet": fleet})
+    conclusions = conclude([], {}, summary)
+    assert conclusions.pool_lost_output == {} and conclusions.pool_lost_requests == {}
+    assert conclusions.fleet_lost_output is None and conclusions.judged_workers is None
+    assert conclusions.unjudged_workers == {"b": 1.0}
+    assert fleet_figures(_stored(sqlite_engine, {"fleet": ["not", "a", "mapping"]})) == StoredFleetFigures()
+    assert fleet_figures(None) == StoredFleetFigures()
