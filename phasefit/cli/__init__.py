@@ -20,6 +20,7 @@ from phasefit.cli import (
     demo,
     docs,
     ingest,
+    plan,
     predict,
     report,
     serve,
@@ -47,6 +48,7 @@ app.command()(collect.collect)
 app.command()(serve.serve)
 app.command()(ingest.ingest)
 app.command()(analyze.analyze)
+app.command()(plan.plan)
 app.command()(report.report)
 app.command()(dashboard.dashboard)
 app.command()(predict.predict)
