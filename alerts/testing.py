@@ -171,7 +171,7 @@ def _running(
         try:
             yield server
         finally:
-            _stop(server.process)
+            stop_process(server.process)
 
 
 def _start(
@@ -191,17 +191,18 @@ def _start(
             )
         server = RunningServer(name, port, workdir, process)
         try:
-            _wait_ready(server, ready_timeout_s)
+            wait_ready(server, ready_timeout_s)
             return server
         except ServerStartError as exc:
-            _stop(process)
+            stop_process(process)
             last_error = str(exc)
             if "address already in use" not in server.log_tail().lower():
                 break  # not a port race: retrying would fail the same way
     raise ServerStartError(last_error)
 
 
-def _wait_ready(server: RunningServer, timeout_s: float) -> None:
+def wait_ready(server: RunningServer, timeout_s: float) -> None:
+    """Until ``server`` answers ``/-/ready`` (Prometheus, Alertmanager, VictoriaMetrics all serve it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
@@ -219,7 +220,8 @@ def _wait_ready(server: RunningServer, timeout_s: float) -> None:
     raise ServerStartError(f"{server.name} not ready after {timeout_s}s:\n{server.log_tail()}")
 
 
-def _stop(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+def stop_process(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
+    """SIGTERM to the process group, SIGKILL after ``grace_s``."""
     if process.poll() is not None:
         return
     with contextlib.suppress(ProcessLookupError):

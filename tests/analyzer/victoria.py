@@ -10,19 +10,14 @@ tail of its log.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from alerts.testing import RunningServer, ScrapeJob, ServerStartError, free_port
+from alerts.testing import RunningServer, ScrapeJob, ServerStartError, free_port, stop_process, wait_ready
 
 BINARY = "victoria-metrics"
 PACKAGE = "victoria-metrics"
@@ -81,7 +76,7 @@ def running_victoria_metrics(
     try:
         yield server
     finally:
-        _stop(server.process)
+        stop_process(server.process)
 
 
 def _start(workdir: Path, command: Callable[[int], list[str]], ready_timeout_s: float) -> RunningServer:
@@ -99,42 +94,11 @@ def _start(workdir: Path, command: Callable[[int], list[str]], ready_timeout_s: 
             )
         server = RunningServer("victoria-metrics", port, workdir, process)
         try:
-            _wait_ready(server, ready_timeout_s)
+            wait_ready(server, ready_timeout_s)
             return server
         except ServerStartError as exc:
-            _stop(process)
+            stop_process(process)
             last_error = str(exc)
             if "address already in use" not in server.log_tail().lower():
                 break  # not a port race: retrying would fail the same way
     raise ServerStartError(last_error)
-
-
-def _wait_ready(server: RunningServer, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise ServerStartError(
-                f"victoria-metrics exited with {server.process.returncode} before it was ready:\n"
-                f"{server.log_tail()}"
-            )
-        try:
-            with urllib.request.urlopen(f"{server.url}/-/ready", timeout=1) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.1)
-    raise ServerStartError(f"victoria-metrics not ready after {timeout_s}s:\n{server.log_tail()}")
-
-
-def _stop(process: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=grace_s)
