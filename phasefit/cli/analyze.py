@@ -58,30 +58,34 @@ def analysis_payload(result: AnalysisResult) -> dict[str, Any]:
     return AnalyzeOutput(summary=summary, findings=result.findings, warnings=summary.warnings).to_json_dict()
 
 
+# The range and store options, shared by the commands that analyse the store (analyze, plan).
+FromOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from", help="Start of the range (ISO 8601, UTC if no zone); default: a week before --to."
+    ),
+]
+ToOption = Annotated[
+    str | None,
+    typer.Option("--to", help="End of the range (ISO 8601 or 'now'); default: just after the latest sample."),
+]
+DatabaseUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help="SQLAlchemy URL of the store (overrides PHASEFIT_DATABASE_URL).",
+        show_default=False,
+    ),
+]
+
+
 def analyze(
-    from_: Annotated[
-        str | None,
-        typer.Option(
-            "--from", help="Start of the range (ISO 8601, UTC if no zone); default: a week before --to."
-        ),
-    ] = None,
-    to: Annotated[
-        str | None,
-        typer.Option(
-            "--to", help="End of the range (ISO 8601 or 'now'); default: just after the latest sample."
-        ),
-    ] = None,
+    from_: FromOption = None,
+    to: ToOption = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print JSON on stdout instead of tables on stderr.")
     ] = False,
-    database_url: Annotated[
-        str | None,
-        typer.Option(
-            "--database-url",
-            help="SQLAlchemy URL of the store (overrides PHASEFIT_DATABASE_URL).",
-            show_default=False,
-        ),
-    ] = None,
+    database_url: DatabaseUrlOption = None,
     prometheus: Annotated[
         str | None,
         typer.Option(

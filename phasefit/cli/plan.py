@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from phasefit.cli.analyze import DatabaseUrlOption, FromOption, ToOption
 from phasefit.cli.output import emit_json, fail, human
 
 if TYPE_CHECKING:
@@ -29,29 +30,12 @@ USAGE_ERROR = 2
 
 
 def plan(
-    from_: Annotated[
-        str | None,
-        typer.Option(
-            "--from", help="Start of the range (ISO 8601, UTC if no zone); default: a week before --to."
-        ),
-    ] = None,
-    to: Annotated[
-        str | None,
-        typer.Option(
-            "--to", help="End of the range (ISO 8601 or 'now'); default: just after the latest sample."
-        ),
-    ] = None,
+    from_: FromOption = None,
+    to: ToOption = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the plan as JSON on stdout instead of tables on stderr.")
     ] = False,
-    database_url: Annotated[
-        str | None,
-        typer.Option(
-            "--database-url",
-            help="SQLAlchemy URL of the store (overrides PHASEFIT_DATABASE_URL).",
-            show_default=False,
-        ),
-    ] = None,
+    database_url: DatabaseUrlOption = None,
     add: Annotated[
         list[str] | None,
         typer.Option("--add", help="What-if: add GPUs to the pool, SKU:GPUS (e.g. H200-SXM:16). Repeatable."),
