@@ -76,6 +76,21 @@ def _text(value: object) -> str:
 Figure = Annotated[float | None, BeforeValidator(_float)]
 
 
+class StoredGroupPlan(BaseModel):
+    """A stored pool's SKU/TP group: workers per role now and in the best plan (summary ``recommended``)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    prefill_now: Figure = None
+    decode_now: Figure = None
+    prefill_best: Figure = None
+    decode_best: Figure = None
+
+
+def _groups(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
 class StoredPoolFigures(BaseModel):
     """A stored pool's figures the gauges read beyond ``fleet.store.analysis.PoolSummary``, by the names of
     :class:`analyzer.summary_model.PoolSummary`."""
@@ -85,6 +100,7 @@ class StoredPoolFigures(BaseModel):
     model: Annotated[str, BeforeValidator(_text)] = ""
     lost_output_tokens_per_s: Figure = None
     lost_requests_per_s: Figure = None
+    recommended: Annotated[dict[str, StoredGroupPlan], BeforeValidator(_groups)] = {}
 
 
 class StoredFleetFigures(BaseModel):
@@ -121,6 +137,8 @@ class Conclusions:
     pool_ratio: dict[str, float] = field(default_factory=dict)
     pool_recommended_ratio: dict[str, float] = field(default_factory=dict)
     pool_drift: dict[str, float] = field(default_factory=dict)
+    # (pool, gpu_sku, tp, role, state) -> workers; state "current" or "recommended" (never applied)
+    pool_workers: dict[tuple[str, str, str, str, str], float] = field(default_factory=dict)
     fleet_lost: float = 0.0
     fleet_lost_output: float | None = None
     fleet_lost_requests: float | None = None
@@ -168,6 +186,7 @@ def conclude(
             _put(out.pool_ratio, name, summary_pool.prefill_decode_ratio)
             _put(out.pool_recommended_ratio, name, summary_pool.recommended_prefill_decode_ratio)
             out.pool_drift[name] = 1.0 if summary_pool.ratio_drift else 0.0
+            out.pool_workers.update(_plan(name, figures.recommended))
     elif findings:
         out.last_run = max(s.updated_at.timestamp() for s in findings)
     for target, by_pool in fallback:
@@ -190,6 +209,25 @@ def conclude(
         out.fleet_lost_requests = sum(out.pool_lost_requests.values())
     out.judged_workers = fleet.judged_workers
     out.unjudged_workers = dict(fleet.unjudged_reasons)
+    return out
+
+
+def _plan(pool: str, groups: Mapping[str, StoredGroupPlan]) -> dict[tuple[str, str, str, str, str], float]:
+    """Workers per (SKU, TP, role), now and in the best plan, from a pool's ``recommended`` groups (keyed
+    ``<sku>/tp<N>``; a MIG SKU key has a slash of its own)."""
+    out: dict[tuple[str, str, str, str, str], float] = {}
+    for key, group in groups.items():
+        sku, _, tp = key.rpartition("/tp")
+        if not sku or not tp.isdigit():
+            continue
+        for role, now, best in (
+            ("prefill", group.prefill_now, group.prefill_best),
+            ("decode", group.decode_now, group.decode_best),
+        ):
+            if now is not None:
+                out[(pool, sku, tp, role, "current")] = now
+            if best is not None:
+                out[(pool, sku, tp, role, "recommended")] = best
     return out
 
 
@@ -317,6 +355,16 @@ def families(c: Conclusions) -> Iterator[Metric]:
         for pool, value in sorted(values.items()):
             family.add_metric([pool], value)
         yield family
+    workers = GaugeMetricFamily(
+        "phasefit_pool_workers",
+        'Serving workers per pool, GPU model, TP degree and role: state="current" as placed, '
+        'state="recommended" in the latest analyzer run\'s best plan (an advice for autoscalers and '
+        "operators: phasefit never applies it).",
+        labels=["pool", "gpu_sku", "tp", "role", "state"],
+    )
+    for group_role, count in sorted(c.pool_workers.items()):
+        workers.add_metric(list(group_role), count)
+    yield workers
     fleet_gauges = (
         (
             "phasefit_fleet_lost_output_tokens_per_second",

@@ -96,6 +96,21 @@ def test_the_latest_analyzer_run_supplies_pool_figures(client: Any, sqlite_engin
                             "prefill_decode_ratio": 0.5,
                             "recommended_prefill_decode_ratio": 0.75,
                             "ratio_drift": True,
+                            "recommended": {
+                                "H100-SXM/tp2": {
+                                    "prefill_now": 3,
+                                    "decode_now": 2,
+                                    "prefill_best": 5,
+                                    "decode_best": 0,
+                                },
+                                "H100-SXM/1g.10gb/tp1": {
+                                    "prefill_now": 4,
+                                    "decode_now": 0,
+                                    "prefill_best": 4,
+                                    "decode_best": None,
+                                },
+                                "no-tp-here": {"prefill_now": 1},
+                            },
                         }
                     ],
                     "fleet": {"lost_tokens_per_s": lost},
@@ -108,6 +123,27 @@ def test_the_latest_analyzer_run_supplies_pool_figures(client: Any, sqlite_engin
     assert metrics[("phasefit_pool_prefill_decode_ratio", pool)] == 0.5
     assert metrics[("phasefit_pool_recommended_prefill_decode_ratio", pool)] == 0.75
     assert metrics[("phasefit_pool_ratio_drift", pool)] == 1
+    # The plan for autoscalers: workers per GPU model, TP and role, as placed and as recommended.
+    workers = {
+        dict(labels)["gpu_sku"]
+        + "/"
+        + dict(labels)["tp"]
+        + "/"
+        + dict(labels)["role"]
+        + "/"
+        + dict(labels)["state"]: v
+        for (name, labels), v in metrics.items()
+        if name == "phasefit_pool_workers"
+    }
+    assert workers == {
+        "H100-SXM/2/prefill/current": 3,
+        "H100-SXM/2/prefill/recommended": 5,
+        "H100-SXM/2/decode/current": 2,
+        "H100-SXM/2/decode/recommended": 0,
+        "H100-SXM/1g.10gb/1/prefill/current": 4,
+        "H100-SXM/1g.10gb/1/prefill/recommended": 4,
+        "H100-SXM/1g.10gb/1/decode/current": 0,  # the recommended count is unknown: no series, never 0
+    }
     assert metrics[("phasefit_fleet_lost_tokens_per_second", ())] == 250.0
     at = (NOW + timedelta(minutes=5)).timestamp()
     assert metrics[("phasefit_analyzer_last_run_timestamp_seconds", ())] == at
