@@ -103,9 +103,7 @@ def dispatch_time(d: Deployment, params: EfficiencyParams, tokens: float) -> flo
     m = d.model
     if not d.attention_dp or d.tp == 1 or tokens <= 0 or not m.experts_active:
         return 0.0
-    link = (
-        d.gpu.interconnect_bytes_per_s or roofline.PCIE_FALLBACK_BYTES_PER_S
-    ) * params.allreduce_bandwidth_efficiency
+    link = roofline.link_bytes_per_s(d, params)
     volume = (tokens / d.tp) * m.experts_active * m.hidden * _ACTIVATION_BYTES * (d.tp - 1) / d.tp
     one_way = (d.tp - 1) * params.allreduce_hop_latency_s + volume / link
     return 2.0 * m.moe_layers * one_way

@@ -139,11 +139,15 @@ class PlacementResult:
 def _phase_capacity(
     n: npt.NDArray[np.float64], c: npt.NDArray[np.float64], equal: bool
 ) -> npt.NDArray[np.float64]:
-    """Capacity of a phase given workers per group (rows of ``n``) and per-worker speeds ``c``."""
+    """Capacity of a phase given workers per group ``n`` and per-worker speeds ``c``, the groups on the last
+    axis, broadcast over the others (plans, capacity draws). With ``equal`` routing every worker gets an
+    equal share, so the slowest group in use paces them all."""
+    n, c = np.broadcast_arrays(n, c)
     if not equal:
-        return n @ c
-    slowest = np.where(n > 0, c[None, :], np.inf).min(axis=1)
-    return np.where(np.isfinite(slowest), n.sum(axis=1) * np.where(np.isfinite(slowest), slowest, 0.0), 0.0)
+        total: npt.NDArray[np.float64] = (n * c).sum(axis=-1)
+        return total
+    slowest = np.where(n > 0, c, np.inf).min(axis=-1)
+    return np.where(np.isfinite(slowest), n.sum(axis=-1) * np.where(np.isfinite(slowest), slowest, 0.0), 0.0)
 
 
 def evaluate(
@@ -261,15 +265,13 @@ def best_plan(
     if len(plans) > shortlist:  # draws only for the best plans at the central capacities
         keep = np.argsort(-central, kind="stable")[:shortlist]
         plans = plans[keep]
-    rates = np.vstack(
-        [_draw_rates(x.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r) for x in plans]
-    )
+    rates = np.vstack([draw_rates(x.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r) for x in plans])
     expected = rates.mean(axis=1)
     _, prompt, generated = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
     buffer = spare(prompt, generated, isl, osl)
     changes = np.abs(plans - current[None, :]).sum(axis=1)
     chosen, chosen_buffer, moved = current, 0.0, False
-    chosen_rates = _draw_rates(current.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r)
+    chosen_rates = draw_rates(current.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r)
     for k in np.unique(changes):
         if k == 0:
             continue
@@ -487,8 +489,8 @@ def _with_measured(plan: Plan, measured: tuple[float | None, float | None], isl:
     return Plan(plan.prefill, rate, rate * (isl + osl), prompt, generated, bound)
 
 
-def _draw_rates(
-    x: npt.NDArray[np.float64],
+def draw_rates(
+    x: npt.NDArray[np.float64] | npt.NDArray[np.int64],
     sizes: npt.NDArray[np.int64],
     draws_p: npt.NDArray[np.float64],
     draws_d: npt.NDArray[np.float64],
@@ -496,20 +498,25 @@ def _draw_rates(
     osl: float,
     r: Routing,
 ) -> npt.NDArray[np.float64]:
-    """Request rate of one plan under each capacity draw (rows)."""
-    n_p = np.broadcast_to(x, draws_p.shape)
-    n_d = np.broadcast_to(sizes - x, draws_d.shape)
+    """Request rate of one plan (prefill workers per group ``x``) under each capacity draw (rows)."""
+    prefill = np.asarray(x, dtype=np.float64)
+    prompt = _phase_capacity(prefill, draws_p, r.prefill_equal)
+    generated = _phase_capacity(sizes - prefill, draws_d, r.decode_equal)
+    return np.minimum(prompt / isl, generated / osl)
 
-    def phase(n: npt.NDArray[np.float64], c: npt.NDArray[np.float64], equal: bool) -> npt.NDArray[np.float64]:
-        if not equal:
-            total: npt.NDArray[np.float64] = (n * c).sum(axis=1)
-            return total
-        slowest = np.where(n > 0, c, np.inf).min(axis=1)
-        return np.where(
-            np.isfinite(slowest), n.sum(axis=1) * np.where(np.isfinite(slowest), slowest, 0.0), 0.0
-        )
 
-    return np.minimum(phase(n_p, draws_p, r.prefill_equal) / isl, phase(n_d, draws_d, r.decode_equal) / osl)
+def weekly_cost_usd(groups: Sequence[GroupCapacity], workers: Sequence[int]) -> float | None:
+    """What ``workers`` per group cost a week at the catalog's hourly prices; None where a group in use has
+    no price (never $0)."""
+    total = 0.0
+    for cap, n in zip(groups, workers, strict=True):
+        if n <= 0:
+            continue
+        price = cap.group.sku.hourly_price_usd
+        if price is None:
+            return None
+        total += n * cap.group.tp * price
+    return total * HOURS_PER_WEEK
 
 
 def capacity_draws(
@@ -588,7 +595,7 @@ def place(
         xc = current_x.astype(np.float64)
 
         def gain_at(dp: npt.NDArray[np.float64], dd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-            rates = _draw_rates(xb, sizes, dp, dd, isl, osl, r) - _draw_rates(xc, sizes, dp, dd, isl, osl, r)
+            rates = draw_rates(xb, sizes, dp, dd, isl, osl, r) - draw_rates(xc, sizes, dp, dd, isl, osl, r)
             out: npt.NDArray[np.float64] = rates * (isl + osl)
             return out
 
@@ -598,18 +605,7 @@ def place(
         if lost > 0 and low <= 0:
             cause = _range_cause(groups, gains, gain_at, draws_p, draws_d, offset)
     gpus = int(sum(len(m) * g.group.tp for g, m in zip(groups, current_roles, strict=True)))
-    prices = [g.group.sku.hourly_price_usd for g in groups]
-    weekly = (
-        float(
-            sum(
-                len(m) * g.group.tp * (price or 0.0)
-                for g, m, price in zip(groups, current_roles, prices, strict=True)
-            )
-        )
-        * HOURS_PER_WEEK
-        if all(price is not None for price in prices)
-        else None
-    )
+    weekly = weekly_cost_usd(groups, [len(m) for m in current_roles])
     capacity = current.tokens_per_s
     utilisation = demand_tokens_per_s / capacity if capacity > 0 else float("nan")
     demand_limited = capacity > 0 and peak_demand_tokens_per_s <= capacity

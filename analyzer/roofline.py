@@ -112,14 +112,20 @@ def kv_capacity_sequences(
     return kv_budget_bytes(d, params, limits) / kv_bytes_per_sequence(d, max(1, seq_len))
 
 
+def link_bytes_per_s(d: Deployment, params: EfficiencyParams) -> float:
+    """What the GPU's link to its peers delivers to collectives (the catalog's figure, else PCIe, at the
+    fitted all-reduce efficiency)."""
+    return (
+        d.gpu.interconnect_bytes_per_s or PCIE_FALLBACK_BYTES_PER_S
+    ) * params.allreduce_bandwidth_efficiency
+
+
 def allreduce_time(d: Deployment, params: EfficiencyParams, tokens: float) -> float:
     """Tensor-parallel all-reduces of one iteration over ``tokens`` tokens (ring alpha-beta model)."""
     n = d.tp
     if n == 1 or tokens <= 0:
         return 0.0
-    link = (
-        d.gpu.interconnect_bytes_per_s or PCIE_FALLBACK_BYTES_PER_S
-    ) * params.allreduce_bandwidth_efficiency
+    link = link_bytes_per_s(d, params)
     message = tokens * d.model.hidden * _ACTIVATION_BYTES
     one = 2 * (n - 1) * params.allreduce_hop_latency_s + 2 * (n - 1) / n * message / link
     return _ALLREDUCES_PER_LAYER * d.model.layers * one

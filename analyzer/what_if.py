@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from analyzer.capacity import CapacityParams, GroupCapacity, group_capacity
 from analyzer.deployment import Deployment, DeploymentError, default_kv_precision
-from analyzer.placement import HOURS_PER_WEEK, Routing, best_plan, capacity_draws, evaluate
+from analyzer.placement import best_plan, capacity_draws, draw_rates, evaluate, weekly_cost_usd
 from analyzer.plan import Figure, Gain, gain_from_tokens
 from analyzer.pool_analysis import PoolAnalysis
 from analyzer.pools import SkuGroup
@@ -219,36 +219,6 @@ def _tp_for(sku: GpuSku, groups: Sequence[GroupCapacity], pool: str) -> int:
     return next(iter(degrees))
 
 
-def _weekly(groups: Sequence[GroupCapacity], sizes: Sequence[int]) -> float | None:
-    total = 0.0
-    for cap, n in zip(groups, sizes, strict=True):
-        if n <= 0:
-            continue
-        price = cap.group.sku.hourly_price_usd
-        if price is None:
-            return None
-        total += n * cap.group.tp * price
-    return total * HOURS_PER_WEEK
-
-
-def _rates(
-    x: npt.NDArray[np.int64],
-    sizes: npt.NDArray[np.int64],
-    draws_p: npt.NDArray[np.float64],
-    draws_d: npt.NDArray[np.float64],
-    isl: float,
-    osl: float,
-    routing: Routing,
-) -> npt.NDArray[np.float64]:
-    """Request rate of one plan under each capacity draw (row 0: the central estimate)."""
-    return np.array(
-        [
-            float(evaluate(x, sizes, draws_p[i], draws_d[i], isl, osl, routing)[0][0])
-            for i in range(draws_p.shape[0])
-        ]
-    )
-
-
 def _exact(value: float) -> Figure:
     return Figure(value, value, value)
 
@@ -341,8 +311,8 @@ def what_if(
     chosen = best_plan(
         hyp_sizes, draws_p, draws_d, isl, osl, np.array(start, dtype=np.int64), tolerance, routing
     )
-    hyp = _rates(chosen, hyp_sizes, draws_p, draws_d, isl, osl, routing)
-    now = _rates(np.array(now_prefill, dtype=np.int64), now_sizes, draws_p, draws_d, isl, osl, routing)
+    hyp = draw_rates(chosen, hyp_sizes, draws_p, draws_d, isl, osl, routing)
+    now = draw_rates(np.array(now_prefill, dtype=np.int64), now_sizes, draws_p, draws_d, isl, osl, routing)
     per_request = isl + osl
     # The current placement's measured throughput (where a phase was seen saturated) replaces the model's.
     offset = (placement.current.request_rate - float(now[0])) * per_request
@@ -375,8 +345,8 @@ def what_if(
         gain=gain_from_tokens(gain, isl, osl),
         bound_what_if=bound,
         demand_tokens_per_s=placement.demand_tokens_per_s,
-        cost_now_per_week_usd=_weekly(groups, [int(v) for v in now_sizes]),
-        cost_what_if_per_week_usd=_weekly(groups, sizes),
+        cost_now_per_week_usd=weekly_cost_usd(groups, [int(v) for v in now_sizes]),
+        cost_what_if_per_week_usd=weekly_cost_usd(groups, sizes),
         notes=tuple(notes),
     )
 

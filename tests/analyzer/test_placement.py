@@ -18,7 +18,7 @@ from analyzer.placement import (
     place,
     spare,
 )
-from analyzer.placement import _draw_rates as evaluate_draws
+from analyzer.placement import draw_rates as evaluate_draws
 from analyzer.pools import SkuGroup
 from fleet.catalog import load_catalog
 
