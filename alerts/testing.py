@@ -90,20 +90,25 @@ def prometheus_config(
     config: dict[str, Any] = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
         "rule_files": [str(p) for p in rule_files],
-        "scrape_configs": [
-            {
-                "job_name": job.name,
-                "metrics_path": job.metrics_path,
-                "static_configs": [{"targets": [job.target], "labels": dict(job.labels)}],
-            }
-            for job in jobs
-        ],
+        "scrape_configs": scrape_configs(jobs),
     }
     if alertmanager:
         config["alerting"] = {
             "alertmanagers": [{"api_version": "v2", "static_configs": [{"targets": [alertmanager]}]}]
         }
     return config
+
+
+def scrape_configs(jobs: Sequence[ScrapeJob]) -> list[dict[str, Any]]:
+    """The ``scrape_configs`` of ``jobs``, as Prometheus and VictoriaMetrics (``-promscrape.config``) read."""
+    return [
+        {
+            "job_name": job.name,
+            "metrics_path": job.metrics_path,
+            "static_configs": [{"targets": [job.target], "labels": dict(job.labels)}],
+        }
+        for job in jobs
+    ]
 
 
 @contextlib.contextmanager
@@ -167,16 +172,17 @@ def _running(
             if not isinstance(content, str):
                 document = content(workdir) if callable(content) else content
                 (workdir / filename).write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-        server = _start(name, workdir, command, ready_timeout_s)
+        server = start_server(name, workdir, command, ready_timeout_s)
         try:
             yield server
         finally:
             stop_process(server.process)
 
 
-def _start(
+def start_server(
     name: str, workdir: Path, command: Callable[[Path, int], list[str]], ready_timeout_s: float
 ) -> RunningServer:
+    """``command(workdir, port)`` on a free loopback port, retried on a port race, once ``/-/ready``."""
     last_error = ""
     for _ in range(_START_ATTEMPTS):
         port = free_port()

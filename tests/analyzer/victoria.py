@@ -10,18 +10,16 @@ tail of its log.
 from __future__ import annotations
 
 import contextlib
-import subprocess
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from alerts.testing import RunningServer, ScrapeJob, ServerStartError, free_port, stop_process, wait_ready
+from alerts.testing import RunningServer, ScrapeJob, scrape_configs, start_server, stop_process
 
 BINARY = "victoria-metrics"
 PACKAGE = "victoria-metrics"
-_START_ATTEMPTS = 3
 
 
 def scrape_config(
@@ -31,14 +29,7 @@ def scrape_config(
     scraped series (as vmagent and Prometheus's remote write add theirs)."""
     config: dict[str, Any] = {
         "global": {"scrape_interval": interval, "scrape_timeout": interval},
-        "scrape_configs": [
-            {
-                "job_name": job.name,
-                "metrics_path": job.metrics_path,
-                "static_configs": [{"targets": [job.target], "labels": dict(job.labels)}],
-            }
-            for job in jobs
-        ],
+        "scrape_configs": scrape_configs(jobs),
     }
     if external_labels:
         config["global"]["external_labels"] = dict(external_labels)
@@ -60,7 +51,7 @@ def running_victoria_metrics(
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "scrape.yml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
 
-    def command(port: int) -> list[str]:
+    def command(workdir: Path, port: int) -> list[str]:
         return [
             str(binary),
             f"-httpListenAddr=127.0.0.1:{port}",
@@ -72,33 +63,8 @@ def running_victoria_metrics(
             *flags,
         ]
 
-    server = _start(workdir, command, ready_timeout_s)
+    server = start_server("victoria-metrics", workdir, command, ready_timeout_s)
     try:
         yield server
     finally:
         stop_process(server.process)
-
-
-def _start(workdir: Path, command: Callable[[int], list[str]], ready_timeout_s: float) -> RunningServer:
-    last_error = ""
-    for _ in range(_START_ATTEMPTS):
-        port = free_port()
-        with (workdir / "server.log").open("ab") as log:
-            process = subprocess.Popen(
-                command(port),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=workdir,
-                start_new_session=True,
-            )
-        server = RunningServer("victoria-metrics", port, workdir, process)
-        try:
-            wait_ready(server, ready_timeout_s)
-            return server
-        except ServerStartError as exc:
-            stop_process(process)
-            last_error = str(exc)
-            if "address already in use" not in server.log_tail().lower():
-                break  # not a port race: retrying would fail the same way
-    raise ServerStartError(last_error)
