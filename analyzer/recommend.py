@@ -28,6 +28,7 @@ from analyzer.capacity import GroupCapacity
 from analyzer.placement import Change, PlacementResult
 from analyzer.pool_analysis import PoolAnalysis, SegmentAnalysis, colocated_tokens_per_s
 from analyzer.roofline import kv_bytes_per_sequence
+from analyzer.summary_model import GroupRecommendation
 from fleet.contract import Recommendation
 from fleet.models import active_params
 
@@ -161,28 +162,13 @@ def _text(value: float, spec: str) -> str:
 
 
 @dataclass(frozen=True)
-class SkuRatio:
-    """One SKU/TP group's workers per role now and in the best plan, its per-worker throughput, and the
-    replicas the peak demand needs if that group alone served each phase (Dynamo planner's formula)."""
-
-    prefill_now: int
-    decode_now: int
-    prefill_best: int
-    decode_best: int
-    prefill_tokens_per_s_per_worker: float
-    decode_tokens_per_s_per_worker: float
-    prefill_replicas_for_peak: int | None
-    decode_replicas_for_peak: int | None
-
-
-@dataclass(frozen=True)
 class RatioRecommendation:
     prefill_now: int
     decode_now: int
     prefill_best: int
     decode_best: int
     peak_requests_per_s: float
-    per_sku: dict[str, SkuRatio]
+    per_sku: dict[str, GroupRecommendation]
 
     @property
     def now(self) -> str:
@@ -225,7 +211,7 @@ def recommended_ratio(
     per_sku = {}
     for g, cap in enumerate(placement.groups):
         size = placement.sizes[g]
-        per_sku[cap.group.key] = SkuRatio(
+        per_sku[cap.group.key] = GroupRecommendation(
             prefill_now=placement.current.prefill[g],
             decode_now=size - placement.current.prefill[g],
             prefill_best=placement.best.prefill[g],

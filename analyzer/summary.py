@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,7 +41,6 @@ from analyzer.recommend import recommended_ratio, rules_of_thumb
 from analyzer.summary_model import (
     SUMMARY_VERSION,
     FleetTotals,
-    GroupRecommendation,
     ModelInfo,
     PoolSummary,
     Routing,
@@ -293,9 +291,7 @@ def _pool_summary(
         prefill_decode_now=ratio.now if ratio else None,
         prefill_decode_recommended=ratio.recommended if ratio else None,
         peak_requests_per_s=num(ratio.peak_requests_per_s, 3) if ratio else None,
-        recommended=(
-            {k: GroupRecommendation(**asdict(v)) for k, v in ratio.per_sku.items()} if ratio else None
-        ),
+        recommended=(dict(ratio.per_sku) if ratio else None),
         ratio_drift=any(f.kind is FindingKind.POOL_RATIO_DRIFT for f in mine),
         traffic=Traffic(
             prompt_tokens_per_s=num(latest.mix.prompt_rate) if latest else None,

@@ -74,7 +74,8 @@ class RuleCheck(_Model):
 
 class GroupRecommendation(_Model):
     """One SKU/TP group: workers per role now and in the best plan, per-worker throughput, and the replicas
-    the peak demand needs if that group alone served each phase."""
+    the peak demand needs if that group alone served each phase (Dynamo planner's formula). The
+    recommendation builds it (``analyzer.recommend``); the summary carries it as it is."""
 
     prefill_now: int
     decode_now: int
