@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,6 +70,10 @@ UTILISATION_UNDECIDED = (
 # How a judged worker's verdict was reached (the keys of the fleet's ``judged_by_evidence``): "profiling",
 # "utilisation" (busy-time counters only: weaker) or "engine" (the engine's KV and queue counters).
 NO_TELEMETRY = "GPU telemetry missing"
+NO_PLACEMENT = (
+    "its placement could not be weighed (the pool's capacity is unknown, or its GPU model lacks catalog "
+    "figures: see the pool's notes)"
+)
 UNKNOWN_ROLE = "unknown role"
 UNCLASSIFIED = "bottleneck not classified yet (too few windows)"
 
@@ -357,6 +361,12 @@ def unjudged_reason(
     return None
 
 
+def _weighed(pool: Pool, row: int, placements: Mapping[str, PlacementResult]) -> bool:
+    """Whether the best-placement search weighed this worker: its pool has a placement analysis and the
+    worker sits on a catalogued GPU model (an unknown one, or an unsized worker, is kept where it is)."""
+    return pool.key in placements and row not in pool.unsized and pool.sku_of(row).known
+
+
 def _figure(row: PoolSummary, key: str) -> float | None:
     """One of the pool's figures by field name (the lost-capacity fields are named, not spelled out)."""
     value = getattr(row, key)
@@ -452,6 +462,8 @@ def build_summary(
                 if worker in misplaced
                 else unjudged_reason(worker, row, grid, bottlenecks, bottleneck, attributed, first, n)
             )
+            if reason is None and worker not in misplaced and not _weighed(pool, row, placements):
+                reason = NO_PLACEMENT  # a measured bottleneck alone does not make a worker well placed
             level = activity_evidence(bottlenecks, worker, first, n)
             if reason is not None:
                 unjudged[reason] += 1

@@ -7,6 +7,7 @@ import pytest
 
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
 from analyzer.settings import AnalyzerSettings
+from analyzer.summary import NO_PLACEMENT
 from fleet.catalog import load_catalog
 from fleet.contract import Finding, FindingKind, FindingStatus, Severity
 from tests.analyzer.synthetic import H100, H200, Fleet, Worker, workers
@@ -270,3 +271,16 @@ def test_a_worker_with_no_tp_and_no_gpus_is_kept_and_left_unjudged() -> None:
     assert any("neither a TP degree nor their GPUs" in note for note in pool["notes"])
     fleet_summary = result.summary["fleet"]
     assert fleet_summary["judged_workers"] + fleet_summary["unjudged_workers"] == fleet_summary["workers"]
+
+
+def test_a_pool_whose_placement_cannot_be_weighed_judges_none_of_its_workers() -> None:
+    """A model the catalog does not know, on a fleet whose telemetry does not measure capacities either: its
+    workers' bottlenecks are measured, but no worker is called well placed (misplaced: null, with why)."""
+    spec = workers([("node00", H100, 2, 2), ("node01", H200, 2, 2)])
+    gpu, engine = Fleet(spec, hours=24, rate_rps=lambda h: 40.0, model="acme/uncatalogued-70b").columns()
+    result = analyze(input_from_samples(gpu, engine), CATALOG)
+    assert result.summary["pools"][0]["capacity_tokens_per_s"] is None
+    assert {w["misplaced"] for w in result.summary["workers"]} == {None}
+    fleet = result.summary["fleet"]
+    assert fleet["judged_workers"] == 0 and fleet["unjudged_workers"] == len(result.summary["workers"])
+    assert list(fleet["unjudged_reasons"]) == [NO_PLACEMENT]
