@@ -22,7 +22,7 @@ from typing import Any
 from analyzer.deployment import Deployment, DeploymentError, default_kv_precision
 from fleet.catalog import Catalog
 from fleet.contract import Role
-from fleet.gpus import GpuSku
+from fleet.gpus import GpuSku, unknown_sku
 from fleet.models import ModelArch
 from fleet.precision import Precision, parse_precision
 
@@ -226,6 +226,11 @@ def is_mig_instance(gpu: GpuSpec, catalog: Catalog) -> bool:
     return gpu.parent_gpu_uuid is not None or gpu.mig_profile is not None or gpu_sku(gpu, catalog).is_mig
 
 
+# A worker none of whose GPUs is known: the catalog's explicit unknown, said without resolving a made-up name
+# (which would warn the operator to catalogue a GPU that does not exist).
+NO_GPU_REPORTED = unknown_sku("no GPU reported", "no GPU of the worker is known to phasefit")
+
+
 def worker_sku(worker: WorkerSpec, gpus: Mapping[str, GpuSpec], catalog: Catalog) -> GpuSku:
     """The SKU most of a worker's GPUs resolve to (the catalog's explicit unknown where none does)."""
     keys: Counter[str] = Counter()
@@ -240,7 +245,7 @@ def worker_sku(worker: WorkerSpec, gpus: Mapping[str, GpuSpec], catalog: Catalog
         keys[key] += 1
         resolved.setdefault(key, sku)
     if not keys:
-        return catalog.gpus.resolve(f"unreported GPU of {worker.worker_id}")
+        return NO_GPU_REPORTED
     return resolved[keys.most_common(1)[0][0]]
 
 
@@ -378,7 +383,7 @@ def build_pools(
                 notes=tuple(notes),
                 deployment=serving or None,
                 unsized=tuple(sorted(unsized)),
-                unsized_sku=catalog.gpus.resolve("unreported GPU") if unsized else None,
+                unsized_sku=NO_GPU_REPORTED if unsized else None,
             )
         )
     return pools
