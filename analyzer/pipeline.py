@@ -1,7 +1,7 @@
 """The analyzer end to end, pure: bucketed telemetry + inventory + catalog + params -> summary and findings.
 
-No I/O here: :mod:`analyzer.store_io` reads the store into :class:`AnalysisInput` and writes the result back;
-tests and benchmarks build the input from simulated records with :func:`input_from_samples`.
+No I/O here: :mod:`analyzer.sources.store` reads the store into :class:`AnalysisInput` and writes the result
+back; tests and benchmarks build the input from simulated records with :func:`input_from_samples`.
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.bottleneck import BottleneckGrid, BottleneckThresholds, classify
-from analyzer.health import HealthParams, WorkerContext, health_findings
-from analyzer.kv_budget import ReportedBudgets
-from analyzer.misplacement import FindingParams, placement_findings
-from analyzer.pool_analysis import PoolAnalysis, PoolParams, analyze_pool
-from analyzer.pools import Inventory, build_pools, inventory_from_samples
-from analyzer.summary import build_summary
-from analyzer.summary_model import Summary
-from analyzer.telemetry import (
+from analyzer.findings.health import HealthParams, WorkerContext, health_findings
+from analyzer.findings.misplacement import FindingParams, placement_findings
+from analyzer.pools.analysis import PoolAnalysis, PoolParams, analyze_pool
+from analyzer.pools.pool import Inventory, build_pools, inventory_from_samples
+from analyzer.pools.reported_budgets import ReportedBudgets
+from analyzer.results.summary import Summary
+from analyzer.summarize import build_summary
+from analyzer.telemetry.bottleneck import BottleneckGrid, BottleneckThresholds, classify
+from analyzer.telemetry.grid import (
     BUCKET_S,
     Columns,
     WorkerGrid,
@@ -56,7 +56,7 @@ class AnalyzerParams:
 
 @dataclass(frozen=True)
 class AnalysisResult:
-    """``typed_summary`` is the summary (:mod:`analyzer.summary_model`); ``summary`` is its JSON, as stored
+    """``typed_summary`` is the summary (:mod:`analyzer.results.summary`); ``summary`` is its JSON, as stored
     and printed (``typed_summary.to_json_dict()``), for readers of the untyped form."""
 
     summary: dict[str, Any]

@@ -11,16 +11,16 @@ from dataclasses import replace
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from analyzer.findings.recommend import RecommendParams
 from analyzer.pipeline import AnalyzerParams
-from analyzer.prometheus_labels import DEFAULT_CLUSTER_LABEL, DEFAULT_DEPLOYMENT_LABELS
-from analyzer.prometheus_split import (
+from analyzer.sources.prometheus.labels import DEFAULT_CLUSTER_LABEL, DEFAULT_DEPLOYMENT_LABELS
+from analyzer.sources.prometheus.split import (
     DEFAULT_MAX_POINTS,
     DEFAULT_MAX_SAMPLES,
     DEFAULT_MAX_SERIES,
     DEFAULT_TIMEOUT_S,
     QueryLimits,
 )
-from analyzer.recommend import RecommendParams
 
 
 class AnalyzerSettings(BaseSettings):
@@ -100,7 +100,7 @@ class AnalyzerSettings(BaseSettings):
     )
 
     def query_limits(self) -> QueryLimits:
-        """What one zero-agent query may ask of the Prometheus API (analyzer.prometheus_split)."""
+        """What one zero-agent query may ask of the Prometheus API (analyzer.sources.prometheus.split)."""
         return QueryLimits(
             max_points_per_series=self.prometheus_max_points_per_series,
             max_series_per_query=self.prometheus_max_series_per_query,

@@ -2,7 +2,7 @@
 
 For each scenario and seed: simulate (``fleetsim``), write the records as JSON lines, ingest them into a
 throwaway SQLite store through ``fleet.ingest``, roll them up as ``phasefit db prune`` does, read the
-store with ``analyzer.store_io`` and analyse it (``--pure``: analyse the records directly), then score
+store with ``analyzer.sources.store`` and analyse it (``--pure``: analyse the records directly), then score
 the findings with ``fleetsim.examine``: by counts per (pool, SKU, from -> to role) against the
 re-simulated truth's equivalent best splits, per finding kind (precision and recall per seed, mean and
 spread = population standard deviation over seeds), lost capacity in output tokens/s and requests/s,
@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
-from analyzer.store_io import read_input
+from analyzer.sources.store import read_input
 from fleet.catalog import Catalog, load_catalog
 from fleet.ingest import catalog_sku_resolver, ingest_file
 from fleet.store.engine import make_engine

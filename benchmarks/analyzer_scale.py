@@ -131,7 +131,7 @@ _CHILD = textwrap.dedent(
     from datetime import UTC, datetime
     began = time.perf_counter()
     from analyzer.pipeline import AnalyzerParams, analyze
-    from analyzer.store_io import read_input, write_result
+    from analyzer.sources.store import read_input, write_result
     from fleet.catalog import load_catalog
     from fleet.store.engine import make_engine, writing
     args = json.loads(sys.argv[1])

@@ -28,10 +28,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzer.decode_fit import fit_decode_line
-from analyzer.frames import ROLES
+from analyzer.model.roofline import step_time
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
-from analyzer.roofline import step_time
+from analyzer.pools.decode_fit import fit_decode_line
+from analyzer.telemetry.frames import ROLES
 from fleet.catalog import load_catalog
 from fleet.contract import FindingKind, Role
 from fleetsim.examine import simulate

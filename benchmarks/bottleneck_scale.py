@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
-from analyzer.bottleneck import BottleneckThresholds, classify, episodes
-from analyzer.frames import ROLES, SOURCES, EngineFrame, GpuFrame
+from analyzer.telemetry.bottleneck import BottleneckThresholds, classify, episodes
+from analyzer.telemetry.frames import ROLES, SOURCES, EngineFrame, GpuFrame
 from fleet.contract import Role, TelemetrySource
 
 WEEK_S = 7 * 24 * 3600

@@ -45,7 +45,7 @@ def build_store(folder: Path) -> str:
     from sim_bench import scaled_demo
 
     from analyzer.pipeline import analyze
-    from analyzer.store_io import read_input, write_result
+    from analyzer.sources.store import read_input, write_result
     from fleet.catalog import load_catalog
     from fleet.ingest import catalog_sku_resolver, ingest_file
     from fleet.store import migrate

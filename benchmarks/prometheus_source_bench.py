@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from analyzer.prometheus_metrics import GPU_QUERIES
-from analyzer.prometheus_series import TimeGrid, parse_matrix
-from analyzer.prometheus_source import map_fleet
+from analyzer.sources.prometheus.metrics import GPU_QUERIES
+from analyzer.sources.prometheus.series import TimeGrid, parse_matrix
+from analyzer.sources.prometheus.source import map_fleet
 
 
 def loads(body: bytes) -> Any:

@@ -1,6 +1,6 @@
 """A worker's serving deployment (router group), from the serving stack's own labels, never from names.
 
-With the cluster and the served model it names the worker's pool (analyzer.pools). Order: the stack
+With the cluster and the served model it names the worker's pool (analyzer.pools.pool). Order: the stack
 labels in :data:`fleet.labels.DEPLOYMENT_LABELS` (raw pod labels or dcgm-exporter's sanitised copies),
 the ``dynamo_namespace`` the engine itself reports, the operator's mapping file, else
 ``<namespace>/<owner>`` from the pod's ownerReferences (a Deployment's ReplicaSet stripped of its

@@ -36,7 +36,7 @@ MAX_PAGES = 200
 
 
 def _cluster(node: str, reported: str | None) -> str:
-    from analyzer.pools import cluster_of
+    from analyzer.pools.pool import cluster_of
 
     return cluster_of(node, reported)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Engine, Float, Select, case, func, literal, select, type_coerce
 
-from analyzer.store_io import rolled_up_until
+from analyzer.sources.store import rolled_up_until
 from dashboard.views import Scope, TrafficPoint, UtilisationPoint, WorkerActivity
 from fleet.store.engine import is_sqlite
 from fleet.store.queries import epoch_seconds, list_gpus, list_workers

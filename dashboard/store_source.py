@@ -10,8 +10,8 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, func, select
 
-from analyzer.pools import cluster_of
-from analyzer.store_io import rolled_up_until
+from analyzer.pools.pool import cluster_of
+from analyzer.sources.store import rolled_up_until
 from dashboard import analysis_reads, store_series
 from dashboard.lost import lost_from_episodes
 from dashboard.views import (

@@ -3,7 +3,7 @@
 The operator's file (``PHASEFIT_CATALOG_PATH``) has top-level ``gpus:``, ``models:`` and ``engines:``
 mappings keyed by SKU, model or engine key, in the built-in files' fields and units. ``engines:`` says how
 each serving engine sizes its KV cache (the knob, what it is a fraction of, the memory it keeps outside
-weights and KV cache): the named assumptions of a modelled KV budget (``analyzer.kv_budget``), used only
+weights and KV cache): the named assumptions of a modelled KV budget (``analyzer.model.kv_budget``), used only
 where no engine reports its budget. An entry for a known key overrides only the
 fields it names (``gpus: {H100-SXM: {hourly_price_usd: 2.9}}``; a list such as ``nvml_names`` is
 replaced, not extended, and so is a ``mig`` table); a new key adds a SKU or model and must give every
@@ -56,7 +56,7 @@ class EngineSettings:
       what is held before the pool is sized (CUDA context, communication buffers).
     ``kv_memory_fraction_by_tp`` gives the default per TP degree where the engine derives it so (the
     largest listed degree not above the instance's). ``runtime_reserve_bytes`` is per GPU; None means the
-    reserve calibrated on published measurements (``analyzer.efficiency.CALIBRATED``). The ranges span
+    reserve calibrated on published measurements (``analyzer.model.efficiency.CALIBRATED``). The ranges span
     what releases and common settings do: a modelled budget carries them as its uncertainty.
     """
 

@@ -272,7 +272,7 @@ class Finding(_Record):
 
     kind: FindingKind
     worker_id: Name | None = None
-    pool: Name | None = None  # the model pool ("<cluster>/<deployment>/<model>", see analyzer.pools)
+    pool: Name | None = None  # the model pool ("<cluster>/<deployment>/<model>", see analyzer.pools.pool)
     severity: Severity = Severity.WARNING
     status: FindingStatus = FindingStatus.OPEN
     gpu_sku: ShortText | None = None

@@ -132,3 +132,54 @@ def test_the_modules_of_a_package_import_each_other_without_a_cycle(package: str
 def test_the_cycle_finder_finds_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+# The analyzer's parts in pipeline order, lowest first: each imports only parts at or below its own place.
+ANALYZER_LAYERS = (
+    "results",  # typed results: the summary's model, nothing of the analyzer's
+    "model",  # the performance model: roofline, MoE, KV budgets, fitted constants
+    "telemetry",  # frames on a time grid, bottleneck classification, drift
+    "pools",  # pools, workload, capacity, the split search, per-pool analysis
+    "findings",  # one module per finding kind, their evidence and checks
+    "summarize",
+    "pipeline",  # analyze(): the composition of the above
+    "planning",  # plans and what-ifs built on an analysis
+    "sources",  # adapters: the store and Prometheus in
+    "report",
+    "settings",  # operator settings turned into parameters
+)
+
+
+def analyzer_part_edges(root: Path = ROOT) -> dict[str, set[str]]:
+    """Analyzer part -> the other analyzer parts its modules import."""
+    folder = root / "analyzer"
+    edges: dict[str, set[str]] = {}
+    for path in folder.rglob("*.py"):
+        part = path.relative_to(folder).parts[0].removesuffix(".py")
+        for module in _modules_imported(path):
+            names = module.split(".")
+            ours = len(names) > 1 and ((folder / names[1]).is_dir() or (folder / f"{names[1]}.py").is_file())
+            if names[0] == "analyzer" and ours and names[1] != part:
+                edges.setdefault(part, set()).add(names[1])
+    return edges
+
+
+def test_every_analyzer_part_has_a_place_in_the_pipeline() -> None:
+    folder = ROOT / "analyzer"
+    parts = {
+        p.name.removesuffix(".py")
+        for p in folder.iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").is_file()
+    }
+    assert parts - {"__init__"} == set(ANALYZER_LAYERS)
+
+
+def test_analyzer_parts_import_only_what_lies_below_them() -> None:
+    rank = {part: i for i, part in enumerate(ANALYZER_LAYERS)}
+    upward = {
+        f"{part} -> {other}"
+        for part, others in analyzer_part_edges().items()
+        for other in others
+        if rank[other] > rank[part]
+    }
+    assert upward == set(), f"analyzer parts import upward in the pipeline: {sorted(upward)}"

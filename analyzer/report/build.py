@@ -23,8 +23,8 @@ from analyzer.report.coverage import data_quality, roofline_points, sku_hours
 from analyzer.report.fleet_roofline import roofs_for
 from analyzer.report.model import PRICE_NOT_SET, AuditReport, DriftEvent, FollowUp, WeekFigures
 from analyzer.report.sections import actions_of, hourly_lost, pool_rows, ratio_points, verdict
-from analyzer.store_io import read_input
-from analyzer.summary_model import SegmentSummary, Summary
+from analyzer.results.summary import SegmentSummary, Summary
+from analyzer.sources.store import read_input
 from fleet.catalog import Catalog
 from fleet.contract import FindingKind, FindingStatus
 from fleet.store.alerts import list_alert_events

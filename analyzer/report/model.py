@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from analyzer.report.fleet_roofline import Roof, WorkerPoint
-from analyzer.summary_model import GroupRecommendation, ModelInfo, RuleCheck
+from analyzer.results.summary import GroupRecommendation, ModelInfo, RuleCheck
 
 PRICE_NOT_SET = "price not set (PHASEFIT_CATALOG_PATH)"
 

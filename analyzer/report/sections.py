@@ -11,7 +11,7 @@ from typing import Any
 
 from analyzer.report.model import Action, HourlyLost, PoolRow, RatioPoint, WeekFigures
 from analyzer.report.style import evidence_line, output_range, output_rate, requests_rate, tokens_rate
-from analyzer.summary_model import PoolSummary, SegmentSummary, Summary
+from analyzer.results.summary import PoolSummary, SegmentSummary, Summary
 from fleet.contract import Finding, FindingStatus
 
 NO_ACTION = {"none", "investigate"}

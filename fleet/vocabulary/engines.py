@@ -1,5 +1,6 @@
 """Each serving engine's ``/metrics`` names per engine_sample field: the one table the collector's engine
-parser (collector/engines.py) and zero-agent mode's queries (analyzer/prometheus_metrics.py) are built from.
+parser (collector/engines.py) and zero-agent mode's queries (analyzer/sources/prometheus/metrics.py) are built
+from.
 
 A field is read from one or more *parts* that add up (SGLang's requests waiting: the scheduler queue plus,
 under PD disaggregation, the prefill and decode prealloc queues; a request in the decode transfer queue or the

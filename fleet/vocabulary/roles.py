@@ -2,7 +2,7 @@
 ``--disaggregation-mode`` values, vLLM's ``kv_role``, TensorRT-LLM's server types, Dynamo component names.
 
 Role resolution (which evidence speaks first) stays with each reader: ``collector/roles.py`` and
-``analyzer/prometheus_metrics.py``; both read the words here.
+``analyzer/sources/prometheus/metrics.py``; both read the words here.
 """
 
 from __future__ import annotations

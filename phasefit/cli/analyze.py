@@ -3,7 +3,7 @@
 A plain command function; the lead registers it with ``app.command()(analyze)``. Human output (rich tables)
 goes to stderr, ``--json`` prints ``{"summary": {...}, "findings": [...], "warnings": [...]}`` on stdout
 (``warnings``: every warning printed on stderr, the pools' notes included): an
-:class:`analyzer.summary_model.AnalyzeOutput`, whose JSON schema is ``docs/summary.schema.json``.
+:class:`analyzer.results.summary.AnalyzeOutput`, whose JSON schema is ``docs/summary.schema.json``.
 
 Unknown is never shown as zero: a capacity the analyzer could not estimate reads "unknown", a cost without
 a catalog price "price not set", and "No findings" is said only when every worker could be judged.
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from analyzer.pipeline import AnalysisResult
-    from analyzer.summary_model import FleetTotals
+    from analyzer.results.summary import FleetTotals
     from fleet.contract import Finding
 
 DEFAULT_SPAN = timedelta(days=7)
@@ -51,8 +51,8 @@ def finding_payload(finding: Finding) -> dict[str, Any]:
 
 
 def analysis_payload(result: AnalysisResult) -> dict[str, Any]:
-    """What ``--json`` prints (:class:`analyzer.summary_model.AnalyzeOutput`, as JSON data)."""
-    from analyzer.summary_model import AnalyzeOutput
+    """What ``--json`` prints (:class:`analyzer.results.summary.AnalyzeOutput`, as JSON data)."""
+    from analyzer.results.summary import AnalyzeOutput
 
     summary = result.typed_summary
     return AnalyzeOutput(summary=summary, findings=result.findings, warnings=summary.warnings).to_json_dict()
@@ -124,9 +124,9 @@ def run_prometheus_analysis(
 ) -> AnalysisResult:
     """Zero-agent mode: read [since, until) through Prometheus's query_range API and analyse it."""
     from analyzer.pipeline import analyze as run_pipeline
-    from analyzer.prometheus_client_io import PrometheusError, read_fleet
-    from analyzer.prometheus_inventory import analysis_input
     from analyzer.settings import AnalyzerSettings
+    from analyzer.sources.prometheus.client import PrometheusError, read_fleet
+    from analyzer.sources.prometheus.inventory import analysis_input
     from fleet.catalog import CatalogError, load_catalog
     from fleet.settings import Settings
     from phasefit.cli.db import die
@@ -170,7 +170,7 @@ def run_store_analysis(
 
     from analyzer.pipeline import analyze as run_pipeline
     from analyzer.settings import AnalyzerSettings
-    from analyzer.store_io import read_input, write_result
+    from analyzer.sources.store import read_input, write_result
     from fleet.catalog import CatalogError, load_catalog
     from fleet.store.engine import writing
     from fleet.store.migrate import SchemaNotCurrentError, ensure_schema

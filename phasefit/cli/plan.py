@@ -2,9 +2,9 @@
 
 Runs the same analysis as ``phasefit analyze`` (:func:`phasefit.cli.analyze.run_store_analysis`, which also
 stores the run) and prints, per pool, the replicas per SKU and role now and recommended, the workers that
-change role, and the expected gain with its range (:mod:`analyzer.plan`). ``--add``, ``--remove`` and
-``--replace`` re-solve one pool's best placement on a hypothetical GPU set (:mod:`analyzer.what_if`). A
-what-if that cannot be evaluated (unknown SKU, a count that is not a positive multiple of the TP degree, a
+change role, and the expected gain with its range (:mod:`analyzer.planning.plan`). ``--add``, ``--remove`` and
+``--replace`` re-solve one pool's best placement on a hypothetical GPU set (:mod:`analyzer.planning.what_if`).
+A what-if that cannot be evaluated (unknown SKU, a count that is not a positive multiple of the TP degree, a
 removal of more GPUs than the pool has, several pools and no ``--pool``) exits 2 with the reason.
 
 ``--json`` prints the plan documented in docs/plan.md on stdout; tables go to stderr. Nothing is applied.
@@ -22,8 +22,8 @@ from phasefit.cli.output import emit_json, fail, human
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from analyzer.plan import Figure, PoolPlan
-    from analyzer.what_if import WhatIfResult
+    from analyzer.planning.plan import Figure, PoolPlan
+    from analyzer.planning.what_if import WhatIfResult
     from fleet.gpus import GpuCatalog
 
 USAGE_ERROR = 2
@@ -57,8 +57,8 @@ def plan(
 ) -> None:
     """Print the changes the analysis recommends per pool (roles, replicas per SKU, expected gain) without
     applying anything; with --add/--remove/--replace, re-solve a pool on a hypothetical GPU set."""
-    from analyzer.plan import PLAN_VERSION, fleet_plan
-    from analyzer.what_if import WhatIfError, choose_pool, parse_changes, resolve_skus, what_if
+    from analyzer.planning.plan import PLAN_VERSION, fleet_plan
+    from analyzer.planning.what_if import WhatIfError, choose_pool, parse_changes, resolve_skus, what_if
     from phasefit.cli.analyze import parse_time, run_store_analysis
 
     since = parse_time(from_, option="--from") if from_ else None
@@ -186,7 +186,7 @@ def print_what_if(w: WhatIfResult, console: Console) -> None:
     """The hypothetical GPU set's best split, capacity, gain and cost."""
     from rich.table import Table
 
-    from analyzer.plan import gain_from_tokens
+    from analyzer.planning.plan import gain_from_tokens
 
     spec = ", ".join(f"{c.op} {c.gpus} x {c.sku}" for c in w.changes)
     console.print(f"\n[bold]What-if[/] on {w.pool}: {spec}")

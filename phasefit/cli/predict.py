@@ -18,12 +18,12 @@ import typer
 from phasefit.cli.output import emit_json, fail, human
 
 if TYPE_CHECKING:
-    from analyzer.perf_model import ThroughputPrediction
+    from analyzer.model.perf_model import ThroughputPrediction
 
 
 def prediction_payload(p: ThroughputPrediction) -> dict[str, Any]:
     """The JSON document ``predict --json`` prints (token rates are per instance of ``tp`` GPUs)."""
-    from analyzer.efficiency import CALIBRATION_PROVENANCE
+    from analyzer.model.efficiency import CALIBRATION_PROVENANCE
 
     d, w = p.deployment, p.workload
     budget = p.kv_budget
@@ -171,11 +171,11 @@ def predict(
     """Predict prefill, decode and colocated throughput of one serving instance of TP GPUs."""
     from pydantic import ValidationError
 
-    from analyzer.deployment import DeploymentError, make_deployment
-    from analyzer.efficiency import CALIBRATED
-    from analyzer.kv_budget import BudgetSource, measured_budget, modelled_budget
-    from analyzer.perf_model import Workload
-    from analyzer.perf_model import predict as run_model
+    from analyzer.model.deployment import DeploymentError, make_deployment
+    from analyzer.model.efficiency import CALIBRATED
+    from analyzer.model.kv_budget import BudgetSource, measured_budget, modelled_budget
+    from analyzer.model.perf_model import Workload
+    from analyzer.model.perf_model import predict as run_model
     from fleet.catalog import CatalogError, load_catalog
     from fleet.settings import Settings
 

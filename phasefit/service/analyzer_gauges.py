@@ -24,7 +24,7 @@ instead of a failed scrape.
 
 A stored run may be of any summary version, or partial: the figures are read through
 :class:`fleet.store.analysis.AnalysisSummary` and, beyond it, through small tolerant views named after the
-summary's own fields (:mod:`analyzer.summary_model`): a figure a run did not store, or stored as something
+summary's own fields (:mod:`analyzer.results.summary`): a figure a run did not store, or stored as something
 other than a number, reads as unknown.
 """
 
@@ -93,7 +93,7 @@ def _groups(value: object) -> dict[str, object]:
 
 class StoredPoolFigures(BaseModel):
     """A stored pool's figures the gauges read beyond ``fleet.store.analysis.PoolSummary``, by the names of
-    :class:`analyzer.summary_model.PoolSummary`."""
+    :class:`analyzer.results.summary.PoolSummary`."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -105,7 +105,7 @@ class StoredPoolFigures(BaseModel):
 
 class StoredFleetFigures(BaseModel):
     """A stored run's fleet totals the gauges read, by the names of
-    :class:`analyzer.summary_model.FleetTotals`."""
+    :class:`analyzer.results.summary.FleetTotals`."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 

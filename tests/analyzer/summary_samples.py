@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from analyzer.summary import LOST_FIELDS, LOST_MEAN_FIELDS, PRICE_NOT_ANALYSED
-from analyzer.summary_model import FleetTotals, PoolSummary, Traffic
+from analyzer.results.summary import FleetTotals, PoolSummary, Traffic
+from analyzer.summarize import LOST_FIELDS, LOST_MEAN_FIELDS, PRICE_NOT_ANALYSED
 
 UNKNOWN_LOSS: dict[str, Any] = dict.fromkeys((*LOST_FIELDS, *LOST_MEAN_FIELDS))
 

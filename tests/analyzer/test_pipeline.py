@@ -7,7 +7,7 @@ import pytest
 
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
 from analyzer.settings import AnalyzerSettings
-from analyzer.summary import NO_PLACEMENT
+from analyzer.summarize import NO_PLACEMENT
 from fleet.catalog import load_catalog
 from fleet.contract import Finding, FindingKind, FindingStatus, Severity
 from tests.analyzer.synthetic import H100, H200, Fleet, Worker, workers

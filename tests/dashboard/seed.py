@@ -68,7 +68,7 @@ def seed_store(
     alert: bool = True,
 ) -> Seeded:
     from analyzer.pipeline import analyze as run_analysis
-    from analyzer.store_io import read_input, write_result
+    from analyzer.sources.store import read_input, write_result
     from fleet.catalog import load_catalog
     from fleet.contract import FindingKind
     from fleet.ingest import catalog_sku_resolver, ingest_file

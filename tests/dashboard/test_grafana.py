@@ -128,7 +128,7 @@ def dcgm_names() -> set[str]:
     names = set()
     for path in sorted(CAPTURES.glob("dcgm-exporter_*.prom")):
         names |= _exposition_names(path.read_text())
-    read = (ROOT / "analyzer" / "prometheus_metrics.py").read_text()
+    read = (ROOT / "analyzer" / "sources" / "prometheus" / "metrics.py").read_text()
     names.update(re.findall(r"DCGM_FI_[A-Z0-9_]+", read))  # what zero-agent mode queries
     names.update(DCGM_DEFAULT_COUNTERS)
     return names

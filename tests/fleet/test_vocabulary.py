@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from analyzer.prometheus_labels import Family
-from analyzer.prometheus_labels import resolve_role as zero_agent_role
-from analyzer.prometheus_metrics import (
+from analyzer.sources.prometheus.labels import Family
+from analyzer.sources.prometheus.labels import resolve_role as zero_agent_role
+from analyzer.sources.prometheus.metrics import (
     ALL_QUERIES,
     ENGINE_QUERIES,
     GPU_COLUMNS,
@@ -30,8 +30,8 @@ from analyzer.prometheus_metrics import (
     MetricQuery,
     Reduce,
 )
-from analyzer.prometheus_series import RangeSeries, TimeGrid
-from analyzer.prometheus_source import map_fleet
+from analyzer.sources.prometheus.series import RangeSeries, TimeGrid
+from analyzer.sources.prometheus.source import map_fleet
 from collector.dcgm_source import ALIASES
 from collector.engines import EngineParseError, EngineReading, read_engine
 from collector.promtext import parse

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from analyzer.pipeline import AnalysisResult, input_from_samples
 from analyzer.pipeline import analyze as run_pipeline
-from analyzer.summary_model import AnalyzeOutput
+from analyzer.results.summary import AnalyzeOutput
 from fleet.catalog import load_catalog
 from fleet.contract import EngineSample, GpuSample, TelemetrySource
 from fleet.ingest import catalog_sku_resolver

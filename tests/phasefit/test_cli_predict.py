@@ -8,9 +8,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from analyzer.deployment import make_deployment
-from analyzer.perf_model import Workload
-from analyzer.perf_model import predict as run_model
+from analyzer.model.deployment import make_deployment
+from analyzer.model.perf_model import Workload
+from analyzer.model.perf_model import predict as run_model
 from fleet.catalog import load_catalog
 from phasefit.cli.predict import predict
 

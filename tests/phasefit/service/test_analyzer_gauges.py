@@ -1,4 +1,4 @@
-"""The gauges read a stored run by the summary's own field names (analyzer.summary_model), tolerantly."""
+"""The gauges read a stored run by the summary's own field names (analyzer.results.summary), tolerantly."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from analyzer.pipeline import analyze, input_from_samples
-from analyzer.summary_model import FleetTotals, PoolSummary
+from analyzer.results.summary import FleetTotals, PoolSummary
 from fleet.catalog import load_catalog
 from fleet.store.analysis import AnalysisSummary, latest_analysis, put_analysis
 from fleet.store.engine import writing

@@ -1,0 +1,1 @@
+"""Findings: what the analyzer concludes about a worker or a pool."""

@@ -1,0 +1,338 @@
+"""What to do about a placement, and what it costs; recommended prefill:decode ratios; rules of thumb.
+
+Actions for a worker whose role or SKU differs in the best plan (DESIGN.md, physics), each with its gain and
+disruption:
+
+- swap roles in place: restart the worker on the same GPUs in the other role (``restart_s`` of lost
+  capacity; a decode worker's in-flight sessions drain first or are lost);
+- move across GPU models: run the worker, in its current role, on the counterpart's GPUs of the other
+  SKU (a cold start: weights reload, sessions lost; a checkpoint cannot cross GPU models);
+- move within the same GPU model (checkpoint/restore keeps sessions, if GPU model, driver, engine and model
+  versions match): changes nothing about the bottleneck, so it only appears as "not applicable".
+
+The recommendation says why this worker of its group was chosen (the placement's ``Change.reason``: a
+same-node swap, the KV pressure, the sessions in flight), and speaks in what an SRE acts on: output
+tokens/s and requests/s, with prompt + output tokens/s only as a labelled secondary figure.
+
+The recommended ratio per pool and SKU follows NVIDIA Dynamo's planner (replicas = demand tokens/s over
+per-worker tokens/s for each phase) with per-SKU throughput, next to the best plan's counts for the same
+GPUs. The seeds' rules of thumb are computed checks with their values, never verdicts written in advance.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from analyzer.model.roofline import kv_bytes_per_sequence
+from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis, colocated_tokens_per_s
+from analyzer.pools.capacity import GroupCapacity
+from analyzer.pools.split_search import Change, PlacementResult
+from analyzer.results.summary import GroupRecommendation
+from fleet.contract import Recommendation
+from fleet.models import active_params
+
+
+@dataclass(frozen=True)
+class RecommendParams:
+    restart_s: float = 300.0  # a role swap: drain, restart, warm up
+    cold_start_s: float = 900.0  # a move to other GPUs: schedule, load weights, warm up
+    small_model_params: float = 30e9  # below this, disaggregation gains little
+    short_output_tokens: float = 32.0  # below this mean output, colocated serving may be better
+    underused: float = 0.4  # pool utilisation below which disaggregation's benefit is masked
+    colocate_margin: float = 0.1  # colocated must beat the best split by this to recommend it
+    kv_link_bytes_per_s: float | None = None  # per prefill worker; None: not known, check skipped
+    kv_link_alert: float = 0.8  # share of the link the handoff may use
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    value: float | None
+    threshold: float | None
+    passed: bool | None  # None when it could not be computed
+    detail: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "check": self.name,
+            "value": self.value,
+            "threshold": self.threshold,
+            "passed": self.passed,
+            "detail": self.detail,
+        }
+
+
+def pair_swaps(changes: tuple[Change, ...], groups: tuple[GroupCapacity, ...]) -> dict[int, int]:
+    """Pair each decode->prefill change with a prefill->decode change (row -> counterpart row, both ways):
+    the same-node partner the placement chose where there is one, else one on a higher-bandwidth SKU."""
+    to_prefill = [c for c in changes if c.to_role == "prefill"]
+    to_decode = [c for c in changes if c.to_role == "decode"]
+    pairs: dict[int, int] = {c.row: c.partner for c in changes if c.partner is not None}
+    for a in to_prefill:
+        if a.row in pairs:
+            continue
+        bandwidth = groups[a.group].group.sku.hbm_bandwidth_bytes_per_s or 0.0
+        for b in to_decode:
+            if b.row in pairs:
+                continue
+            if (groups[b.group].group.sku.hbm_bandwidth_bytes_per_s or 0.0) > bandwidth:
+                pairs[a.row], pairs[b.row] = b.row, a.row
+                break
+    return pairs
+
+
+def worker_recommendation(
+    change: Change,
+    placement: PlacementResult,
+    worker_ids: tuple[str, ...],
+    counterpart: int | None,
+    sessions: float | None,
+    params: RecommendParams | None = None,
+) -> tuple[Recommendation, dict[str, float | str | None]]:
+    """The recommended action for one changed worker, and the options considered (as evidence)."""
+    p = params or RecommendParams()
+    group = placement.groups[change.group]
+    gain = placement.lost_tokens_per_s * change.share
+    output = placement.lost_output_tokens() * change.share
+    requests = placement.lost_requests() * change.share
+    now_role = "decode" if change.to_role == "prefill" else "prefill"
+    rate_now = (group.decode if now_role == "decode" else group.prefill).tokens_per_s
+    swap_cost = rate_now * p.restart_s  # tokens not served while it restarts
+    options: dict[str, float | str | None] = {
+        "option_swap_roles_in_place_gain_tokens_per_s": round(gain, 1),
+        "option_swap_roles_in_place_gain_output_tokens_per_s": _round(output, 1),
+        "option_swap_roles_in_place_gain_requests_per_s": _round(requests, 3),
+        "option_swap_roles_in_place_cost_tokens": round(swap_cost, 0),
+        "option_swap_roles_in_place_payback_s": round(swap_cost / gain, 0) if gain > 0 else None,
+        "sessions_in_flight": round(sessions, 1) if sessions is not None else None,
+        "option_move_same_sku": "not applicable: the same GPU model does not change the bottleneck",
+    }
+    why = change.reason
+    if change.partner is not None:
+        where = f" ({change.node})" if change.node else ""
+        why = f"swap in place with {worker_ids[change.partner]} on the same node{where}: no data moves"
+    options["chosen_because"] = why or None
+    idle = (
+        "; the pool serves today's demand, so this is idle capacity, not lost traffic"
+        if placement.demand_limited
+        else ""
+    )
+    detail = (
+        f"restart {worker_ids[change.row]} as {change.to_role} on its {group.group.tp} x "
+        f"{group.group.sku.name} (about {p.restart_s / 60:.0f} min"
+        + (f"; ~{sessions:.0f} in-flight sessions drain first" if sessions and now_role == "decode" else "")
+        + f"): +{_text(output, ',.0f')} output tokens/s, +{_text(requests, ',.2f')} requests/s expected "
+        f"({gain:,.0f} prompt + output tokens/s){idle}" + (f". Why this worker: {why}" if why else "")
+    )
+    target_sku = None
+    if counterpart is not None:
+        other = next(g for g in placement.groups if counterpart in g.group.members)
+        cold_cost = rate_now * p.cold_start_s
+        options["option_move_across_sku_counterpart"] = worker_ids[counterpart]
+        options["option_move_across_sku_cost_tokens"] = round(cold_cost, 0)
+        options["option_move_across_sku"] = (
+            f"alternative: move {worker_ids[change.row]} ({now_role}) onto {worker_ids[counterpart]}'s "
+            f"{other.group.sku.name} GPUs and back: same gain, cold start, sessions lost"
+        )
+        target_sku = other.group.sku.key
+        detail += (
+            f"; with {worker_ids[counterpart]} swapped the other way this moves {now_role} work onto "
+            f"{other.group.sku.name}. Moving the processes across GPU models instead gives the same gain "
+            "with a cold start and lost sessions (a checkpoint cannot cross GPU models)"
+        )
+    return (
+        Recommendation(
+            action="swap-roles-in-place",
+            detail=detail[:2000],
+            counterpart_worker_id=worker_ids[counterpart] if counterpart is not None else None,
+            target_sku=target_sku,
+            expected_gain_tokens_per_s=max(0.0, gain),
+        ),
+        options,
+    )
+
+
+def _round(value: float, digits: int) -> float | None:
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def _text(value: float, spec: str) -> str:
+    return format(value, spec) if math.isfinite(value) else "?"
+
+
+@dataclass(frozen=True)
+class RatioRecommendation:
+    prefill_now: int
+    decode_now: int
+    prefill_best: int
+    decode_best: int
+    peak_requests_per_s: float
+    per_sku: dict[str, GroupRecommendation]
+
+    @property
+    def now(self) -> str:
+        return f"{self.prefill_now}:{self.decode_now}"
+
+    @property
+    def recommended(self) -> str:
+        return f"{self.prefill_best}:{self.decode_best}"
+
+    @property
+    def ratio_now(self) -> float:
+        return self.prefill_now / max(1, self.decode_now)
+
+    @property
+    def ratio_recommended(self) -> float:
+        return self.prefill_best / max(1, self.decode_best)
+
+    def per_sku_text(self) -> str:
+        return "; ".join(
+            f"{key}: {v.prefill_now}P/{v.decode_now}D -> {v.prefill_best}P/{v.decode_best}D"
+            for key, v in self.per_sku.items()
+        )
+
+
+def _replicas(rate: float, length: float, per_worker: float) -> int | None:
+    """Dynamo planner: replicas = ceil(requests/s x tokens per request / per-worker tokens/s)."""
+    return math.ceil(rate * length / per_worker) if per_worker > 0 else None
+
+
+def recommended_ratio(
+    analysis: PoolAnalysis, segment: SegmentAnalysis, peak_quantile: float = 0.95
+) -> RatioRecommendation | None:
+    """The pool's prefill:decode recommendation for a segment (None where no placement was searched)."""
+    placement = segment.placement
+    mix = segment.mix
+    if placement is None or not (mix.isl > 0 and mix.osl > 0):
+        return None
+    peak_tokens = analysis.traffic.peak(segment.first, segment.last, peak_quantile)
+    peak_rate = peak_tokens / (mix.isl + mix.osl) if peak_tokens > 0 else 0.0
+    per_sku = {}
+    for g, cap in enumerate(placement.groups):
+        size = placement.sizes[g]
+        per_sku[cap.group.key] = GroupRecommendation(
+            prefill_now=placement.current.prefill[g],
+            decode_now=size - placement.current.prefill[g],
+            prefill_best=placement.best.prefill[g],
+            decode_best=size - placement.best.prefill[g],
+            prefill_tokens_per_s_per_worker=round(cap.prefill.tokens_per_s, 1),
+            decode_tokens_per_s_per_worker=round(cap.decode.tokens_per_s, 1),
+            prefill_replicas_for_peak=_replicas(peak_rate, mix.isl, cap.prefill.tokens_per_s),
+            decode_replicas_for_peak=_replicas(peak_rate, mix.osl, cap.decode.tokens_per_s),
+        )
+    serving = sum(placement.sizes)
+    now_p, best_p = sum(placement.current.prefill), sum(placement.best.prefill)
+    return RatioRecommendation(now_p, serving - now_p, best_p, serving - best_p, peak_rate, per_sku)
+
+
+def rules_of_thumb(
+    analysis: PoolAnalysis, segment: SegmentAnalysis, params: RecommendParams | None = None
+) -> list[Check]:
+    """The seeds' rules of thumb, computed for one segment of one pool."""
+    p = params or RecommendParams()
+    pool, mix = analysis.pool, segment.mix
+    checks: list[Check] = []
+    if pool.arch is not None:
+        active = active_params(pool.arch)
+        checks.append(
+            Check(
+                "model-size",
+                active,
+                p.small_model_params,
+                active >= p.small_model_params,
+                f"{active / 1e9:,.1f}B active parameters: "
+                + (
+                    "large enough for disaggregation to pay"
+                    if active >= p.small_model_params
+                    else "small models gain little from disaggregation"
+                ),
+            )
+        )
+    if math.isfinite(mix.osl):
+        checks.append(
+            Check(
+                "output-length",
+                mix.osl,
+                p.short_output_tokens,
+                mix.osl >= p.short_output_tokens,
+                f"mean output {mix.osl:,.0f} tokens: "
+                + (
+                    "decode work justifies a decode pool"
+                    if mix.osl >= p.short_output_tokens
+                    else "very short outputs: colocated serving may be better"
+                ),
+            )
+        )
+    utilisation = (
+        mix.tokens_rate / segment.capacity_tokens_per_s if segment.capacity_tokens_per_s > 0 else None
+    )
+    checks.append(
+        Check(
+            "utilisation",
+            utilisation,
+            p.underused,
+            None if utilisation is None else utilisation >= p.underused,
+            "pool utilisation (demand over saturated capacity)"
+            + (
+                ""
+                if utilisation is None or utilisation >= p.underused
+                else ": below ~40% the benefit of disaggregation is masked"
+            ),
+        )
+    )
+    checks.append(kv_handoff_check(analysis, segment, p))
+    if segment.placement is not None:
+        colocated = colocated_tokens_per_s(analysis.pool, segment.capacities, segment.roles, mix)
+        best = segment.placement.best.tokens_per_s
+        checks.append(
+            Check(
+                "colocated-vs-disaggregated",
+                colocated / best if best > 0 else None,
+                1.0 + p.colocate_margin,
+                None if best <= 0 else colocated < best * (1.0 + p.colocate_margin),
+                f"the same GPUs colocated would sustain ~{colocated:,.0f} tokens/s against {best:,.0f} "
+                "for the best split",
+            )
+        )
+    return checks
+
+
+def kv_handoff_check(
+    analysis: PoolAnalysis, segment: SegmentAnalysis, params: RecommendParams | None = None
+) -> Check:
+    """KV bytes/s one prefill worker hands to decode at peak (prompt tokens/s x KV bytes per token) against
+    the link each prefill worker has."""
+    p = params or RecommendParams()
+    prefill_workers = sum(1 for role in segment.roles.values() if role == "prefill")
+    deployments = [g.deployment for g in analysis.pool.groups if g.deployment is not None]
+    if not prefill_workers or not deployments or not segment.mix.isl > 0:
+        return Check(
+            "kv-handoff", None, p.kv_link_bytes_per_s, None, "no disaggregated prefill to hand off from"
+        )
+    d = deployments[0]
+    per_token = kv_bytes_per_sequence(d, max(1, round(segment.mix.isl))) / max(1.0, segment.mix.isl)
+    peak_prompt = (
+        analysis.traffic.peak(segment.first, segment.last)
+        * segment.mix.isl
+        / (segment.mix.isl + segment.mix.osl)
+    )
+    need = peak_prompt / prefill_workers * per_token
+    if p.kv_link_bytes_per_s is None:
+        return Check(
+            "kv-handoff",
+            need,
+            None,
+            None,
+            f"{need / 1e9:,.2f} GB/s of KV per prefill worker at peak; link capacity not configured "
+            "(PHASEFIT_ANALYZER_KV_LINK_GB_S)",
+        )
+    limit = p.kv_link_bytes_per_s * p.kv_link_alert
+    return Check(
+        "kv-handoff",
+        need,
+        limit,
+        need <= limit,
+        f"{need / 1e9:,.2f} GB/s of KV per prefill worker at peak against a "
+        f"{p.kv_link_bytes_per_s / 1e9:,.1f} GB/s link",
+    )

@@ -1,0 +1,1 @@
+"""The performance model: what a GPU can deliver for a model, pure."""

@@ -1,0 +1,1 @@
+"""Plans and what-ifs built on an analysis."""

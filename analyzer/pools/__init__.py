@@ -1,0 +1,1 @@
+"""Pools, their workload and capacity, and the best placement of their workers."""

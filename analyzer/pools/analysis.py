@@ -1,0 +1,382 @@
+"""One model pool, end to end: traffic, calibration, segments, capacities and the best placement per segment.
+
+A pool is analysed segment by segment: the segments are cut where the traffic mix drifts or where the set of
+serving workers (and their roles) changes (:mod:`analyzer.telemetry.drift`), so each has one mix and one
+fleet. Within a segment a worker counts if it served most of it; its role is the one it held most. Each
+segment gets its capacities at its mix, the router's behaviour (load-aware or round-robin, from how evenly
+work was spread), the throughput of any phase seen saturated, what each worker's telemetry says about it (KV
+pressure, sessions in flight, queue, node: ``WorkerLoad``, which chooses the workers that change role), the
+queue at the segment's peak (whether the pool is supply-limited), and the best placement.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from analyzer.pools.capacity import (
+    CapacityParams,
+    GroupCapacity,
+    PoolCalibration,
+    busy_share,
+    calibrate,
+    group_capacity,
+    lengths_from_kv,
+)
+from analyzer.pools.pool import Pool
+from analyzer.pools.reported_budgets import ReportedBudgets
+from analyzer.pools.split_search import PlacementResult, Routing, WorkerLoad, place
+from analyzer.pools.workload import PoolTraffic, TrafficMix, pool_traffic
+from analyzer.telemetry.drift import ChangePoint, DriftParams, change_points, segments, state_changes
+from analyzer.telemetry.frames import ROLES
+from analyzer.telemetry.grid import WorkerGrid
+from fleet.contract import Role
+
+_DOWN = -2
+_SERVING_SHARE = 0.5  # a worker serves in a bucket when it reported at least this share of it
+_PREFILL, _DECODE, _MIXED = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE), ROLES.index(Role.MIXED)
+
+
+@dataclass(frozen=True)
+class PoolParams:
+    capacity: CapacityParams = field(default_factory=CapacityParams)
+    drift: DriftParams = field(default_factory=DriftParams)
+    # An operator's materiality floor: a plan with more role changes must also sustain this share more on
+    # average. 0: the analyzer's own criterion (``analyzer.pools.split_search.CONFIDENCE``) decides alone.
+    tolerance: float = 0.0
+    peak_quantile: float = 0.95
+
+
+@dataclass(frozen=True)
+class SegmentAnalysis:
+    first: int  # bucket range [first, last)
+    last: int
+    start: float  # epoch seconds
+    end: float
+    mix: TrafficMix
+    roles: dict[int, str]  # grid row -> role held most in the segment, for serving workers
+    capacities: tuple[GroupCapacity, ...]
+    placement: PlacementResult | None  # None for colocated pools or where the model is unknown
+    capacity_tokens_per_s: float  # current saturated tokens/s (placement's, or colocated estimate)
+    notes: tuple[str, ...] = ()
+    # Requests waiting in the pool's queues in the segment's median bucket (the pool's total); NaN where no
+    # engine reports a queue. >= 1: the pool queues most of the time: supply-limited.
+    waiting_typical: float = float("nan")
+
+    @property
+    def hours(self) -> float:
+        return (self.end - self.start) / 3600.0
+
+
+@dataclass(frozen=True)
+class PoolAnalysis:
+    pool: Pool
+    traffic: PoolTraffic
+    calibration: PoolCalibration
+    change_points: tuple[ChangePoint, ...]
+    segments: tuple[SegmentAnalysis, ...]
+    serving: str  # "disaggregated", "colocated" or "unknown"
+    notes: tuple[str, ...]
+
+    @property
+    def latest(self) -> SegmentAnalysis | None:
+        return self.segments[-1] if self.segments else None
+
+    def time_weighted(self, name: str) -> float:
+        """Mean over segments, weighted by duration, of a placement figure (0 where no placement)."""
+        total = sum(s.hours for s in self.segments)
+        if total <= 0:
+            return 0.0
+        return (
+            sum(
+                s.hours * float(getattr(s.placement, name, 0.0) if s.placement else 0.0)
+                for s in self.segments
+            )
+            / total
+        )
+
+
+def worker_states(pool: Pool, grid: WorkerGrid) -> np.ndarray:
+    """Per pool member and bucket: its role code while serving, ``_DOWN`` otherwise."""
+    rows = np.array(pool.members, dtype=np.int64)
+    # A bucket's length is what its best-covered worker reported (the range may end mid-bucket).
+    length = np.maximum(grid.engine_s.max(axis=0, initial=0.0), 1e-9)
+    serving = (grid.engine_s[rows] >= _SERVING_SHARE * length[None, :]) & ~(
+        np.nan_to_num(grid.lost_share[rows]) >= 0.5
+    )
+    return np.where(serving, grid.role[rows].astype(np.int64), _DOWN)
+
+
+def _serving_kind(roles: Counter[int]) -> str:
+    if roles[_PREFILL] and roles[_DECODE]:
+        return "disaggregated"
+    if roles[_MIXED] and not roles[_PREFILL] and not roles[_DECODE]:
+        return "colocated"
+    return "unknown"
+
+
+def analyze_pool(
+    pool: Pool,
+    grid: WorkerGrid,
+    params: PoolParams | None = None,
+    nodes: Mapping[int, str] | None = None,
+    budgets: ReportedBudgets | None = None,
+) -> PoolAnalysis:
+    """``nodes`` (grid row -> node name, where known) lets a decode and a prefill worker on one node that
+    trade roles be paired as a swap in place. ``budgets`` (the KV budgets the fleet's engines report and
+    each worker's engine, :meth:`ReportedBudgets.from_workers`) come before any modelled budget."""
+    p = params or PoolParams()
+    notes = list(pool.notes)
+    traffic = pool_traffic(pool, grid)
+    calibration = calibrate(pool, grid, traffic, p.capacity, budgets)
+    if not traffic.requests_counted:
+        lengths = lengths_from_kv(pool, grid, traffic, calibration)
+        if lengths is not None:
+            isl, osl = lengths
+            notes.append(
+                f"no engine counts requests: mean lengths estimated from KV occupancy (prompt {isl:,.0f}, "
+                f"output {osl:,.0f} tokens)"
+            )
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rate = np.where(traffic.prompt_rate > 0, traffic.prompt_rate / isl, np.nan)
+            traffic = replace(traffic, request_rate=rate)
+            calibration = calibrate(pool, grid, traffic, p.capacity, budgets)
+        else:
+            notes.append("mean prompt and output lengths unknown: no placement analysis")
+    states = worker_states(pool, grid)
+    kind = _serving_kind(Counter(states[states >= 0].ravel().tolist()))
+    points = change_points(
+        {
+            "prompt_tokens": traffic.isl,
+            "output_tokens": traffic.osl,
+            "prompt_per_output": traffic.prompt_per_output,
+        },
+        p.drift,
+    )
+    cuts = [cp.index for cp in points] + state_changes(states, p.drift.min_size)
+    result = []
+    for first, last in segments(grid.shape[1], cuts, p.drift.min_size):
+        result.append(_segment(pool, grid, traffic, calibration, states, first, last, kind, p, nodes or {}))
+    return PoolAnalysis(pool, traffic, calibration, tuple(points), tuple(result), kind, tuple(notes))
+
+
+def _segment(
+    pool: Pool,
+    grid: WorkerGrid,
+    traffic: PoolTraffic,
+    calibration: PoolCalibration,
+    states: np.ndarray,
+    first: int,
+    last: int,
+    kind: str,
+    p: PoolParams,
+    nodes: Mapping[int, str],
+) -> SegmentAnalysis:
+    start = float(grid.bucket_start[first])
+    end = float(grid.bucket_start[last - 1] + grid.bucket_s)
+    mix = traffic.window(first, last)
+    roles: dict[int, str] = {}
+    for i, row in enumerate(pool.members):
+        held = Counter(states[i, first:last].tolist())
+        state, count = held.most_common(1)[0]
+        if state != _DOWN and count * 2 >= (last - first):
+            roles[row] = str(ROLES[state])
+    notes: list[str] = []
+    # Supply-limited means queueing most of the time, not at a diurnal peak: the median bucket's queue.
+    waiting = queued_requests(grid, pool.members, first, last, 0.5)
+    if not (math.isfinite(mix.isl) and math.isfinite(mix.osl)) or mix.isl <= 0 or mix.osl <= 0:
+        notes.append("no traffic with known lengths in this segment")
+        return SegmentAnalysis(first, last, start, end, mix, roles, (), None, 0.0, tuple(notes), waiting)
+    capacities = tuple(group_capacity(g, calibration, mix.isl, mix.osl, p.capacity) for g in pool.groups)
+    for group, cap in zip(pool.groups, capacities, strict=True):
+        if group.deployment is not None and not cap.prefill.fits and not cap.decode.fits:
+            notes.append(
+                f"{len(group.members)} worker(s) on {group.tp} x {group.sku.name} cannot hold "
+                f"{pool.model_id} with room for its KV cache in either role: kept as they are, and no role "
+                "is ever recommended onto it"
+            )
+    if kind != "disaggregated" or any(g.deployment is None for g in pool.groups):
+        colocated = colocated_tokens_per_s(pool, capacities, roles, mix)
+        if kind == "disaggregated":
+            notes.append("a group's GPU or model lacks catalog figures: placement not searched")
+        return SegmentAnalysis(
+            first, last, start, end, mix, roles, capacities, None, colocated, tuple(notes), waiting
+        )
+    current_roles = [
+        [(row, roles[row]) for row in group.members if roles.get(row) in ("prefill", "decode")]
+        for group in pool.groups
+    ]
+    skipped = sum(1 for row, role in roles.items() if role not in ("prefill", "decode"))
+    if skipped:
+        notes.append(f"{skipped} worker(s) with role mixed/unknown kept out of the placement search")
+    routing = infer_routing(grid, current_roles, capacities, first, last)
+    if routing.decode_equal or routing.prefill_equal:
+        notes.append(
+            "the router spreads "
+            + " and ".join(
+                n for n, eq in (("prefill", routing.prefill_equal), ("decode", routing.decode_equal)) if eq
+            )
+            + " work equally over workers of unequal speed (round-robin): the slowest bounds the phase"
+        )
+    measured = measured_phases(grid, current_roles, first, last, routing, p.capacity)
+    for phase, value in zip(("prefill", "decode"), measured, strict=True):
+        if value is not None:
+            notes.append(
+                f"the {phase} phase was seen saturated: its delivered throughput is its capacity now"
+            )
+    placement = place(
+        capacities,
+        current_roles,
+        isl=mix.isl,
+        osl=mix.osl,
+        demand_tokens_per_s=mix.tokens_rate,
+        peak_demand_tokens_per_s=traffic.peak(first, last, p.peak_quantile),
+        tolerance=p.tolerance,
+        routing=routing,
+        measured=measured,
+        seed=first,
+        loads=worker_loads(
+            grid, [row for members in current_roles for row, _ in members], first, last, nodes
+        ),
+    )
+    return SegmentAnalysis(
+        first,
+        last,
+        start,
+        end,
+        mix,
+        roles,
+        capacities,
+        placement,
+        placement.current.tokens_per_s,
+        tuple(notes),
+        waiting,
+    )
+
+
+def _median(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(np.median(finite)) if finite.size else math.nan
+
+
+def worker_loads(
+    grid: WorkerGrid, rows: list[int], first: int, last: int, nodes: Mapping[int, str]
+) -> dict[int, WorkerLoad]:
+    """Per worker, medians over buckets [first, last) of its KV cache usage, requests running and waiting."""
+    sl = slice(first, last)
+    return {
+        row: WorkerLoad(
+            kv_usage=_median(grid.kv_usage[row, sl]),
+            in_flight=_median(grid.running[row, sl]),
+            waiting=_median(grid.waiting[row, sl]),
+            node=nodes.get(row),
+        )
+        for row in rows
+    }
+
+
+def queued_requests(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int, quantile: float) -> float:
+    """The pool's requests waiting (summed over its workers) at the ``quantile`` of buckets [first, last);
+    NaN where no worker reports a queue."""
+    queue = grid.waiting[np.array(rows, dtype=np.int64), first:last]
+    reported = np.isfinite(queue).any(axis=0)
+    if not reported.any():
+        return math.nan
+    return float(np.quantile(np.nansum(queue[:, reported], axis=0), quantile))
+
+
+def infer_routing(
+    grid: WorkerGrid,
+    current_roles: list[list[tuple[int, str]]],
+    capacities: tuple[GroupCapacity, ...],
+    first: int,
+    last: int,
+    *,
+    load_tolerance: float = 0.05,
+    speed_gap: float = 0.10,
+) -> Routing:
+    """Round-robin or load-aware, per phase: equal work per worker across SKU groups whose speeds differ
+    means the router ignores speed. Work a decode worker receives is its prompt counter (the KV handed to
+    it); a prefill worker's is its prompt tokens."""
+    sl = slice(first, last)
+
+    def equal(role: str, speed: list[float]) -> bool:
+        loads, speeds = [], []
+        for members, cap in zip(current_roles, speed, strict=True):
+            rows = [row for row, r in members if r == role]
+            if not rows or cap <= 0:
+                continue
+            received = grid.rate(grid.prompt_tokens[rows, sl], (rows, sl))
+            if not np.isfinite(received).any() or np.nanmean(received) <= 0:
+                received = grid.rate(grid.generation_tokens[rows, sl], (rows, sl))
+            if not np.isfinite(received).any():
+                continue
+            loads.append(float(np.nanmean(received)))
+            speeds.append(cap)
+        if len(loads) < 2 or min(loads) <= 0:
+            return False
+        return (
+            max(loads) / min(loads) <= 1.0 + load_tolerance and max(speeds) / min(speeds) >= 1.0 + speed_gap
+        )
+
+    return Routing(
+        prefill_equal=equal("prefill", [c.prefill.tokens_per_s for c in capacities]),
+        decode_equal=equal("decode", [c.decode.tokens_per_s for c in capacities]),
+    )
+
+
+def measured_phases(
+    grid: WorkerGrid,
+    current_roles: list[list[tuple[int, str]]],
+    first: int,
+    last: int,
+    routing: Routing,
+    params: CapacityParams,
+) -> tuple[float | None, float | None]:
+    """Prompt and generated tokens/s each phase delivered while saturated (None where never seen so).
+
+    A phase is saturated in a bucket when its workers queue work at their limit (decode: KV cache full with
+    a queue; prefill: busy with a queue): all of them under a load-aware router, any one under round-robin,
+    where the slowest bounds the phase. Needs ``min_saturated_buckets`` such buckets; the median over them.
+    """
+    sl = slice(first, last)
+    out: list[float | None] = []
+    for role, equal in (("prefill", routing.prefill_equal), ("decode", routing.decode_equal)):
+        rows = np.array([row for members in current_roles for row, r in members if r == role], dtype=np.int64)
+        if rows.size == 0:
+            out.append(None)
+            continue
+        queued = grid.waiting[rows, sl] >= 1.0
+        if role == "decode":
+            at_limit = np.nan_to_num(grid.kv_usage[rows, sl]) >= params.saturated_kv
+            tokens = grid.rate(grid.generation_tokens[rows, sl], (rows, sl))
+        else:
+            at_limit = np.nan_to_num(busy_share(grid, rows)[:, sl]) >= 0.9
+            tokens = grid.rate(grid.prompt_tokens[rows, sl], (rows, sl))
+        saturated = queued & at_limit
+        reporting = (grid.engine_s[rows, sl] > 0).all(axis=0)
+        phase = (saturated.any(axis=0) if equal else saturated.all(axis=0)) & reporting
+        if phase.sum() < params.min_saturated_buckets:
+            out.append(None)
+            continue
+        out.append(float(np.median(np.nansum(tokens[:, phase], axis=0))))
+    return out[0], out[1]
+
+
+def colocated_tokens_per_s(
+    pool: Pool, capacities: tuple[GroupCapacity, ...], roles: dict[int, str], mix: TrafficMix
+) -> float:
+    """Tokens/s a colocated pool sustains: each worker splits its time between the phases in the mix's
+    proportion (prompt tokens at prefill speed, output tokens at decode speed)."""
+    total = 0.0
+    for group, cap in zip(pool.groups, capacities, strict=True):
+        if cap.prefill.tokens_per_s <= 0 or cap.decode.tokens_per_s <= 0:
+            continue
+        seconds_per_request = mix.isl / cap.prefill.tokens_per_s + mix.osl / cap.decode.tokens_per_s
+        serving = sum(1 for row in group.members if row in roles)
+        total += serving * (mix.isl + mix.osl) / seconds_per_request
+    return total

@@ -1,0 +1,661 @@
+"""Per-worker capacity of each SKU/TP group in each role, from the performance model calibrated against the
+fleet's own telemetry.
+
+Prefill (compute-bound): a prefill worker's prompt tokens per *busy* second (tokens/s over the share of time a
+kernel ran: ``gpu_util``, or ``gr_engine_active`` on a MIG instance; SM activity where both are missing) is
+its saturated speed; busier buckets weigh more. Its ratio to ``analyzer.model.perf_model``'s prefill
+prediction at the same prompt length is the group's calibration factor; a group that runs no prefill today
+borrows the pool's median factor (a ratio across SKUs is what the model reproduces best: held-out p90 13%).
+The pooled factor also scales the model's compute efficiency: the fleet's prefill workers show the compute
+rate its GPUs reach.
+
+Decode: the model's step time (weights, KV reads, compute-bound matmuls at large batches, all-reduces,
+overhead) at the fleet's compute efficiency, scaled to the TPOT the group's decode workers report at the
+batches they ran (the largest batches seen weigh most); groups that decode nowhere borrow the pooled scale.
+The saturated batch is the smallest of: KV capacity for whole sequences (prompt + output, as a scheduler
+that never evicts reserves), the engine's batch cap and the batch that meets the TPOT objective (both
+operator settings, optional). Where a group's decode workers were seen saturated (KV full with a queue),
+their measured throughput, scaled to the mix, is the capacity.
+
+KV capacity (:func:`kv_budget_of`, a :class:`analyzer.model.kv_budget.KvBudget` that says its source): what
+the group's engines report (engine_sample ``kv_capacity_tokens``: "measured"); else what another worker of the
+same model, precision, SKU and TP degree reports anywhere in the fleet ("measured-on-peer"); else inferred
+from this group's telemetry: ``running x context / kv_cache_usage`` on decode workers, or the memory the
+engine holds (``mem_used_bytes``: engines pre-allocate their share of HBM) minus weights and the runtime
+reserve, scaled by what measured groups show ("inferred"); else the engine's memory rule ("modelled",
+:func:`analyzer.model.kv_budget.modelled_budget`, its assumptions named and ranged).
+
+Every capacity carries a relative uncertainty: small where measured, the model's held-out ratio error where
+transferred from another SKU, growing with each doubling of batch beyond the largest one seen. Part of it
+is shared with the pool's other groups in the same role (``RoleCapacity.shared``), because their figures
+come from the same source: a transferred capacity is the borrowed calibration times the model's cross-SKU
+ratio, so the borrowed factor's error moves both; every decode capacity extrapolates the same step-time
+model beyond the batches seen; and the model's error on one deployment is mostly common to every SKU (its
+held-out error on cross-SKU ratios is a fraction of its absolute error). Only the cross-SKU part (and a
+group's own spread) is the group's alone.
+
+The uncertainty widens where the model is weakest: a decode capacity whose KV budget is not measured is
+re-evaluated at both ends of the budget's range (a KV-starved group moves almost one for one with it; the
+group's own part); a mixture-of-experts model adds its routing band (re-evaluated with tokens spread over half
+the experts; shared, since every group serves the same model) and takes the MoE regime's held-out band where
+that is wider (:mod:`analyzer.model.uncertainty`). The lost-token ranges of placement inherit all of it
+through the capacity draws.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from analyzer.model import uncertainty as bands
+from analyzer.model.deployment import Deployment
+from analyzer.model.efficiency import CALIBRATED, CALIBRATION_ACCURACY, EfficiencyParams
+from analyzer.model.kv_budget import (
+    BudgetSource,
+    KvBudget,
+    measured_budget,
+    modelled_budget,
+)
+from analyzer.model.moe import kv_bytes_per_sequence, routing_experts, step_time, weights_per_gpu
+from analyzer.model.perf_model import Workload, default_budget, predict
+from analyzer.pools.decode_fit import DecodeLine, fit_decode_line
+from analyzer.pools.pool import Pool, SkuGroup
+from analyzer.pools.reported_budgets import ReportedBudgets, peer_key, reported_median
+from analyzer.pools.workload import PoolTraffic
+from analyzer.telemetry.frames import ROLES, FloatArray
+from analyzer.telemetry.grid import WorkerGrid
+from fleet.catalog import EngineSettings
+from fleet.contract import Role
+from fleet.gpus import GpuSku
+
+_PREFILL, _DECODE = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE)
+
+
+@dataclass(frozen=True)
+class CapacityParams:
+    tpot_slo_s: float | None = None  # the operator's TPOT objective: decode batches stay under it
+    max_decode_batch: int | None = None  # the engine's cap on concurrent sequences (vLLM max_num_seqs)
+    min_busy: float = 0.05  # buckets busier than this can measure prefill speed
+    loaded_busy: float = 0.3  # ...and those busier than this do, where a worker has a few of them
+    min_kv_usage: float = 0.02  # buckets with more KV in use than this measure KV capacity
+    min_kv_sequences: int = 4  # a decode role fits where weights plus this many sequences' KV fit
+    extrapolation_per_doubling: float = (
+        0.04  # added uncertainty per doubling of batch beyond the largest seen
+    )
+    saturated_kv: float = 0.9  # a decode bucket with this much KV in use and a queue is saturated
+    min_saturated_buckets: int = 2
+    measured_uncertainty: float = 0.03
+    transfer_uncertainty: float = CALIBRATION_ACCURACY.heldout_ratio_p90
+    model_uncertainty: float = CALIBRATION_ACCURACY.heldout_absolute_p90
+    inferred_kv_uncertainty: float = 0.10  # a KV budget from KV in use per sequence or memory held
+
+
+@dataclass(frozen=True)
+class RoleCapacity:
+    """One worker's saturated throughput in a role: prompt tokens/s (prefill) or generated tokens/s
+    (decode), with a relative uncertainty and where the figure came from."""
+
+    tokens_per_s: float
+    uncertainty: float
+    source: str  # "measured", "transferred" or "model"
+    fits: bool = True
+    batch: float | None = None  # decode: the saturated batch
+    tpot_s: float | None = None
+    # The part of ``uncertainty`` the pool's other groups share in this role (the calibration they borrow,
+    # the same model extrapolated to larger batches); the rest is this group's alone.
+    shared: float = 0.0
+
+    @property
+    def correlation(self) -> float:
+        """Share of the uncertainty common to the pool's groups: two groups' errors in this role correlate
+        by the product of their shares."""
+        return min(1.0, max(0.0, self.shared / self.uncertainty)) if self.uncertainty > 0 else 0.0
+
+    @property
+    def low(self) -> float:
+        return self.tokens_per_s * max(0.0, 1.0 - self.uncertainty)
+
+    @property
+    def high(self) -> float:
+        return self.tokens_per_s * (1.0 + self.uncertainty)
+
+
+@dataclass(frozen=True)
+class GroupCapacity:
+    group: SkuGroup
+    prefill: RoleCapacity
+    decode: RoleCapacity
+    kv_bytes: float  # KV cache per worker (bytes)
+    kv_budget: KvBudget | None = None  # what ``kv_bytes`` rests on (None where the model is unknown)
+    # Grid rows of the group's workers whose own engines report their budget: the others' figure is their
+    # peers' (see analyzer.findings.evidence.capacity_evidence).
+    kv_reporting: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PoolCalibration:
+    """What the pool's own telemetry says about the model: factors per group and pooled."""
+
+    prefill_factor: dict[str, tuple[float, float]] = field(default_factory=dict)  # group -> (factor, spread)
+    prefill_measured: dict[str, float] = field(default_factory=dict)  # group -> tokens per busy second
+    decode: dict[str, DecodeLine] = field(default_factory=dict)
+    kv_bytes: dict[str, float] = field(default_factory=dict)  # group -> measured KV bytes per worker
+    # group -> (generated tokens/s, prompt length, output length) of decode workers saturated (KV full with
+    # a queue): their throughput is their capacity at that mix
+    decode_saturated: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    kv_scale: float = 1.0  # measured KV / memory-based estimate
+    mem_used: dict[str, float] = field(default_factory=dict)  # group -> median bytes per GPU
+    mem_share: dict[str, float] = field(default_factory=dict)  # group -> median share of HBM in use
+    pooled_prefill: float = 1.0
+    pooled_decode: float = 1.0
+    skus: dict[str, GpuSku] = field(default_factory=dict)  # group -> SKU, for every group of the pool
+    # group -> (median tokens, relative spread) its own engines report, and the rows that report
+    kv_reported: dict[str, tuple[float, float]] = field(default_factory=dict)
+    kv_reporting: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # group -> (median tokens, relative spread, workers) reported by peers elsewhere in the fleet
+    kv_peer: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    engines: dict[str, EngineSettings] = field(default_factory=dict)  # group -> its engine's KV rule
+
+    def as_dict(self) -> dict[str, float | str | None]:
+        out: dict[str, float | str | None] = {
+            "pooled_prefill_factor": self.pooled_prefill,
+            "pooled_decode_scale": self.pooled_decode,
+            "kv_scale": self.kv_scale,
+        }
+        for key, (factor, _) in self.prefill_factor.items():
+            out[f"prefill_factor[{key}]"] = factor
+        for key, line in self.decode.items():
+            out[f"decode_scale[{key}]"] = line.scale
+        return out
+
+    def params(self) -> EfficiencyParams:
+        """The model's efficiencies with the compute rate the fleet's prefill workers achieve."""
+        return replace(
+            CALIBRATED, compute_efficiency=min(1.0, CALIBRATED.compute_efficiency * self.pooled_prefill)
+        )
+
+    def decode_params(self) -> EfficiencyParams:
+        """Efficiencies for decode steps: the decode matmuls' own compute rate where the fleet's decode
+        workers reached the compute-bound regime (skinny GEMMs run below prefill's rate), else prefill's."""
+        fitted = [line.compute_efficiency for line in self.decode.values() if line.compute_efficiency]
+        if not fitted:
+            return self.params()
+        return replace(CALIBRATED, compute_efficiency=float(np.median(fitted)))
+
+
+def _context(isl: float, osl: float) -> float:
+    return max(1.0, isl + osl / 2.0)
+
+
+def _model_prefill(d: Deployment, isl: float, osl: float, budget: KvBudget | None = None) -> float:
+    workload = Workload(max(1, round(isl)), max(1, round(osl)))
+    return predict(d, workload, budget=budget, with_range=False).prefill_tokens_per_s
+
+
+def _model_prefill_series(
+    d: Deployment, isl: FloatArray, osl: FloatArray, needed: npt.NDArray[np.bool_]
+) -> FloatArray:
+    """The model's prefill tokens/s at each bucket's mix (NaN where not needed or lengths unknown)."""
+    out = np.full(isl.shape, np.nan)
+    cache: dict[tuple[int, int], float] = {}
+    for t in np.flatnonzero(needed & np.isfinite(isl) & np.isfinite(osl) & (isl >= 1)):
+        key = (round(float(isl[t])), max(1, round(float(osl[t]))))
+        if key not in cache:
+            cache[key] = _model_prefill(d, key[0], key[1])
+        out[t] = cache[key]
+    return out
+
+
+def busy_share(grid: WorkerGrid, rows: npt.NDArray[np.int64]) -> FloatArray:
+    """Share of time a kernel ran: ``gpu_util``, else ``gr_engine_active`` (a MIG instance's own activity:
+    GPU_UTIL is not supported on MIG), else SM activity over its high-water mark."""
+    util = np.where(np.isnan(grid.gpu_util[rows]), grid.gr_engine_active[rows], grid.gpu_util[rows])
+    sm = grid.sm_active[rows]
+    finite_sm = sm[~np.isnan(sm)]
+    sm_full = float(np.quantile(finite_sm, 0.99)) if finite_sm.size else 1.0
+    busy: FloatArray = np.where(np.isnan(util), sm / max(sm_full, 1e-6), util)
+    return busy
+
+
+def calibrate(
+    pool: Pool,
+    grid: WorkerGrid,
+    traffic: PoolTraffic,
+    params: CapacityParams | None = None,
+    budgets: ReportedBudgets | None = None,
+) -> PoolCalibration:
+    """Fit the pool's calibration from every bucket of the grid; ``budgets`` are the KV budgets the
+    fleet's engines report (and each worker's engine), where known."""
+    p = params or CapacityParams()
+    cal = PoolCalibration()  # filled in place below, then frozen into the result
+    decode_points: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
+    cal.skus.update({group.key: group.sku for group in pool.groups})
+    if budgets is not None:
+        _reported(pool, budgets, cal)
+    isl, osl = traffic.isl, traffic.osl
+    context = isl + osl / 2.0
+    for group in pool.groups:
+        rows = np.array(group.members, dtype=np.int64)
+        d = group.deployment
+        mem = grid.mem_used_bytes[rows]
+        if (~np.isnan(mem)).any():
+            cal.mem_used[group.key] = float(np.nanmedian(mem))
+            if group.sku.hbm_bytes:
+                cal.mem_share[group.key] = cal.mem_used[group.key] / group.sku.hbm_bytes
+        # Prefill: per bucket, prompt tokens per busy second over the model's prediction at that bucket's
+        # mix; the median over a worker's loaded buckets is robust to counter resets and gaps.
+        busy = busy_share(grid, rows)
+        prefill = (grid.role[rows] == _PREFILL) & (busy >= p.min_busy) & (grid.engine_s[rows] > 0)
+        if prefill.any():
+            speed_per_bucket = grid.rate(grid.prompt_tokens[rows], rows) / np.where(busy > 0, busy, np.nan)
+            model = _model_prefill_series(d, isl, osl, prefill.any(axis=0)) if d is not None else None
+            per_worker, factors = [], []
+            for i in range(len(rows)):
+                use = (
+                    prefill[i] & (busy[i] >= p.loaded_busy)
+                    if (prefill[i] & (busy[i] >= p.loaded_busy)).sum() >= 3
+                    else prefill[i]
+                )
+                if not use.any():
+                    continue
+                per_worker.append(float(np.nanmedian(speed_per_bucket[i][use])))
+                # The model's prediction is 0 where the model does not fit the GPU (a MIG slice too small
+                # for it): no factor from there.
+                ratio = (
+                    speed_per_bucket[i][use] / np.where(model[use] > 0, model[use], np.nan)
+                    if model is not None
+                    else None
+                )
+                if ratio is not None and np.isfinite(ratio).any():
+                    factors.append(float(np.nanmedian(ratio)))
+            speed = float(np.median(per_worker))
+            cal.prefill_measured[group.key] = speed
+            finite = [f for f in factors if math.isfinite(f)]
+            if finite:
+                factor = float(np.median(finite))
+                spread = float(np.median(np.abs(np.array(finite) / factor - 1.0))) if len(finite) > 1 else 0.0
+                cal.prefill_factor[group.key] = (factor, spread)
+        # Decode: the step-time line and the KV capacity.
+        if d is None:
+            continue
+        decode = (
+            (grid.role[rows] == _DECODE)
+            & (grid.running[rows] >= 1)
+            & ~np.isnan(grid.tpot_s[rows])
+            & ~np.isnan(context)[None, :]
+        )
+        if decode.sum() >= 3:
+            decode_points[group.key] = (
+                grid.running[rows][decode],
+                np.broadcast_to(context, decode.shape)[decode],
+                grid.tpot_s[rows][decode],
+            )
+        saturated = decode & (grid.kv_usage[rows] >= p.saturated_kv) & (grid.waiting[rows] >= 1.0)
+        if saturated.sum() >= p.min_saturated_buckets:
+            rate = grid.rate(grid.generation_tokens[rows], rows)[saturated]
+            cal.decode_saturated[group.key] = (
+                float(np.median(rate)),
+                float(np.median(np.broadcast_to(isl, decode.shape)[saturated])),
+                float(np.median(np.broadcast_to(osl, decode.shape)[saturated])),
+            )
+        occupied = decode & (grid.kv_usage[rows] >= p.min_kv_usage)
+        if occupied.any():
+            ctx = np.broadcast_to(context, decode.shape)[occupied]
+            seqs = grid.running[rows][occupied] / grid.kv_usage[rows][occupied]
+            per_seq_bytes = np.array([kv_bytes_per_sequence(d, max(1, round(c))) for c in ctx])
+            cal.kv_bytes[group.key] = float(np.median(seqs * per_seq_bytes))
+    factors = [f for f, _ in cal.prefill_factor.values()]
+    pooled_prefill = float(np.median(factors)) if factors else 1.0
+    fleet = replace(cal, pooled_prefill=pooled_prefill).params()
+    for group in pool.groups:
+        if group.key in decode_points and group.deployment is not None:
+            cal.decode[group.key] = fit_decode_line(group.deployment, fleet, *decode_points[group.key])
+    scale = 1.0
+    if cal.decode:
+        weights = np.array([line.points for line in cal.decode.values()], dtype=np.float64)
+        scale = float(np.average([line.scale for line in cal.decode.values()], weights=weights))
+    scales = [
+        cal.kv_bytes[g.key] / estimate
+        for g in pool.groups
+        if g.key in cal.kv_bytes and (estimate := _memory_kv_bytes(g, cal.mem_used.get(g.key))) > 0
+    ]
+    return replace(
+        cal,
+        pooled_prefill=pooled_prefill,
+        pooled_decode=scale,
+        kv_scale=float(np.median(scales)) if scales else 1.0,
+    )
+
+
+def _reported(pool: Pool, budgets: ReportedBudgets, cal: PoolCalibration) -> None:
+    """The budgets the group's own engines report, else their peers' elsewhere, and each group's engine."""
+    for group in pool.groups:
+        settings = budgets.settings_of(group.members)
+        if settings is not None:
+            cal.engines[group.key] = settings
+        own = reported_median(budgets.of_rows(group.members))
+        if own is not None:
+            cal.kv_reported[group.key] = own
+            cal.kv_reporting[group.key] = tuple(r for r in group.members if r in budgets.tokens)
+            continue
+        key = peer_key(pool, group.deployment)
+        peers = budgets.peers.get(key, ()) if key is not None else ()
+        figure = reported_median(peers)
+        if figure is not None:
+            cal.kv_peer[group.key] = (figure[0], figure[1], len(peers))
+
+
+def _memory_kv_bytes(group: SkuGroup, mem_used_per_gpu: float | None) -> float:
+    """KV bytes per worker from the memory the engine holds, else the model's budget."""
+    d = group.deployment
+    if d is None:
+        return 0.0
+    if mem_used_per_gpu is None or not math.isfinite(mem_used_per_gpu):
+        return default_budget(d).bytes
+    held = min(mem_used_per_gpu, d.hbm_bytes)
+    return max(0.0, held - weights_per_gpu(d) - CALIBRATED.runtime_reserve_bytes) * d.tp
+
+
+def _inferred(figure: float, p: CapacityParams, detail: str) -> KvBudget:
+    spread = p.inferred_kv_uncertainty
+    return KvBudget(figure, figure * (1.0 - spread), figure * (1.0 + spread), BudgetSource.INFERRED, detail)
+
+
+def kv_budget_of(group: SkuGroup, cal: PoolCalibration, params: CapacityParams | None = None) -> KvBudget:
+    """The KV budget of one worker of the group and what it rests on (see the module docstring)."""
+    p = params or CapacityParams()
+    d = group.deployment
+    if d is None:
+        return KvBudget(0.0, 0.0, 0.0, BudgetSource.MODELLED, "model or SKU unknown: no budget")
+    if group.key in cal.kv_reported:
+        tokens, spread = cal.kv_reported[group.key]
+        reporting = len(cal.kv_reporting.get(group.key, ()))
+        budget = measured_budget(
+            d, tokens, detail=f"{tokens:,.0f} tokens as {reporting} of the group's engines report them"
+        )
+        return _widened(budget, spread)
+    if group.key in cal.kv_peer:
+        tokens, spread, workers = cal.kv_peer[group.key]
+        budget = measured_budget(
+            d,
+            tokens,
+            BudgetSource.PEER,
+            f"{tokens:,.0f} tokens as {workers} other worker(s) of {d.model.key} {d.precision} on "
+            f"{d.tp} x {d.gpu.key} report them",
+        )
+        return _widened(budget, spread)
+    if group.key in cal.kv_bytes:
+        return _inferred(
+            cal.kv_bytes[group.key], p, "inferred from KV in use per running sequence on its decode workers"
+        )
+    mem = cal.mem_used.get(group.key)
+    what = "the memory its engines hold"
+    if mem is None and cal.mem_share and group.sku.hbm_bytes:
+        # A group that reports no memory: its HBM at the share the pool's engines take elsewhere.
+        mem = float(np.median(list(cal.mem_share.values()))) * group.sku.hbm_bytes
+        what = "the share of memory the pool's engines hold elsewhere"
+    if mem is not None and math.isfinite(mem):
+        figure = _memory_kv_bytes(group, mem) * cal.kv_scale
+        scaled = f", x {cal.kv_scale:.3g} as measured groups show" if cal.kv_scale != 1.0 else ""
+        return _inferred(figure, p, f"inferred from {what} minus weights and reserve{scaled}")
+    settings = cal.engines.get(group.key)
+    budget = modelled_budget(d, settings, CALIBRATED) if settings is not None else default_budget(d)
+    if cal.kv_scale != 1.0:
+        budget = budget.scaled(cal.kv_scale, "as the pool's measured groups show")
+    return budget
+
+
+def _widened(budget: KvBudget, spread: float) -> KvBudget:
+    """A reported budget whose reporters disagree: its range widened to their spread."""
+    if spread <= 0:
+        return budget
+    low = min(budget.low_bytes, budget.bytes * (1.0 - min(spread, 0.99)))
+    high = max(budget.high_bytes, budget.bytes * (1.0 + spread))
+    return KvBudget(budget.bytes, low, high, budget.source, budget.detail, budget.assumptions)
+
+
+def kv_bytes_per_worker(group: SkuGroup, cal: PoolCalibration) -> float:
+    """KV cache bytes one worker of the group holds (see :func:`kv_budget_of`)."""
+    return kv_budget_of(group, cal).bytes
+
+
+def group_capacity(
+    group: SkuGroup, cal: PoolCalibration, isl: float, osl: float, params: CapacityParams | None = None
+) -> GroupCapacity:
+    """Per-worker capacities of a group in both roles at mean prompt ``isl`` and output ``osl``."""
+    p = params or CapacityParams()
+    d = group.deployment
+    if d is None:
+        measured = cal.prefill_measured.get(group.key, 0.0)
+        unknown = RoleCapacity(0.0, 1.0, "model", fits=False)
+        prefill = RoleCapacity(measured, p.transfer_uncertainty, "measured") if measured else unknown
+        return GroupCapacity(group, prefill, unknown, 0.0)
+    budget = kv_budget_of(group, cal, p)
+    return GroupCapacity(
+        group,
+        _prefill(group, d, cal, isl, osl, budget, p),
+        _decode(group, d, cal, isl, osl, budget, p),
+        budget.bytes,
+        budget,
+        cal.kv_reporting.get(group.key, ()),
+    )
+
+
+def _prefill(
+    group: SkuGroup,
+    d: Deployment,
+    cal: PoolCalibration,
+    isl: float,
+    osl: float,
+    budget: KvBudget,
+    p: CapacityParams,
+) -> RoleCapacity:
+    fits = budget.bytes >= 2 * kv_bytes_per_sequence(d, max(1, round(isl)))
+    # The model's figure at the same (default) budget the calibration divided by, so the factor applies.
+    model = _model_prefill(d, isl, osl)
+    if group.key in cal.prefill_factor:
+        # The method's error (busy share, the model's shape) is common to every group it measures and to
+        # the pooled factor the others borrow; a spread beyond it is this group's own.
+        factor, spread = cal.prefill_factor[group.key]
+        uncertainty = max(p.measured_uncertainty, spread)
+        return RoleCapacity(
+            model * factor, uncertainty, "measured", fits, shared=min(uncertainty, p.measured_uncertainty)
+        )
+    if cal.prefill_factor:
+        uncertainty = _transfer_uncertainty(
+            d, [cal.skus[k] for k in cal.prefill_factor if k in cal.skus], "prefill", p
+        )
+        # The borrowed factor's error is the measured groups'; the cross-SKU part is this group's own.
+        return RoleCapacity(
+            model * cal.pooled_prefill,
+            uncertainty,
+            "transferred",
+            fits,
+            shared=min(uncertainty, p.measured_uncertainty),
+        )
+    return RoleCapacity(model, _model_band(d, p), "model", fits, shared=_model_shared(p))
+
+
+def _model_band(d: Deployment, p: CapacityParams) -> float:
+    """The uncalibrated model's band: its held-out absolute error, the MoE regime's where that is wider."""
+    return max(p.model_uncertainty, bands.band("moe")) if d.is_moe else p.model_uncertainty
+
+
+def _transfer_uncertainty(d: Deployment, sources: list[GpuSku], role: str, p: CapacityParams) -> float:
+    """Uncertainty of a capacity borrowed from other SKUs: it grows with how far the target's roof for the
+    role is from the nearest measured SKU's (compute for prefill; bandwidth and memory for decode), from
+    the measured floor to the model's held-out cross-SKU error at a 1.5x difference and beyond. Prefill
+    moves between GPUs of equal compute (H100 and H200) almost exactly, as published TTFTs show."""
+
+    def distance(source: GpuSku) -> float:
+        if role == "prefill":
+            target, measured = d.gpu.peak_flops(d.precision), source.peak_flops(d.precision)
+            return abs(math.log(target / measured)) if target and measured else math.inf
+        bandwidth = (d.gpu.hbm_bandwidth_bytes_per_s or 0.0, source.hbm_bandwidth_bytes_per_s or 0.0)
+        memory = (float(d.gpu.hbm_bytes or 0), float(source.hbm_bytes or 0))
+        if min(*bandwidth, *memory) <= 0:
+            return math.inf
+        return max(abs(math.log(bandwidth[0] / bandwidth[1])), 0.5 * abs(math.log(memory[0] / memory[1])))
+
+    nearest = min((distance(s) for s in sources), default=math.inf)
+    reach = min(1.0, nearest / math.log(1.5))
+    transfer = max(p.transfer_uncertainty, bands.band("moe", "ratio")) if d.is_moe else p.transfer_uncertainty
+    return p.measured_uncertainty + (transfer - p.measured_uncertainty) * reach
+
+
+def _model_shared(p: CapacityParams) -> float:
+    """The part of the model's absolute error common to every SKU: what cancels in cross-SKU ratios."""
+    return max(0.0, p.model_uncertainty - p.transfer_uncertainty)
+
+
+def _decode(
+    group: SkuGroup,
+    d: Deployment,
+    cal: PoolCalibration,
+    isl: float,
+    osl: float,
+    budget: KvBudget,
+    p: CapacityParams,
+) -> RoleCapacity:
+    """Generated tokens/s at the saturated batch: KV for whole sequences (prompt + output, as a scheduler
+    that never evicts reserves), the engine's cap and the TPOT objective, whichever is smallest. Where
+    the group's decode workers were seen saturated, their measured throughput scales to this mix."""
+    kv = budget.bytes
+    fits = kv >= p.min_kv_sequences * kv_bytes_per_sequence(d, max(1, round(isl + osl)))
+    line = cal.decode.get(group.key)
+    scale = line.scale if line else cal.pooled_decode
+    tokens, batch, tpot = _modeled_decode(d, cal, isl, osl, kv, scale, p)
+    if not fits or batch < 1.0:
+        return RoleCapacity(0.0, 1.0, "model", fits=False, batch=batch)
+    saturated = cal.decode_saturated.get(group.key)
+    if saturated is not None:
+        rate, sat_isl, sat_osl = saturated
+        reference, _, _ = _modeled_decode(d, cal, sat_isl, sat_osl, kv, scale, p)
+        if reference > 0:
+            return RoleCapacity(
+                rate * tokens / reference, p.measured_uncertainty, "measured", fits, batch, tpot
+            )
+    seen = line.max_batch_seen if line else max((x.max_batch_seen for x in cal.decode.values()), default=0.0)
+    extrapolation = p.extrapolation_per_doubling * max(0.0, math.log2(batch / max(seen, 1.0)))
+    # Shared with the pool's other decode groups: the fitted scale's floor (the pooled scale others borrow)
+    # and the extrapolation of the same step-time model beyond the batches seen.
+    shared = p.measured_uncertainty + extrapolation
+    if line is not None:
+        uncertainty, source = max(p.measured_uncertainty, line.residual) + extrapolation, "measured"
+    elif cal.decode:
+        sources = [cal.skus[k] for k in cal.decode if k in cal.skus]
+        uncertainty, source = _transfer_uncertainty(d, sources, "decode", p) + extrapolation, "transferred"
+    else:
+        uncertainty, source, shared = _model_band(d, p), "model", _model_shared(p)
+    uncertainty = min(uncertainty, _model_band(d, p))
+    # Where the model is weakest: the budget's own range (this group's), the MoE routing band (shared).
+    kv_part = _budget_part(d, cal, isl, osl, budget, scale, tokens, p)
+    routing_part = _routing_part(d, cal, isl, osl, kv, scale, tokens, p)
+    uncertainty = min(1.0, bands.combine(uncertainty, kv_part, routing_part))
+    shared = bands.combine(shared, routing_part)
+    return RoleCapacity(
+        tokens, uncertainty, source, fits, batch=batch, tpot_s=tpot, shared=min(shared, uncertainty)
+    )
+
+
+def _budget_part(
+    d: Deployment,
+    cal: PoolCalibration,
+    isl: float,
+    osl: float,
+    budget: KvBudget,
+    scale: float,
+    tokens: float,
+    p: CapacityParams,
+) -> float:
+    """How far the decode capacity moves across the budget's range (relative, the wider side; 1.0 where
+    the low end holds no batch)."""
+    if tokens <= 0 or (budget.low_bytes >= budget.bytes and budget.high_bytes <= budget.bytes):
+        return 0.0
+    low, _, _ = _modeled_decode(d, cal, isl, osl, budget.low_bytes, scale, p)
+    high, _, _ = _modeled_decode(d, cal, isl, osl, budget.high_bytes, scale, p)
+    if low <= 0:
+        return 1.0
+    return max(tokens / low, high / tokens) - 1.0
+
+
+def _routing_part(
+    d: Deployment,
+    cal: PoolCalibration,
+    isl: float,
+    osl: float,
+    kv: float,
+    scale: float,
+    tokens: float,
+    p: CapacityParams,
+) -> float:
+    """The MoE routing band: the decode capacity with tokens spread over half the experts (0 if dense)."""
+    experts = routing_experts(d)
+    if experts is None or tokens <= 0:
+        return 0.0
+    alternative, _, _ = _modeled_decode(d, cal, isl, osl, kv, scale, p, experts)
+    if alternative <= 0:
+        return 1.0
+    return max(alternative / tokens, tokens / alternative) - 1.0
+
+
+def _modeled_decode(
+    d: Deployment,
+    cal: PoolCalibration,
+    isl: float,
+    osl: float,
+    kv: float,
+    scale: float,
+    p: CapacityParams,
+    experts: float | None = None,
+) -> tuple[float, float, float]:
+    """(tokens/s, batch, TPOT) of the model's saturated decode worker at this mix (``experts``: the MoE
+    routing spread, None for uniform routing)."""
+    context = _context(isl, osl)
+    params = cal.decode_params()
+
+    def step(batch: float) -> float:
+        return scale * step_time(d, params, decode_seqs=batch, context_len=context, experts=experts).total_s
+
+    batch = kv / kv_bytes_per_sequence(d, max(1, round(isl + osl)))
+    if p.max_decode_batch is not None:
+        batch = min(batch, float(p.max_decode_batch))
+    if p.tpot_slo_s is not None and batch >= 1.0 and step(batch) > p.tpot_slo_s:
+        low, high = 0.0, batch
+        for _ in range(40):
+            mid = 0.5 * (low + high)
+            low, high = (mid, high) if step(mid) <= p.tpot_slo_s else (low, mid)
+        batch = low
+    if batch < 1.0:
+        return 0.0, batch, math.inf
+    tpot = step(batch)
+    return batch / tpot, batch, tpot
+
+
+def lengths_from_kv(
+    pool: Pool, grid: WorkerGrid, traffic: PoolTraffic, cal: PoolCalibration
+) -> tuple[float, float] | None:
+    """Mean prompt and output lengths when no engine counts requests: the mean context a running sequence
+    holds (KV in use / running sequences) is ISL + OSL/2, and the token ratio gives ISL/OSL."""
+    ratio_values = traffic.prompt_per_output
+    ratio = float(np.nanmedian(ratio_values)) if (~np.isnan(ratio_values)).any() else float("nan")
+    contexts = []
+    for group in pool.groups:
+        d = group.deployment
+        if d is None:
+            continue
+        rows = np.array(group.members, dtype=np.int64)
+        usable = (grid.running[rows] >= 1) & (grid.kv_usage[rows] >= 0.02) & (grid.role[rows] != _PREFILL)
+        if not usable.any():
+            continue
+        kv = kv_budget_of(group, cal).bytes
+        per_token = kv_bytes_per_sequence(d, 1024) / 1024
+        contexts.extend((grid.kv_usage[rows][usable] * kv / per_token / grid.running[rows][usable]).tolist())
+    if not contexts or not math.isfinite(ratio) or ratio <= 0:
+        return None
+    context = float(np.median(contexts))
+    osl = context / (ratio + 0.5)
+    return ratio * osl, osl

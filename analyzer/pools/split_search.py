@@ -1,0 +1,637 @@
+"""The pool-balance model and the best placement of the same GPUs (DESIGN.md, physics).
+
+A disaggregated pool sustains requests/s = min(prefill capacity / mean prompt length, decode capacity /
+mean output length), and tokens/s = requests/s x (prompt + output length). The search keeps every worker on
+its GPUs (same counts per SKU and TP group) and chooses how many of each group's workers prefill; a group
+whose memory cannot hold the model and a minimum KV cache in a role gets no worker in that role, and one
+that can hold it in neither role (a MIG instance too small for the model) keeps its workers as they are.
+
+A phase's capacity is the sum of its workers' under a load-aware router, and the slowest worker's times
+their number under round-robin (``Routing``, inferred from how evenly work is spread). Plans are compared
+over capacities drawn within their uncertainties, keeping what the groups' errors share
+(``RoleCapacity.shared``): drawn independently, a plan that spreads a phase over two SKUs whose figures
+come from one source would look safer than it is. A plan with more role changes replaces one with fewer
+only when it sustains more on average *and* in a clear majority (``CONFIDENCE``) of the draws: a worker is
+misplaced only when moving it gains in most of the worlds the analyzer's own uncertainty allows, so a
+plan is never chosen for headroom that only matters in the tails, nor for a gain the draws cannot tell
+from none. No flat margin is needed (``tolerance``, 0 by default, is an operator's materiality floor).
+
+The plan is a count per group; which workers of a group change role is chosen from the segment's
+telemetry (``WorkerLoad``), never by id: a decode worker and a prefill worker on the same node that can
+trade roles swap in place first; then decode -> prefill takes the decode worker under the most KV pressure
+(its decode work gains most from better hardware), among equals the fewest sessions in flight (it drains
+fastest); prefill -> decode takes the prefill worker with the fewest requests in flight. Each ``Change``
+says why it was chosen.
+
+Lost tokens/s = best - current, both saturated: the current placement's phase capacities are measured
+where the pool was seen saturated in that phase, modelled otherwise; the low/high range comes from
+re-evaluating both plans under the capacity draws (10th and 90th percentiles), and where the low end
+reaches 0 ``range_cause`` names the capacity whose uncertainty takes it there. Lost requests/s and output
+tokens/s follow from the mix (``PlacementResult.lost_requests``). When the pool is demand-limited (it
+served even its peak hours), the loss is idle capacity, priced per week at the catalog's hourly prices
+("price unknown" where the catalog has none), not undelivered tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from analyzer.pools.capacity import GroupCapacity, RoleCapacity
+
+HOURS_PER_WEEK = 168.0
+EXHAUSTIVE_LIMIT = 200_000  # candidate plans enumerated exhaustively; larger pools use a frontier sweep
+_DRAWS = 256
+SHORTLIST = 64  # plans whose expected rate is computed (the best at the central capacities)
+# A plan with more role changes must beat the incumbent in this share of the capacity draws: three worlds in
+# four the analyzer's uncertainty allows, well clear of a coin flip and of the draws' own sampling noise
+# (about +-3 points at 256 draws). The reported range's ends are its 10th/90th percentiles, so a chosen move
+# can still show a low end of 0; ``range_cause`` then says which capacity takes it there.
+CONFIDENCE = 0.75
+# Spare capacity (of the phase that does not bind) a plan must add to be worth more role changes at the
+# same expected rate, once the pool is worth moving: the non-binding phase on the hardware its bottleneck
+# needs (decode on the higher-bandwidth SKU) absorbs a shift of the mix or a worker down.
+HEADROOM = 0.05
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many workers of each group prefill (the rest decode), and what that sustains."""
+
+    prefill: tuple[int, ...]
+    request_rate: float
+    tokens_per_s: float
+    prefill_tokens_per_s: float  # prompt-token capacity
+    decode_tokens_per_s: float  # generated-token capacity
+    bound: str  # the pool that limits the request rate: "prefill" or "decode"
+
+
+@dataclass(frozen=True)
+class Change:
+    row: int  # grid row of the worker
+    group: int  # index into the groups
+    to_role: str  # "prefill" or "decode"
+    share: float  # of the plan's gain attributed to this worker
+    reason: str = ""  # why this worker of its group, from the telemetry (see ``WorkerLoad``)
+    partner: int | None = None  # grid row of the worker on the same node that trades roles with it
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """What the segment's telemetry says about one worker, to choose which workers of a group change role:
+    medians over the segment of its KV cache usage (0-1), requests running (sessions in flight) and
+    requests waiting, and its node (None where unknown). NaN where not reported."""
+
+    kv_usage: float = math.nan
+    in_flight: float = math.nan
+    waiting: float = math.nan
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How the router spreads each phase's work over its workers: in proportion to their speed (a
+    load-aware router) or equally (round-robin), where the slowest worker bounds the phase."""
+
+    prefill_equal: bool = False
+    decode_equal: bool = False
+
+
+@dataclass(frozen=True)
+class PlacementResult:
+    groups: tuple[GroupCapacity, ...]
+    current: Plan
+    best: Plan
+    lost_tokens_per_s: float
+    lost_low: float
+    lost_high: float
+    demand_tokens_per_s: float
+    peak_demand_tokens_per_s: float
+    utilisation: float  # demand / current capacity
+    demand_limited: bool
+    changes: tuple[Change, ...]
+    sizes: tuple[int, ...]  # workers per group in the search
+    routing: Routing
+    gpus: int
+    weekly_cost_usd: float | None  # the pool's GPUs at catalog prices, None where a price is unknown
+    idle_cost_per_week_usd: float | None
+    misplacement_cost_per_week_usd: float | None
+    isl: float = math.nan  # the mix the plans were evaluated at (mean prompt and output tokens)
+    osl: float = math.nan
+    range_cause: str = ""  # where lost_low is 0 while the loss is not: the uncertainty that takes it there
+
+    def lost_requests(self, bound: str = "") -> float:
+        """Lost requests/s (``bound`` "", "low" or "high"): every plan's tokens are requests x (isl + osl)."""
+        tokens = {"": self.lost_tokens_per_s, "low": self.lost_low, "high": self.lost_high}[bound]
+        return tokens / (self.isl + self.osl) if self.isl + self.osl > 0 else math.nan
+
+    def lost_output_tokens(self, bound: str = "") -> float:
+        """Lost generated tokens/s (``bound`` "", "low" or "high"): lost requests x mean output length."""
+        return self.lost_requests(bound) * self.osl
+
+
+def _phase_capacity(
+    n: npt.NDArray[np.float64], c: npt.NDArray[np.float64], equal: bool
+) -> npt.NDArray[np.float64]:
+    """Capacity of a phase given workers per group ``n`` and per-worker speeds ``c``, the groups on the last
+    axis, broadcast over the others (plans, capacity draws). With ``equal`` routing every worker gets an
+    equal share, so the slowest group in use paces them all."""
+    n, c = np.broadcast_arrays(n, c)
+    if not equal:
+        total: npt.NDArray[np.float64] = (n * c).sum(axis=-1)
+        return total
+    slowest = np.where(n > 0, c, np.inf).min(axis=-1)
+    return np.where(np.isfinite(slowest), n.sum(axis=-1) * np.where(np.isfinite(slowest), slowest, 0.0), 0.0)
+
+
+def evaluate(
+    prefill: npt.NDArray[np.float64] | npt.NDArray[np.int64] | Sequence[int],
+    sizes: npt.NDArray[np.int64],
+    cp: npt.NDArray[np.float64],
+    cd: npt.NDArray[np.float64],
+    isl: float,
+    osl: float,
+    routing: Routing | None = None,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Request rate, prompt capacity and generated capacity of plans (rows of ``prefill``)."""
+    r = routing or Routing()
+    x = np.atleast_2d(np.asarray(prefill, dtype=np.float64))
+    prompt = _phase_capacity(x, cp, r.prefill_equal)
+    generated = _phase_capacity(sizes[None, :] - x, cd, r.decode_equal)
+    return np.minimum(prompt / isl, generated / osl), prompt, generated
+
+
+def _plan(
+    x: Sequence[int],
+    sizes: npt.NDArray[np.int64],
+    cp: npt.NDArray[np.float64],
+    cd: npt.NDArray[np.float64],
+    isl: float,
+    osl: float,
+    routing: Routing,
+) -> Plan:
+    rate, prompt, generated = evaluate(x, sizes, cp, cd, isl, osl, routing)
+    r = float(rate[0])
+    bound = "prefill" if prompt[0] / isl <= generated[0] / osl else "decode"
+    return Plan(tuple(int(v) for v in x), r, r * (isl + osl), float(prompt[0]), float(generated[0]), bound)
+
+
+def candidates(
+    sizes: npt.NDArray[np.int64],
+    cp: npt.NDArray[np.float64],
+    cd: npt.NDArray[np.float64],
+    current: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """Plans to consider: every split when few, else the comparative-advantage frontier and its
+    neighbours (groups ordered by prefill/decode speed ratio, prefill filled from the top)."""
+    allowed_low = np.where(cd > 0, 0, sizes)  # a group that cannot decode prefills entirely
+    allowed_high = np.where(cp > 0, sizes, 0)
+    allowed_low = np.minimum(allowed_low, allowed_high)
+    # A group that fits the model in neither role (a MIG slice too small for it) keeps its split: no role
+    # is ever recommended onto hardware that cannot hold the model.
+    neither = (cp <= 0) & (cd <= 0)
+    allowed_low = np.where(neither, current, allowed_low)
+    allowed_high = np.where(neither, current, allowed_high)
+    spans = [range(int(lo), int(hi) + 1) for lo, hi in zip(allowed_low, allowed_high, strict=True)]
+    if math.prod(len(s) for s in spans) <= EXHAUSTIVE_LIMIT:
+        return np.array(list(itertools.product(*spans)), dtype=np.int64).reshape(-1, len(sizes))
+    order = np.argsort(-(cp / np.maximum(cd, 1e-12)), kind="stable")
+    rows = [current.copy()]
+    x = allowed_low.copy()
+    rows.append(x.copy())
+    for g in order:
+        for _ in range(int(allowed_high[g] - x[g])):
+            x[g] += 1
+            rows.append(x.copy())
+    frontier = np.array(rows, dtype=np.int64)
+    # Neighbours: move one worker between any two groups, around every frontier point.
+    extra = []
+    for point in frontier:
+        for a, b in itertools.permutations(range(len(sizes)), 2):
+            y = point.copy()
+            y[a] += 1
+            y[b] -= 1
+            if allowed_low[a] <= y[a] <= allowed_high[a] and allowed_low[b] <= y[b] <= allowed_high[b]:
+                extra.append(y)
+    return np.unique(np.vstack([frontier, *([np.array(extra)] if extra else [])]), axis=0)
+
+
+_SAME_RATE = 1e-9  # relative: rates this close are equal (floating-point sums of equal draws)
+
+
+def spare(
+    prompt: npt.NDArray[np.float64], generated: npt.NDArray[np.float64], isl: float, osl: float
+) -> npt.NDArray[np.float64]:
+    """Spare capacity of the phase that does not bind, as a share of the rate (0 where a phase is empty)."""
+    p, d = prompt / isl, generated / osl
+    low, high = np.minimum(p, d), np.maximum(p, d)
+    out: npt.NDArray[np.float64] = np.where(low > 0, high / np.where(low > 0, low, 1.0) - 1.0, 0.0)
+    return out
+
+
+def best_plan(
+    sizes: npt.NDArray[np.int64],
+    draws_p: npt.NDArray[np.float64],
+    draws_d: npt.NDArray[np.float64],
+    isl: float,
+    osl: float,
+    current: npt.NDArray[np.int64],
+    tolerance: float = 0.0,
+    routing: Routing | None = None,
+    shortlist: int = SHORTLIST,
+    confidence: float = CONFIDENCE,
+) -> npt.NDArray[np.int64]:
+    """The plan (prefill workers per group) to recommend, from capacity draws (rows of ``draws_p`` /
+    ``draws_d``; the first row is the central estimate).
+
+    Starting from the current plan, plans are taken in order of how many role changes they make; one
+    replaces the incumbent when its expected rate over the draws is higher (by ``tolerance``, an
+    operator's materiality floor, 0 by default) and it sustains more than the incumbent in at least
+    ``confidence`` of the draws. Among the plans at one count of changes that qualify, the highest expected
+    rate wins, then the most draws won. The rate is the minimum of two pools, so a plan that balances on
+    the edge of an uncertain capacity loses expected rate and draws to one with headroom. Once the pool is
+    worth moving, a plan with more changes at no loss of expected rate also wins when it adds ``HEADROOM``
+    of spare capacity to the phase that does not bind (the highest spare first); a pool is never moved for
+    headroom alone. With one draw (the central estimate alone), a plan must simply sustain more."""
+    r = routing or Routing()
+    plans = candidates(sizes, draws_p[0], draws_d[0], current)
+    central, _, _ = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
+    if len(plans) > shortlist:  # draws only for the best plans at the central capacities
+        keep = np.argsort(-central, kind="stable")[:shortlist]
+        plans = plans[keep]
+    rates = np.vstack([draw_rates(x.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r) for x in plans])
+    expected = rates.mean(axis=1)
+    _, prompt, generated = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
+    buffer = spare(prompt, generated, isl, osl)
+    changes = np.abs(plans - current[None, :]).sum(axis=1)
+    chosen, chosen_buffer, moved = current, 0.0, False
+    chosen_rates = draw_rates(current.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r)
+    for k in np.unique(changes):
+        if k == 0:
+            continue
+        chosen_rate = float(chosen_rates.mean())
+        wins = (rates > chosen_rates[None, :] * (1.0 + _SAME_RATE)).mean(axis=1)
+        better = (expected > chosen_rate * (1.0 + max(tolerance, _SAME_RATE))) & (wins >= confidence)
+        if chosen_rate <= 0:
+            better |= expected > 0
+        if moved:  # the same tokens on average with each phase on the hardware it needs: more headroom
+            better |= (expected >= chosen_rate * (1.0 - _SAME_RATE)) & (buffer > chosen_buffer + HEADROOM)
+        found = np.flatnonzero((changes == k) & better)
+        if found.size:
+            i = int(found[np.lexsort((-buffer[found], -wins[found], -expected[found]))[0]])
+            chosen, chosen_rates, chosen_buffer, moved = plans[i], rates[i], float(buffer[i]), True
+    return np.asarray(chosen, dtype=np.int64)
+
+
+def _kv_key(load: WorkerLoad) -> float:
+    """KV pressure compared at whole percents (what an operator reads; finer differences are noise)."""
+    return -round(load.kv_usage * 100.0) if math.isfinite(load.kv_usage) else math.inf
+
+
+def _finite_or_inf(value: float) -> float:
+    return value if math.isfinite(value) else math.inf
+
+
+def _rank_key(load: WorkerLoad, to_role: str) -> tuple[float, ...]:
+    """Order of preference among a group's workers for a role change (smallest first)."""
+    in_flight = _finite_or_inf(round(load.in_flight, 1) if math.isfinite(load.in_flight) else math.nan)
+    waiting = _finite_or_inf(round(load.waiting, 1) if math.isfinite(load.waiting) else math.nan)
+    if to_role == "prefill":  # most KV pressure, then fewest sessions to drain, then shortest queue
+        return (_kv_key(load), in_flight, waiting)
+    return (in_flight, waiting)  # a prefill worker that drains fastest
+
+
+def _why(
+    chosen: WorkerLoad, runner_up: WorkerLoad | None, to_role: str, n: int, label: str, moving: int
+) -> str:
+    """Why a worker was chosen over the best of those its group keeps in their role."""
+    now = "decode" if to_role == "prefill" else "prefill"
+    if runner_up is None:
+        return f"all {n} {label} {now} workers change role"
+    sessions = f"{chosen.in_flight:.0f}" if math.isfinite(chosen.in_flight) else "unknown"
+    if to_role == "prefill" and _kv_key(chosen) != _kv_key(runner_up):
+        other = f"{runner_up.kv_usage:.0%}" if math.isfinite(runner_up.kv_usage) else "unreported"
+        rank = "highest" if moving == 1 else f"among the {moving} highest"
+        return (
+            f"KV cache {chosen.kv_usage:.0%} full, {rank} of the {n} {label} decode workers (the fullest "
+            f"left decoding: {other}): its decode work gains most on better hardware"
+        )
+    keys = _rank_key(chosen, to_role), _rank_key(runner_up, to_role)
+    offset = 1 if to_role == "prefill" else 0
+    if keys[0][offset] != keys[1][offset]:
+        equal = (
+            f" at equal KV pressure ({chosen.kv_usage:.0%})"
+            if to_role == "prefill" and math.isfinite(chosen.kv_usage)
+            else ""
+        )
+        noun = "sessions" if now == "decode" else "requests"
+        return f"fewest {noun} in flight ({sessions}) of the {n} {label} {now} workers{equal}: drains fastest"
+    if keys[0] != keys[1]:
+        return (
+            f"shortest queue of the {n} {label} {now} workers at equal load ({sessions} in flight): "
+            "drains fastest"
+        )
+    return (
+        f"the {n} {label} {now} workers are indistinguishable by telemetry ({sessions} in flight): any of "
+        "them would do, the first listed is named"
+    )
+
+
+def _changes(
+    groups: Sequence[GroupCapacity],
+    current_roles: Sequence[Sequence[tuple[int, str]]],
+    best: Plan,
+    isl: float,
+    osl: float,
+    loads: Mapping[int, WorkerLoad] | None = None,
+) -> tuple[Change, ...]:
+    """The workers whose role differs in the best plan: how many per group is the plan's; which ones the
+    telemetry says (see the module docstring). A decode -> prefill and a prefill -> decode change on the
+    same node pair first (a swap in place: no data moves); the rest by :func:`_rank_key`. Workers the
+    telemetry cannot tell apart keep the order they are listed in, and their reason says so."""
+    known = loads or {}
+    need: dict[int, int] = {}
+    pools: dict[int, list[int]] = {}  # group -> its workers in the role it gives up, best first
+    for g, members in enumerate(current_roles):
+        prefilling = [row for row, role in members if role == "prefill"]
+        decoding = [row for row, role in members if role == "decode"]
+        delta = best.prefill[g] - len(prefilling)
+        if delta == 0:
+            continue
+        to_role = "prefill" if delta > 0 else "decode"
+        rows = decoding if delta > 0 else prefilling
+        need[g] = abs(delta)
+        pools[g] = sorted(rows, key=lambda row: _rank_key(known.get(row, WorkerLoad()), to_role))
+    chosen: dict[int, list[int]] = {g: [] for g in need}
+    partner: dict[int, int] = {}
+    to_prefill = [g for g in need if best.prefill[g] > sum(1 for _, r in current_roles[g] if r == "prefill")]
+    to_decode = [g for g in need if g not in to_prefill]
+    for a_group in to_prefill:  # same-node swaps in place, in order of preference on both sides
+        for a in pools[a_group]:
+            node = known.get(a, WorkerLoad()).node
+            if node is None or len(chosen[a_group]) >= need[a_group]:
+                continue
+            for b_group in to_decode:
+                b = next(
+                    (
+                        row
+                        for row in pools[b_group]
+                        if row not in partner and known.get(row, WorkerLoad()).node == node
+                    ),
+                    None,
+                )
+                if b is not None and len(chosen[b_group]) < need[b_group]:
+                    partner[a], partner[b] = b, a
+                    chosen[a_group].append(a)
+                    chosen[b_group].append(b)
+                    break
+    for g, count in need.items():
+        for row in pools[g]:
+            if len(chosen[g]) >= count:
+                break
+            if row not in chosen[g]:
+                chosen[g].append(row)
+    moves: list[Change] = []
+    for g, rows in chosen.items():
+        group = groups[g]
+        to_role = "prefill" if g in to_prefill else "decode"
+        weight = group.prefill.tokens_per_s / isl if to_role == "prefill" else group.decode.tokens_per_s / osl
+        kept = [row for row in pools[g] if row not in rows]
+        runner_up = known.get(kept[0], WorkerLoad()) if kept else None
+        label = group.group.sku.name
+        for row in rows:
+            load = known.get(row, WorkerLoad())
+            if row in partner:
+                reason = (
+                    "swap in place with a worker on the same node that trades roles with it: no data moves"
+                )
+            else:
+                reason = _why(load, runner_up, to_role, len(pools[g]), label, len(rows))
+            moves.append(Change(row, g, to_role, weight, reason, partner.get(row), load.node))
+    total = sum(c.share for c in moves) or 1.0
+    return tuple(
+        Change(c.row, c.group, c.to_role, c.share / total, c.reason, c.partner, c.node)
+        for c in sorted(moves, key=lambda c: (c.group, c.to_role))
+    )
+
+
+_ORIGIN = {
+    "measured": "measured on this pool's workers",
+    "transferred": "borrowed from another SKU's calibration (no worker of this SKU runs the role)",
+    "model": "the performance model's figure, uncalibrated",
+}
+
+
+def _describe(group: GroupCapacity, role: str) -> str:
+    c = group.prefill if role == "prefill" else group.decode
+    text = f"the {group.group.key} {role} capacity ({_ORIGIN.get(c.source, c.source)}, +-{c.uncertainty:.0%}"
+    if c.shared > 0:
+        text += f", {c.shared:.0%} of it shared with the pool's other groups"
+    if role == "decode" and c.batch:
+        text += f", at a saturated batch of {c.batch:.0f} sequences"
+    if role == "decode" and group.kv_budget is not None:
+        text += f", KV budget {group.kv_budget.source}"
+    return text + ")"
+
+
+def _range_cause(
+    groups: Sequence[GroupCapacity],
+    gains: npt.NDArray[np.float64],
+    gain_at: Callable[[npt.NDArray[np.float64], npt.NDArray[np.float64]], npt.NDArray[np.float64]],
+    draws_p: npt.NDArray[np.float64],
+    draws_d: npt.NDArray[np.float64],
+    offset: float,
+) -> str:
+    """Which uncertainty takes the loss's low end to 0: each capacity in turn is held at its central value
+    (and the current plan's measurement replaced by the model); the one that lifts the 10th percentile most
+    is named, with what the low end would be without it."""
+    options: list[tuple[float, str, str]] = []
+    for g, group in enumerate(groups):
+        for role, draws in (("prefill", draws_p), ("decode", draws_d)):
+            if draws[0, g] <= 0 or np.all(draws[:, g] == draws[0, g]):
+                continue
+            fixed = draws.copy()
+            fixed[:, g] = draws[0, g]
+            trial = gain_at(fixed, draws_d) if role == "prefill" else gain_at(draws_p, fixed)
+            options.append(
+                (float(np.quantile(trial - offset, 0.1)), _describe(group, role), "held at its central value")
+            )
+    if offset > 0:
+        options.append(
+            (
+                float(np.quantile(gains + offset, 0.1)),
+                "the current placement's measured throughput, above what the model gives it",
+                "with the model's figure instead",
+            )
+        )
+    if not options:
+        return ""
+    low, what, how = max(options, key=lambda o: o[0])
+    if low <= 0:
+        return f"no single capacity: the uncertainties together (the largest: {what}) take the low end to 0"
+    return f"{what}: {how}, the low end would be {low:,.0f} tokens/s"
+
+
+def _with_measured(plan: Plan, measured: tuple[float | None, float | None], isl: float, osl: float) -> Plan:
+    """The plan with a phase capacity replaced by its measurement where there is one."""
+    prompt = measured[0] if measured[0] is not None else plan.prefill_tokens_per_s
+    generated = measured[1] if measured[1] is not None else plan.decode_tokens_per_s
+    if (prompt, generated) == (plan.prefill_tokens_per_s, plan.decode_tokens_per_s):
+        return plan
+    rate = min(prompt / isl, generated / osl)
+    bound = "prefill" if prompt / isl <= generated / osl else "decode"
+    return Plan(plan.prefill, rate, rate * (isl + osl), prompt, generated, bound)
+
+
+def draw_rates(
+    x: npt.NDArray[np.float64] | npt.NDArray[np.int64],
+    sizes: npt.NDArray[np.int64],
+    draws_p: npt.NDArray[np.float64],
+    draws_d: npt.NDArray[np.float64],
+    isl: float,
+    osl: float,
+    r: Routing,
+) -> npt.NDArray[np.float64]:
+    """Request rate of one plan (prefill workers per group ``x``) under each capacity draw (rows)."""
+    prefill = np.asarray(x, dtype=np.float64)
+    prompt = _phase_capacity(prefill, draws_p, r.prefill_equal)
+    generated = _phase_capacity(sizes - prefill, draws_d, r.decode_equal)
+    return np.minimum(prompt / isl, generated / osl)
+
+
+def weekly_cost_usd(groups: Sequence[GroupCapacity], workers: Sequence[int]) -> float | None:
+    """What ``workers`` per group cost a week at the catalog's hourly prices; None where a group in use has
+    no price (never $0)."""
+    total = 0.0
+    for cap, n in zip(groups, workers, strict=True):
+        if n <= 0:
+            continue
+        price = cap.group.sku.hourly_price_usd
+        if price is None:
+            return None
+        total += n * cap.group.tp * price
+    return total * HOURS_PER_WEEK
+
+
+def capacity_draws(
+    groups: Sequence[GroupCapacity], cp: npt.NDArray[np.float64], cd: npt.NDArray[np.float64], seed: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per-worker capacities in each role (rows: row 0 the central estimate, then ``_DRAWS`` lognormal
+    draws within each capacity's uncertainty). In each role one common normal is shared by the groups in
+    proportion to ``RoleCapacity.correlation``, so two groups' draws correlate by the product of their
+    shares while each keeps its own spread."""
+    rng = np.random.default_rng(seed)
+    own_p = rng.normal(0.0, 1.0, (_DRAWS, len(groups)))
+    own_d = rng.normal(0.0, 1.0, (_DRAWS, len(groups)))
+    common = rng.normal(0.0, 1.0, (_DRAWS, 2))
+
+    def draws(
+        central: npt.NDArray[np.float64], roles: list[RoleCapacity], own: npt.NDArray[np.float64], k: int
+    ) -> npt.NDArray[np.float64]:
+        rho = np.array([c.correlation for c in roles])
+        sigma = np.log1p(np.array([c.uncertainty for c in roles]))
+        noise = rho[None, :] * common[:, k : k + 1] + np.sqrt(1.0 - rho**2)[None, :] * own
+        out: npt.NDArray[np.float64] = central[None, :] * np.exp(
+            np.vstack([np.zeros(len(roles)), noise]) * sigma[None, :]
+        )
+        return out
+
+    return (
+        draws(cp, [g.prefill for g in groups], own_p, 0),
+        draws(cd, [g.decode for g in groups], own_d, 1),
+    )
+
+
+def place(
+    groups: Sequence[GroupCapacity],
+    current_roles: Sequence[Sequence[tuple[int, str]]],
+    *,
+    isl: float,
+    osl: float,
+    demand_tokens_per_s: float,
+    peak_demand_tokens_per_s: float,
+    tolerance: float = 0.0,
+    routing: Routing | None = None,
+    measured: tuple[float | None, float | None] = (None, None),
+    seed: int = 0,
+    loads: Mapping[int, WorkerLoad] | None = None,
+) -> PlacementResult:
+    """Best placement of a disaggregated pool's workers. ``current_roles`` lists, per group, the
+    (grid row, "prefill"|"decode") of each available worker; ``loads`` what the telemetry says about each
+    (grid row -> ``WorkerLoad``), which chooses the workers that change role.
+
+    The plan is chosen on its expected rate over capacity draws (see :func:`best_plan`); the loss is
+    that plan's gain at the central capacities, its range the 10th-90th percentiles over the draws.
+    ``measured`` holds the current placement's prompt and generated tokens/s where the pool was seen
+    saturated in that phase: a saturated phase's delivered throughput is its capacity, so it replaces the
+    model's figure for the current plan (the counterfactual plans have no such measurement).
+    """
+    r = routing or Routing()
+    sizes = np.array([len(m) for m in current_roles], dtype=np.int64)
+    cp = np.array([g.prefill.tokens_per_s if g.prefill.fits else 0.0 for g in groups])
+    cd = np.array([g.decode.tokens_per_s if g.decode.fits else 0.0 for g in groups])
+    current_x = np.array(
+        [sum(1 for _, role in m if role == "prefill") for m in current_roles], dtype=np.int64
+    )
+    modeled = _plan([int(v) for v in current_x], sizes, cp, cd, isl, osl, r)
+    current = _with_measured(modeled, measured, isl, osl)
+    draws_p, draws_d = capacity_draws(groups, cp, cd, seed)
+    chosen = best_plan(sizes, draws_p, draws_d, isl, osl, current_x, tolerance, r)
+    best = _plan([int(v) for v in chosen], sizes, cp, cd, isl, osl, r)
+    if best.tokens_per_s <= current.tokens_per_s:
+        best = current
+    lost = max(0.0, best.tokens_per_s - current.tokens_per_s)
+    low = high = lost
+    cause = ""
+    if best.prefill != current.prefill:
+        offset = (current.request_rate - modeled.request_rate) * (isl + osl)  # measured minus modeled now
+        xb = np.array(best.prefill, dtype=np.float64)
+        xc = current_x.astype(np.float64)
+
+        def gain_at(dp: npt.NDArray[np.float64], dd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+            rates = draw_rates(xb, sizes, dp, dd, isl, osl, r) - draw_rates(xc, sizes, dp, dd, isl, osl, r)
+            out: npt.NDArray[np.float64] = rates * (isl + osl)
+            return out
+
+        gains = gain_at(draws_p, draws_d) - offset
+        low = max(0.0, min(lost, float(np.quantile(gains, 0.1))))
+        high = max(lost, float(np.quantile(gains, 0.9)))
+        if lost > 0 and low <= 0:
+            cause = _range_cause(groups, gains, gain_at, draws_p, draws_d, offset)
+    gpus = int(sum(len(m) * g.group.tp for g, m in zip(groups, current_roles, strict=True)))
+    weekly = weekly_cost_usd(groups, [len(m) for m in current_roles])
+    capacity = current.tokens_per_s
+    utilisation = demand_tokens_per_s / capacity if capacity > 0 else float("nan")
+    demand_limited = capacity > 0 and peak_demand_tokens_per_s <= capacity
+    idle_cost = weekly * max(0.0, 1.0 - utilisation) if weekly is not None and capacity > 0 else None
+    misplacement_cost = (
+        weekly * lost / best.tokens_per_s if weekly is not None and best.tokens_per_s > 0 else None
+    )
+    return PlacementResult(
+        groups=tuple(groups),
+        current=current,
+        best=best,
+        lost_tokens_per_s=lost,
+        lost_low=low,
+        lost_high=high,
+        demand_tokens_per_s=demand_tokens_per_s,
+        peak_demand_tokens_per_s=peak_demand_tokens_per_s,
+        utilisation=utilisation,
+        demand_limited=demand_limited,
+        changes=_changes(groups, current_roles, best, isl, osl, loads),
+        sizes=tuple(int(v) for v in sizes),
+        routing=r,
+        gpus=gpus,
+        weekly_cost_usd=weekly,
+        idle_cost_per_week_usd=idle_cost,
+        misplacement_cost_per_week_usd=misplacement_cost,
+        isl=isl,
+        osl=osl,
+        range_cause=cause,
+    )

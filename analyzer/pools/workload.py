@@ -1,0 +1,154 @@
+"""A pool's traffic mix per bucket: prompt and output token rates, request rate, mean lengths.
+
+Throughput is counted where it is real (DESIGN.md, physics):
+
+- prompt tokens on prefill workers (a decode worker's prompt counter includes the KV it received,
+  vLLM #33289) and on colocated ("mixed") workers;
+- generated tokens on decode workers and on colocated workers.
+
+Requests are counted where an engine counts them: a prefill worker of a disaggregated pool runs every
+request with one output token (vLLM's ``kv_transfer`` prefill, Dynamo and llm-d all send the prefill leg
+with ``max_tokens=1``), so its generation counter counts the prompts it served. When that convention
+visibly does not hold (prefill workers generating many tokens per prompt) or the pool is colocated, the
+request rate is unknown here (NaN) and the pipeline estimates the lengths from KV-cache occupancy
+(:func:`analyzer.pools.capacity.lengths_from_kv`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from analyzer.pools.pool import Pool
+from analyzer.telemetry.frames import ROLES, FloatArray
+from analyzer.telemetry.grid import WorkerGrid
+from fleet.contract import Role
+
+# A prefill worker generating more than this many tokens per prompt token is not a max_tokens=1 leg.
+MAX_PREFILL_OUTPUT_SHARE = 0.05
+
+_PREFILL, _DECODE, _MIXED = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE), ROLES.index(Role.MIXED)
+
+
+@dataclass(frozen=True)
+class PoolTraffic:
+    """Per-bucket traffic of one pool (arrays align with the grid's buckets)."""
+
+    pool: str
+    bucket_start: FloatArray
+    bucket_s: float
+    prompt_rate: FloatArray  # prompt tokens/s where counted as real
+    output_rate: FloatArray  # generated tokens/s
+    request_rate: FloatArray  # requests/s (NaN where no engine counts them)
+    prefill_workers: FloatArray  # workers reporting per role (for context)
+    decode_workers: FloatArray
+    mixed_workers: FloatArray
+    requests_counted: bool  # the prefill convention held (request_rate is a measurement)
+
+    @property
+    def tokens_rate(self) -> FloatArray:
+        return self.prompt_rate + self.output_rate
+
+    @property
+    def isl(self) -> FloatArray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.request_rate > 0, self.prompt_rate / self.request_rate, np.nan)
+
+    @property
+    def osl(self) -> FloatArray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.request_rate > 0, self.output_rate / self.request_rate, np.nan)
+
+    @property
+    def prompt_per_output(self) -> FloatArray:
+        """Prompt tokens per generated token: the prefill:decode token ratio of the traffic."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.output_rate > 0, self.prompt_rate / self.output_rate, np.nan)
+
+    def window(self, first: int, last: int) -> TrafficMix:
+        """The mean mix over buckets [first, last) (rates weighted by time, lengths by requests)."""
+        sl = slice(first, last)
+        active = (self.prompt_rate[sl] + self.output_rate[sl]) > 0
+        if not active.any():
+            return TrafficMix(0.0, 0.0, 0.0, float("nan"), float("nan"), 0)
+        prompt = float(np.mean(self.prompt_rate[sl][active]))
+        output = float(np.mean(self.output_rate[sl][active]))
+        requests = self.request_rate[sl][active]
+        counted = ~np.isnan(requests)
+        request_rate = float(np.mean(requests[counted])) if counted.any() else float("nan")
+        isl = prompt / request_rate if request_rate > 0 else float("nan")
+        osl = output / request_rate if request_rate > 0 else float("nan")
+        return TrafficMix(prompt, output, request_rate, isl, osl, int(active.sum()))
+
+    def peak(self, first: int, last: int, quantile: float = 0.95) -> float:
+        """A high quantile of the hourly tokens/s over buckets [first, last) (the load to plan for)."""
+        values = self.tokens_rate[first:last]
+        values = values[values > 0]
+        return float(np.quantile(values, quantile)) if values.size else 0.0
+
+
+@dataclass(frozen=True)
+class TrafficMix:
+    """Mean traffic over a stretch of time."""
+
+    prompt_rate: float
+    output_rate: float
+    request_rate: float  # NaN when not counted
+    isl: float  # mean prompt tokens per request (NaN when not counted)
+    osl: float  # mean generated tokens per request
+    buckets: int
+
+    @property
+    def tokens_rate(self) -> float:
+        return self.prompt_rate + self.output_rate
+
+    def with_lengths(self, isl: float, osl: float) -> TrafficMix:
+        rate = self.prompt_rate / isl if isl > 0 else float("nan")
+        return TrafficMix(self.prompt_rate, self.output_rate, rate, isl, osl, self.buckets)
+
+
+def pool_traffic(pool: Pool, grid: WorkerGrid) -> PoolTraffic:
+    """The pool's per-bucket traffic from its workers' engine counters."""
+    rows = np.array(pool.members, dtype=np.int64)
+    role = grid.role[rows]
+    prompt = grid.rate(grid.prompt_tokens[rows], rows)
+    generated = grid.rate(grid.generation_tokens[rows], rows)
+    reporting = grid.engine_s[rows] > 0
+
+    def total(values: FloatArray, mask: npt.NDArray[np.bool_]) -> FloatArray:
+        summed: FloatArray = np.where(mask & reporting, np.nan_to_num(values), 0.0).sum(axis=0)
+        return summed
+
+    prefill, decode, mixed = role == _PREFILL, role == _DECODE, role == _MIXED
+    prompt_rate = total(prompt, prefill) + total(prompt, mixed)
+    output_rate = total(generated, decode) + total(generated, mixed)
+    prefill_prompt = total(prompt, prefill)
+    prefill_output = total(generated, prefill)
+    has_prefill = prefill_prompt > 0
+    share = (
+        float(prefill_output[has_prefill].sum() / prefill_prompt[has_prefill].sum())
+        if has_prefill.any()
+        else 1.0
+    )
+    counted = (
+        bool(has_prefill.any()) and 0.0 < share <= MAX_PREFILL_OUTPUT_SHARE and not (mixed & reporting).any()
+    )
+    requests = (
+        np.where(has_prefill & (prefill_output > 0), prefill_output, np.nan)
+        if counted
+        else np.full(grid.shape[1], np.nan)
+    )
+    return PoolTraffic(
+        pool=pool.key,
+        bucket_start=grid.bucket_start,
+        bucket_s=grid.bucket_s,
+        prompt_rate=prompt_rate,
+        output_rate=output_rate,
+        request_rate=requests,
+        prefill_workers=(prefill & reporting).sum(axis=0).astype(np.float64),
+        decode_workers=(decode & reporting).sum(axis=0).astype(np.float64),
+        mixed_workers=(mixed & reporting).sum(axis=0).astype(np.float64),
+        requests_counted=counted,
+    )

@@ -1,0 +1,1 @@
+"""Typed results of an analysis."""

@@ -1,0 +1,365 @@
+"""The analyzer's summary as typed models (summary version 2), and the JSON schema published from them.
+
+:func:`analyzer.summarize.build_summary` builds a :class:`Summary`; ``phasefit analyze --json`` prints an
+:class:`AnalyzeOutput` (the summary, the findings and the warnings). Every model is frozen and forbids
+fields it does not name, so a key the summary gains or loses is a change here, in the published schema
+(``docs/summary.schema.json``, written by ``python -m analyzer.results.summary``) and in its test.
+
+Version 2 semantics: unknown is ``null``, never 0. A figure the analyzer could not estimate (a capacity, a
+loss, a cost) is ``null``, often with a ``*_reason`` next to it; a worker nobody could judge has
+``misplaced: null`` and an ``unjudged_reason``. Lost capacity comes in output tokens/s and requests/s
+first; ``lost_tokens_per_s`` (prompt + output) is the secondary figure. Each comes with ``_low``/``_high``
+bounds and, on pools and the fleet, the time-weighted ``_mean`` variants.
+
+Field order is the order the summary has always been written in: the JSON the CLI prints is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from fleet.contract import Bottleneck, Finding, FindingKind, Role
+
+SUMMARY_VERSION = 2
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_FILE = "summary.schema.json"
+
+Timestamp = Annotated[
+    str,
+    Field(
+        description="RFC 3339 in UTC, e.g. 2024-06-03T00:00:00Z.", json_schema_extra={"format": "date-time"}
+    ),
+]
+Price = Literal["catalog", "price not set", "no placement analysis"]
+Serving = Literal["disaggregated", "colocated", "unknown"]
+Bound = Literal["prefill", "decode"]
+RoutingMode = Literal["round-robin", "load-aware"]
+Evidence = Literal["profiling", "utilisation", "engine"]
+
+# Lost capacity: the units an SRE acts on first, total tokens last (secondary). Null where not estimated.
+LostOutput = Annotated[
+    float | None, Field(description="Output (generated) tokens/s the best split of the same GPUs would add.")
+]
+LostRequests = Annotated[float | None, Field(description="Requests/s the best split would add.")]
+LostTokens = Annotated[
+    float | None, Field(description="Secondary: prompt + output tokens/s the best split would add.")
+]
+Low = Annotated[float | None, Field(description="Lower bound of the figure before it.")]
+High = Annotated[float | None, Field(description="Upper bound of the figure before it.")]
+Mean = Annotated[float | None, Field(description="Time-weighted mean over the segments of the range.")]
+TokensPerS = Annotated[float | None, Field(description="Tokens/s (prompt + output); null where unknown.")]
+Usd = Annotated[float | None, Field(description="US dollars per week; null where no catalog price is set.")]
+CountsBySkuRole = dict[str, dict[str, int]]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RuleCheck(_Model):
+    """One rule of thumb computed for the pool (does disaggregation pay here?)."""
+
+    check: str
+    value: float | None
+    threshold: float | None
+    passed: bool | None = Field(description="null where it could not be computed.")
+    detail: str
+
+
+class GroupRecommendation(_Model):
+    """One SKU/TP group: workers per role now and in the best plan, per-worker throughput, and the replicas
+    the peak demand needs if that group alone served each phase (Dynamo planner's formula). The
+    recommendation builds it (``analyzer.findings.recommend``); the summary carries it as it is."""
+
+    prefill_now: int
+    decode_now: int
+    prefill_best: int
+    decode_best: int
+    prefill_tokens_per_s_per_worker: float
+    decode_tokens_per_s_per_worker: float
+    prefill_replicas_for_peak: int | None
+    decode_replicas_for_peak: int | None
+
+
+class Traffic(_Model):
+    """The pool's traffic in its latest segment."""
+
+    prompt_tokens_per_s: float | None
+    output_tokens_per_s: float | None
+    requests_per_s: float | None
+    mean_prompt_tokens: float | None
+    mean_output_tokens: float | None
+    requests_counted: bool = Field(description="Whether requests/s is a measurement (not derived).")
+
+
+class TrafficDrift(_Model):
+    """A change point in the pool's traffic mix."""
+
+    start: Timestamp
+    description: str
+    magnitude: float | None
+
+
+class Routing(_Model):
+    """How each phase's router spreads requests, as the placement modelled it."""
+
+    prefill: RoutingMode
+    decode: RoutingMode
+
+
+class SegmentSummary(_Model):
+    """A stretch of one traffic mix and one set of serving workers."""
+
+    start: Timestamp
+    end: Timestamp
+    mean_prompt_tokens: float | None
+    mean_output_tokens: float | None
+    requests_per_s: float | None
+    demand_output_tokens_per_s: float | None
+    demand_tokens_per_s: float | None
+    lost_output_tokens_per_s: LostOutput
+    lost_output_tokens_per_s_low: Low
+    lost_output_tokens_per_s_high: High
+    lost_requests_per_s: LostRequests
+    lost_requests_per_s_low: Low
+    lost_requests_per_s_high: High
+    lost_tokens_per_s: LostTokens
+    lost_tokens_per_s_low: Low
+    lost_tokens_per_s_high: High
+    capacity_tokens_per_s: TokensPerS
+    capacity_reason: str | None = Field(description="Why the capacity is unknown; null when it is known.")
+    best_tokens_per_s: TokensPerS
+    utilisation: float | None
+    demand_limited: bool | None
+    bound: Bound | None
+    routing: Routing | None
+    current_placement: CountsBySkuRole = Field(description="SKU -> role -> workers now.")
+    best_placement: CountsBySkuRole | None = Field(description="SKU -> role -> workers in the best plan.")
+    notes: list[str]
+
+
+class PoolSummary(_Model):
+    """One pool: the workers that serve one model behind one router, (cluster, deployment, model)."""
+
+    pool: str = Field(
+        description="<cluster>/<model> or <cluster>/<deployment>/<model>: read cluster and deployment, "
+        "never split the key."
+    )
+    cluster: str
+    deployment: str | None
+    model: str
+    model_key: str | None
+    precision: str | None
+    serving: Serving
+    gpus: int
+    whole_gpus: int
+    mig_instances: int
+    physical_gpus: int | None
+    physical_gpus_reason: str | None
+    workers: int
+    workers_by_sku_role: CountsBySkuRole
+    lost_output_tokens_per_s: LostOutput
+    lost_output_tokens_per_s_low: Low
+    lost_output_tokens_per_s_high: High
+    lost_requests_per_s: LostRequests
+    lost_requests_per_s_low: Low
+    lost_requests_per_s_high: High
+    lost_tokens_per_s: LostTokens
+    lost_tokens_per_s_low: Low
+    lost_tokens_per_s_high: High
+    lost_reason: str | None = Field(description="Why the loss is unknown; null when it was estimated.")
+    lost_output_tokens_per_s_mean: Mean
+    lost_output_tokens_per_s_mean_low: Low
+    lost_output_tokens_per_s_mean_high: High
+    lost_requests_per_s_mean: Mean
+    lost_requests_per_s_mean_low: Low
+    lost_requests_per_s_mean_high: High
+    lost_tokens_per_s_mean: Mean
+    lost_tokens_per_s_mean_low: Low
+    lost_tokens_per_s_mean_high: High
+    capacity_tokens_per_s: TokensPerS
+    capacity_reason: str | None
+    best_tokens_per_s: TokensPerS
+    demand_output_tokens_per_s: float | None
+    demand_tokens_per_s: float | None
+    utilisation: float | None
+    demand_limited: bool | None
+    bound: Bound | None
+    weekly_cost_usd: Usd
+    idle_cost_per_week_usd: Usd
+    misplacement_cost_per_week_usd: Usd
+    price: Price
+    prefill_decode_ratio: float | None
+    recommended_prefill_decode_ratio: float | None
+    prefill_decode_now: str | None = Field(description='Prefill:decode workers now, e.g. "2:4".')
+    prefill_decode_recommended: str | None
+    peak_requests_per_s: float | None
+    recommended: dict[str, GroupRecommendation] | None = Field(description="Per SKU/TP group.")
+    ratio_drift: bool
+    traffic: Traffic
+    checks: list[RuleCheck]
+    calibration: dict[str, float | str | None] = Field(
+        description="The pool's calibration factors (pooled and per group)."
+    )
+    drift_events: list[TrafficDrift]
+    segments: list[SegmentSummary]
+    notes: list[str]
+
+
+class WorkerSummary(_Model):
+    """One serving worker and the verdict on it."""
+
+    worker_id: str
+    pool: str
+    cluster: str
+    sku: str
+    role: Role
+    model: str
+    bottleneck: Bottleneck
+    activity_evidence: Evidence | None = Field(description="What the verdict rests on; null when unjudged.")
+    misplaced: bool | None = Field(description="null: not judged (see unjudged_reason).")
+    unjudged_reason: str | None
+    kinds: list[FindingKind] = Field(description="The kinds of its open misplacement findings.")
+    lost_output_tokens_per_s: float | None
+    lost_requests_per_s: float | None
+    lost_tokens_per_s: float | None
+
+
+class FleetTotals(_Model):
+    """Fleet totals. A sum over pools is null when no pool knows the figure (capacity, best and costs: when
+    any pool does not), with the pools that do not listed."""
+
+    lost_output_tokens_per_s: LostOutput
+    lost_output_tokens_per_s_low: Low
+    lost_output_tokens_per_s_high: High
+    lost_requests_per_s: LostRequests
+    lost_requests_per_s_low: Low
+    lost_requests_per_s_high: High
+    lost_tokens_per_s: LostTokens
+    lost_tokens_per_s_low: Low
+    lost_tokens_per_s_high: High
+    lost_unknown_pools: list[str]
+    lost_output_tokens_per_s_mean: Mean
+    lost_output_tokens_per_s_mean_low: Low
+    lost_output_tokens_per_s_mean_high: High
+    lost_requests_per_s_mean: Mean
+    lost_requests_per_s_mean_low: Low
+    lost_requests_per_s_mean_high: High
+    lost_tokens_per_s_mean: Mean
+    lost_tokens_per_s_mean_low: Low
+    lost_tokens_per_s_mean_high: High
+    capacity_tokens_per_s: TokensPerS
+    best_tokens_per_s: TokensPerS
+    capacity_unknown_pools: list[str]
+    demand_output_tokens_per_s: float | None
+    demand_tokens_per_s: float | None
+    demand_limited: bool = Field(description="Every pool served its demand (its loss is idle capacity).")
+    weekly_cost_usd: Usd
+    idle_cost_per_week_usd: Usd
+    misplacement_cost_per_week_usd: Usd
+    price: Price
+    pools: int
+    workers: int
+    judged_workers: int
+    unjudged_workers: int
+    unjudged_reasons: dict[str, int] = Field(description="Why workers could not be judged -> how many.")
+    judged_by_evidence: dict[str, int] = Field(description="profiling, utilisation or engine -> workers.")
+    gpus: int = Field(description="Every device: whole GPUs plus MIG instances.")
+    whole_gpus: int
+    mig_instances: int
+    mig_parent_gpus: int
+    physical_gpus: int | None = Field(description="null where a MIG instance does not name its GPU.")
+    physical_gpus_reason: str | None
+    unattributed_gpus: int
+    misplaced_workers: int
+    open_findings: int
+    open_findings_by_kind: dict[str, int]
+
+
+class ModelInfo(_Model):
+    """The performance model's calibration and its held-out error."""
+
+    calibration: str = Field(description="When the model's constants were fitted.")
+    heldout_ratio_error_p90: float
+    heldout_absolute_error_p90: float
+
+
+class Summary(_Model):
+    """The analyzer's summary of one range (what phasefit analyze --json prints as its summary)."""
+
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+
+    version: Literal[2] = Field(description="2: unknown figures are null, never 0.")
+    from_: Timestamp = Field(alias="from")
+    to: Timestamp
+    bucket_s: float
+    fleet: FleetTotals
+    model: ModelInfo
+    warnings: list[str]
+    pools: list[PoolSummary]
+    workers: list[WorkerSummary]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The summary as JSON-ready data, as the analyzer has always written it (stored, printed)."""
+        out: dict[str, Any] = self.model_dump(mode="json", by_alias=True)
+        return out
+
+    def with_warnings(self, warnings: Sequence[str]) -> Summary:
+        """The summary with ``warnings`` appended (for notes a caller learns after the run)."""
+        return self.model_copy(update={"warnings": [*self.warnings, *(str(w) for w in warnings)]})
+
+
+class AnalyzeOutput(_Model):
+    """What phasefit analyze --json prints: the summary, the findings and every warning printed."""
+
+    summary: Summary
+    findings: list[Finding]
+    warnings: list[str] = Field(description="Every warning printed on stderr (the summary's warnings).")
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.model_dump(mode="json", by_alias=True)
+        return out
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``phasefit analyze --json`` (its ``summary`` is :class:`Summary`)."""
+    schema = AnalyzeOutput.model_json_schema(by_alias=True, mode="serialization")
+    return {"$schema": SCHEMA_DIALECT, **schema}
+
+
+def schema_text() -> str:
+    """``docs/summary.schema.json`` as it should be committed (deterministic for a given code base)."""
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def default_output() -> Path:
+    """docs/summary.schema.json of the source checkout this module lives in."""
+    return Path(__file__).resolve().parents[1] / "docs" / SCHEMA_FILE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the schema (``python -m analyzer.results.summary [PATH]``; ``--check``: exit 1 if stale)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    check = "--check" in args
+    paths = [a for a in args if a != "--check"]
+    target = Path(paths[0]) if paths else default_output()
+    text = schema_text()
+    if check:
+        current = target.read_text(encoding="utf-8") if target.is_file() else None
+        if current != text:
+            sys.stderr.write(f"{target} is stale: run `python -m analyzer.results.summary`\n")
+            return 1
+        return 0
+    target.write_text(text, encoding="utf-8")
+    sys.stderr.write(f"wrote {target}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Adapters: the store and Prometheus in, analysis results out."""

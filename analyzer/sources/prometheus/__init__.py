@@ -1,0 +1,1 @@
+"""Zero-agent mode: the analysis input read from a Prometheus-compatible API."""

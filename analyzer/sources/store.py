@@ -1,0 +1,248 @@
+"""The analyzer's thin adapter to the store: read [from, to) as bucketed columns, write findings and summary.
+
+Reading goes through the hourly rollups for every hour they cover (``phasefit db prune`` keeps them up to
+the last complete hour) and through one SQL ``GROUP BY`` over raw samples for the hours after that (or for
+everything when the bucket is not an hour or nothing is rolled up yet): a week of 1,024 GPUs is 170
+thousand GPU-hours, never ten million rows in Python.
+
+Writing: findings are upserted (an open episode of the same kind and subject is extended, so a rerun does
+not duplicate it), open findings this run no longer reports are resolved, and the summary is stored as an
+analysis run (``fleet.store.analysis``: the service exports its gauges from the latest one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import BigInteger, Connection, Float, case, func, literal, select, type_coerce
+
+from analyzer.pipeline import AnalysisInput, AnalysisResult
+from analyzer.pools.pool import GpuSpec, Inventory, WorkerSpec
+from analyzer.telemetry.grid import BUCKET_S, ENGINE_BUCKET_COLUMNS, GPU_BUCKET_COLUMNS
+from fleet.contract import FindingStatus, Role
+from fleet.store.analysis import put_analysis
+from fleet.store.engine import is_sqlite
+from fleet.store.findings import finding_subject, resolve_findings, upsert_findings
+from fleet.store.queries import engine_rollups, gpu_rollups, list_gpus, list_workers
+from fleet.store.schema import EngineSample1hRow, EngineSampleRow, GpuSample1hRow, GpuSampleRow, table_of
+
+_HOUR = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class WriteSummary:
+    inserted: int
+    updated: int
+    resolved: int
+    analysis_run_id: int
+
+
+def _floor(moment: datetime, bucket_s: float) -> datetime:
+    epoch = moment.timestamp()
+    return datetime.fromtimestamp(epoch - epoch % bucket_s, tz=UTC)
+
+
+def read_inventory(connection: Connection, since: datetime, until: datetime) -> Inventory:
+    """Workers and GPUs seen in [since, until) (as last reported)."""
+    workers = tuple(
+        WorkerSpec(
+            worker_id=w.worker_id,
+            node=w.node,
+            engine=w.engine,
+            model=w.model,
+            role=_role(w.role),
+            role_source=w.role_source,
+            precision=w.precision,
+            tp=w.tp,
+            gpu_uuids=tuple(w.gpu_uuids or ()),
+            cluster=w.cluster,
+            deployment=w.deployment,
+            kv_capacity_tokens=w.kv_capacity_tokens,
+        )
+        for w in list_workers(connection)
+        if w.last_seen >= since and w.first_seen < until
+    )
+    gpus = tuple(
+        GpuSpec(
+            gpu_uuid=g.gpu_uuid,
+            node=g.node,
+            gpu_name=g.gpu_name,
+            sku=g.sku,
+            worker_id=g.worker_id,
+            source=g.source,
+            state=g.state,
+            cluster=g.cluster,
+            parent_gpu_uuid=g.parent_gpu_uuid,
+            mig_profile=g.mig_profile,
+        )
+        for g in list_gpus(connection)
+        if g.last_seen >= since and g.first_seen < until
+    )
+    return Inventory(workers, gpus)
+
+
+def _role(text: str) -> Role:
+    try:
+        return Role(text)
+    except ValueError:
+        return Role.UNKNOWN
+
+
+def rolled_up_until(connection: Connection) -> datetime | None:
+    """End of the last hour both hourly rollups cover (None when either is empty)."""
+    ends: list[datetime] = []
+    for model in (GpuSample1hRow, EngineSample1hRow):
+        last = connection.execute(select(func.max(table_of(model).c.bucket))).scalar_one()
+        if last is None:
+            return None
+        assert isinstance(last, datetime)
+        ends.append(last + _HOUR)
+    return min(ends)
+
+
+def _bucket_epoch(connection: Connection, column: Any, bucket_s: float) -> Any:
+    """SQL for the start of ``column``'s bucket, in epoch seconds (float)."""
+    if is_sqlite(connection):
+        width_us = round(bucket_s * 1_000_000)
+        return (
+            type_coerce(
+                (type_coerce(column, BigInteger) // literal(width_us, BigInteger))
+                * literal(width_us, BigInteger),
+                Float,
+            )
+            / 1_000_000.0
+        )
+    return func.floor(func.date_part("epoch", column) / bucket_s) * bucket_s
+
+
+def _rows(connection: Connection, statement: Any, names: Sequence[str]) -> dict[str, list[Any]]:
+    rows = connection.execute(statement).all()
+    if not rows:
+        return {name: [] for name in names}
+    return {name: list(values) for name, values in zip(names, zip(*rows, strict=True), strict=True)}
+
+
+def aggregate_raw_gpu(
+    connection: Connection, since: datetime, until: datetime, bucket_s: float
+) -> dict[str, list[Any]]:
+    """GPU rollup columns computed in SQL from raw samples in [since, until)."""
+    c = table_of(GpuSampleRow).c
+    bucket = _bucket_epoch(connection, c.ts, bucket_s)
+    statement = (
+        select(
+            bucket,
+            c.gpu_uuid,
+            func.max(c.worker_id),
+            func.count(),
+            func.sum(c.window_s),
+            func.avg(c.sm_active),
+            func.avg(c.tensor_active),
+            func.avg(c.dram_active),
+            func.avg(c.gpu_util),
+            func.avg(c.gr_engine_active),
+            func.avg(c.mem_copy_util),
+            func.max(c.mem_used_bytes),
+            func.sum(case((c.state == "lost", 1), else_=0)),
+            func.sum(case((c.state == "degraded", 1), else_=0)),
+        )
+        .where(c.ts >= since, c.ts < until)
+        .group_by(c.gpu_uuid, bucket)
+    )
+    return _rows(connection, statement, GPU_BUCKET_COLUMNS)
+
+
+def aggregate_raw_engine(
+    connection: Connection, since: datetime, until: datetime, bucket_s: float
+) -> dict[str, list[Any]]:
+    """Engine rollup columns computed in SQL from raw samples in [since, until)."""
+    c = table_of(EngineSampleRow).c
+    bucket = _bucket_epoch(connection, c.ts, bucket_s)
+    statement = (
+        select(
+            bucket,
+            c.worker_id,
+            func.max(c.role),
+            func.count(),
+            func.sum(c.window_s),
+            func.sum(c.prompt_tokens),
+            func.sum(c.generation_tokens),
+            func.sum(c.preemptions),
+            func.avg(c.requests_running),
+            func.avg(c.requests_waiting),
+            func.max(c.requests_waiting),
+            func.avg(c.kv_cache_usage),
+            func.max(c.kv_cache_usage),
+            func.avg(c.ttft_p50_s),
+            func.avg(c.tpot_p50_s),
+        )
+        .where(c.ts >= since, c.ts < until)
+        .group_by(c.worker_id, bucket)
+    )
+    return _rows(connection, statement, ENGINE_BUCKET_COLUMNS)
+
+
+def _concat(parts: Sequence[dict[str, list[Any]]], names: Sequence[str]) -> dict[str, list[Any]]:
+    return {name: [v for part in parts for v in part[name]] for name in names}
+
+
+def read_input(
+    connection: Connection, since: datetime, until: datetime, *, bucket_s: float = BUCKET_S
+) -> AnalysisInput:
+    """Everything the analyzer needs for [since, until), bucket-aligned outward."""
+    if since.tzinfo is None or until.tzinfo is None:
+        raise ValueError("analysis range bounds must be timezone-aware")
+    if until <= since:
+        raise ValueError(
+            f"empty analysis range: from {since.isoformat()} is not before to {until.isoformat()}"
+        )
+    start = _floor(since, bucket_s)
+    rolled = rolled_up_until(connection) if bucket_s == BUCKET_S else None
+    gpu_parts, engine_parts = [], []
+    raw_from = start
+    if rolled is not None and rolled > start:
+        covered = min(rolled, until)
+        gpu_parts.append(_rollup_columns(gpu_rollups(connection, "1h", start, covered), GPU_BUCKET_COLUMNS))
+        engine_parts.append(
+            _rollup_columns(engine_rollups(connection, "1h", start, covered), ENGINE_BUCKET_COLUMNS)
+        )
+        raw_from = covered
+    if raw_from < until:
+        gpu_parts.append(aggregate_raw_gpu(connection, raw_from, until, bucket_s))
+        engine_parts.append(aggregate_raw_engine(connection, raw_from, until, bucket_s))
+    return AnalysisInput(
+        inventory=read_inventory(connection, since, until),
+        gpu_buckets=_concat(gpu_parts, GPU_BUCKET_COLUMNS),
+        engine_buckets=_concat(engine_parts, ENGINE_BUCKET_COLUMNS),
+        start=start.timestamp(),
+        end=until.timestamp(),
+        bucket_s=bucket_s,
+    )
+
+
+def _rollup_columns(columns: dict[str, list[Any]], names: Sequence[str]) -> dict[str, list[Any]]:
+    """A rollup read (``ts`` = bucket start) restricted to the bucket columns the analyzer uses."""
+    return {name: columns[name] for name in names}
+
+
+def write_result(connection: Connection, result: AnalysisResult, *, now: datetime) -> WriteSummary:
+    """Store the run's findings (deduplicated across runs), resolve the open ones it no longer reports, and
+    store the summary as an analysis run where the store supports it."""
+    counts = upsert_findings(connection, result.findings, now=now)
+    still_open = [(f.kind, finding_subject(f)) for f in result.findings if f.status is FindingStatus.OPEN]
+    resolved = resolve_findings(connection, still_open=still_open, at=now)
+    run_id = store_summary(connection, result.summary, now=now)
+    return WriteSummary(counts.inserted, counts.updated, resolved, run_id)
+
+
+def store_summary(connection: Connection, summary: dict[str, Any], *, now: datetime) -> int:
+    """Record the summary as an analysis run (``fleet.store.analysis``); returns the run's id."""
+    return put_analysis(
+        connection,
+        created_at=now,
+        from_ts=datetime.fromisoformat(summary["from"].replace("Z", "+00:00")),
+        to_ts=datetime.fromisoformat(summary["to"].replace("Z", "+00:00")),
+        summary=summary,
+    )

@@ -1,0 +1,1 @@
+"""Telemetry frames and bottleneck classification."""

@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from analyzer.findings.evidence import capacity_evidence
+from analyzer.model.deployment import make_deployment
+from analyzer.model.kv_budget import BudgetSource
+from analyzer.model.moe import kv_bytes_per_token_slot
+from analyzer.pools.capacity import (
+    CapacityParams,
+    PoolCalibration,
+    RoleCapacity,
+    group_capacity,
+    kv_budget_of,
+)
+from analyzer.pools.decode_fit import DecodeLine
+from analyzer.pools.pool import SkuGroup
+from fleet.catalog import load_catalog
+
+CATALOG = load_catalog()
+ISL, OSL = 1334.0, 175.0
+
+
+def _group(gpu: str, rows: range) -> SkuGroup:
+    d = make_deployment(CATALOG, model="llama-3.1-70b", gpu=gpu, precision="fp8", tp=2)
+    return SkuGroup(d.gpu, 2, tuple(rows), d)
+
+
+H100 = _group("H100 SXM", range(0, 8))
+H200 = _group("H200 SXM", range(8, 16))
+# What their engines report holding (tokens): the budgets are measured, so only the model's own error is
+# left in the capacities' uncertainty.
+REPORTED = {H100.key: (400_000.0, 0.0), H200.key: (1_100_000.0, 0.0)}
+
+
+def _inverted_calibration() -> PoolCalibration:
+    """H100s decode (a line up to batch 38), H200s prefill (a measured factor): every other figure is
+    transferred, as in a fleet placed backwards."""
+    return PoolCalibration(
+        prefill_factor={H200.key: (1.07, 0.006)},
+        decode={H100.key: DecodeLine(scale=0.97, residual=0.02, max_batch_seen=38.0, points=200)},
+        pooled_prefill=1.07,
+        pooled_decode=0.97,
+        skus={H100.key: H100.sku, H200.key: H200.sku},
+        kv_reported=dict(REPORTED),
+        kv_reporting={H100.key: tuple(H100.members), H200.key: tuple(H200.members)},
+    )
+
+
+def test_correlation_is_the_shared_share_of_the_uncertainty() -> None:
+    assert RoleCapacity(1.0, 0.2, "transferred", shared=0.05).correlation == pytest.approx(0.25)
+    assert RoleCapacity(1.0, 0.2, "measured").correlation == 0.0
+    assert RoleCapacity(1.0, 0.1, "measured", shared=0.3).correlation == 1.0
+    assert RoleCapacity(0.0, 0.0, "model", fits=False).correlation == 0.0
+
+
+def test_capacities_from_one_source_share_its_error() -> None:
+    # A model band wide enough not to cap the transferred decode figure (the cap is tested below).
+    p = CapacityParams(model_uncertainty=0.45)
+    cal = _inverted_calibration()
+    h100, h200 = (group_capacity(g, cal, ISL, OSL, p) for g in (H100, H200))
+    # Prefill: the H100 borrows the H200's measured factor; equal compute adds no cross-SKU error.
+    assert (h200.prefill.source, h100.prefill.source) == ("measured", "transferred")
+    assert h100.prefill.uncertainty == pytest.approx(p.measured_uncertainty)
+    assert h100.prefill.correlation == pytest.approx(1.0)
+    assert h200.prefill.correlation == pytest.approx(1.0)
+    # Decode: both extrapolate the H100's line beyond batch 38; the H200 also borrows its scale, and only
+    # the cross-SKU part of its error (bandwidth and memory differ) is its own.
+    assert (h100.decode.source, h200.decode.source) == ("measured", "transferred")
+    assert h100.decode.correlation == pytest.approx(1.0, abs=1e-3)  # a reported budget is all but exact
+    assert h200.decode.batch is not None and h200.decode.batch > 4 * 38.0
+    extrapolation = p.extrapolation_per_doubling * math.log2(h200.decode.batch / 38.0)
+    assert h200.decode.shared == pytest.approx(p.measured_uncertainty + extrapolation, rel=1e-3)
+    assert 0.5 < h200.decode.correlation < 1.0
+
+
+def test_a_borrowed_figure_is_never_less_certain_than_the_uncalibrated_model() -> None:
+    p = CapacityParams(model_uncertainty=0.15)
+    h200 = group_capacity(H200, _inverted_calibration(), ISL, OSL, p)
+    assert h200.decode.source == "transferred"
+    assert h200.decode.uncertainty == pytest.approx(0.15, rel=1e-3)
+    assert h200.decode.correlation == pytest.approx(1.0)
+
+
+def test_an_uncalibrated_model_shares_what_cancels_in_cross_sku_ratios() -> None:
+    p = CapacityParams()
+    cal = PoolCalibration(skus={H100.key: H100.sku, H200.key: H200.sku}, kv_reported=dict(REPORTED))
+    capacity = group_capacity(H200, cal, ISL, OSL, p)
+    for role in (capacity.prefill, capacity.decode):
+        assert role.source == "model"
+        assert role.uncertainty == pytest.approx(p.model_uncertainty, rel=0.01)
+        assert role.shared == pytest.approx(p.model_uncertainty - p.transfer_uncertainty, rel=0.05)
+
+
+def test_a_reported_budget_comes_before_any_model_and_says_so() -> None:
+    cal = PoolCalibration(skus={H100.key: H100.sku}, kv_reported={H100.key: (250_000.0, 0.0)})
+    budget = kv_budget_of(H100, cal)
+    assert budget.source is BudgetSource.MEASURED
+    assert H100.deployment is not None
+    assert budget.tokens(H100.deployment) == pytest.approx(250_000.0)
+    # Its capacity rests on it: the decode batch is what 250k tokens hold of whole sequences.
+    capacity = group_capacity(H100, cal, ISL, OSL)
+    assert capacity.kv_budget is budget or capacity.kv_budget == budget
+    assert capacity.decode.batch == pytest.approx(250_000.0 / (ISL + OSL), rel=0.01)
+    # Inference from the group's own telemetry and the model come only after a measurement.
+    inferred = PoolCalibration(skus={H100.key: H100.sku}, kv_bytes={H100.key: 1e9})
+    assert kv_budget_of(H100, inferred).source is BudgetSource.INFERRED
+    assert kv_budget_of(H100, PoolCalibration()).source is BudgetSource.MODELLED
+    peer = PoolCalibration(kv_peer={H100.key: (300_000.0, 0.0, 3)}, kv_bytes={H100.key: 1e9})
+    assert kv_budget_of(H100, peer).source is BudgetSource.PEER
+    assert kv_budget_of(H100, peer).tokens(H100.deployment) == pytest.approx(300_000.0)
+
+
+def test_evidence_says_which_budget_each_worker_rests_on() -> None:
+    cal = PoolCalibration(
+        skus={H100.key: H100.sku},
+        kv_reported={H100.key: (250_000.0, 0.0)},
+        kv_reporting={H100.key: (0, 1)},  # workers 0 and 1 report; the others run the same engine
+    )
+    capacity = group_capacity(H100, cal, ISL, OSL)
+    assert capacity_evidence(capacity, 0)["kv_budget"] == "measured"
+    assert capacity_evidence(capacity, 5)["kv_budget"] == "measured-on-peer"
+    modelled = capacity_evidence(group_capacity(H100, PoolCalibration(), ISL, OSL), 0)
+    assert modelled["kv_budget"] == "modelled"
+    assert "reserve" in str(modelled["kv_budget_detail"])
+    assert modelled["decode_capacity_uncertainty"] is not None
+
+
+def _starved(budget_tokens: float | None) -> tuple[float, float]:
+    """Decode uncertainty of 70B FP8 on one H100 (weights nearly fill it) and on one H200, with the
+    budget reported (``budget_tokens``) or modelled (None)."""
+    out = []
+    for gpu in ("H100 SXM", "H200 SXM"):
+        d = make_deployment(CATALOG, model="llama-3.1-70b", gpu=gpu, precision="fp8", tp=1)
+        group = SkuGroup(d.gpu, 1, (0,), d)
+        reported = {} if budget_tokens is None else {group.key: (budget_tokens, 0.0)}
+        cal = PoolCalibration(skus={group.key: group.sku}, kv_reported=reported)
+        out.append(group_capacity(group, cal, 1000.0, 1000.0).decode.uncertainty)
+    return out[0], out[1]
+
+
+def test_a_modelled_budget_widens_the_band_where_the_kv_cache_starves() -> None:
+    p = CapacityParams()
+    starved, roomy = _starved(None)
+    # One H100 holds 72.7 GB of weights in 80 GB: the engine's reserve and fraction decide the budget.
+    assert starved > 2 * roomy
+    assert starved == pytest.approx(1.0)  # the low end of the range holds no batch at all
+    assert roomy > p.model_uncertainty  # even the H200's modelled budget adds to the model's own error
+    measured_starved, measured_roomy = _starved(20_000.0)
+    assert measured_starved == pytest.approx(p.model_uncertainty, rel=0.05)
+    assert measured_roomy == pytest.approx(p.model_uncertainty, rel=0.05)
+
+
+def test_moe_routing_band_is_shared_by_every_group_of_the_pool() -> None:
+    groups: list[SkuGroup] = []
+    for gpu in ("H100 SXM", "H200 SXM"):
+        d = make_deployment(CATALOG, model="qwen3-235b-a22b", gpu=gpu, precision="fp8", tp=8)
+        groups.append(SkuGroup(d.gpu, 8, (len(groups),), d))
+    reported = {
+        g.key: (g.deployment.hbm_bytes * 0.3 * 8 / kv_bytes_per_token_slot(g.deployment), 0.0)
+        for g in groups
+        if g.deployment is not None
+    }
+    cal = PoolCalibration(skus={g.key: g.sku for g in groups}, kv_reported=reported)
+    dense_d = make_deployment(CATALOG, model="llama-3.1-70b", gpu="H200 SXM", precision="fp8", tp=8)
+    dense = SkuGroup(dense_d.gpu, 8, (9,), dense_d)
+    dense_cal = PoolCalibration(skus={dense.key: dense.sku}, kv_reported={dense.key: (2_000_000.0, 0.0)})
+    dense_decode = group_capacity(dense, dense_cal, 1000.0, 1000.0).decode
+    for g in groups:
+        decode = group_capacity(g, cal, 1000.0, 1000.0).decode
+        assert decode.uncertainty > dense_decode.uncertainty  # the MoE band widens it
+        assert decode.shared > dense_decode.shared  # and what widens it is common to the pool's groups

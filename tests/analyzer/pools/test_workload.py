@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analyzer.pipeline import input_from_samples
+from analyzer.pools.pool import build_pools
+from analyzer.pools.workload import pool_traffic
+from analyzer.telemetry.grid import aggregate_engine_samples, aggregate_gpu_samples, build_grid
+from fleet.catalog import load_catalog
+from tests.analyzer.synthetic import H100, H200, Fleet, Worker, workers
+
+CATALOG = load_catalog()
+
+
+def _traffic(fleet: Fleet):  # type: ignore[no-untyped-def]
+    gpu, engine = fleet.columns()
+    data = input_from_samples(gpu, engine)
+    inventory = data.inventory
+    grid = build_grid(
+        inventory.worker_ids,
+        inventory.gpu_worker(),
+        data.gpu_buckets,
+        data.engine_buckets,
+        start=data.start,
+        end=data.end,
+    )
+    (pool,) = build_pools(inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG)
+    return pool_traffic(pool, grid), grid
+
+
+def test_disaggregated_traffic_counts_tokens_where_they_are_real() -> None:
+    fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6, rate_rps=lambda h: 50.0)
+    traffic, _ = _traffic(fleet)
+    assert traffic.requests_counted
+    full = slice(0, 6)
+    # Prompt tokens from prefill workers only (decode workers' prompt counters hold received KV).
+    assert np.allclose(traffic.prompt_rate[full], 50.0 * 1300.0, rtol=0.03)
+    assert np.allclose(traffic.output_rate[full], 50.0 * 180.0, rtol=0.03)
+    assert np.allclose(traffic.request_rate[full], 50.0, rtol=0.03)
+    assert np.allclose(traffic.isl[full], 1300.0, rtol=1e-3)
+    assert np.allclose(traffic.osl[full], 180.0, rtol=1e-3)
+    mix = traffic.window(0, 6)
+    assert mix.isl == pytest.approx(1300.0, rel=1e-3)
+    assert mix.osl == pytest.approx(180.0, rel=1e-3)
+    assert mix.tokens_rate == pytest.approx(50.0 * 1480.0, rel=0.03)
+    assert traffic.prefill_workers[0] == 3 and traffic.decode_workers[0] == 2
+
+
+def test_lengths_follow_the_mix_hour_by_hour() -> None:
+    fleet = Fleet(workers([("node00", H100, 2, 2)]), hours=6, isl=lambda h: 1000.0 if h < 3 else 2000.0)
+    traffic, _ = _traffic(fleet)
+    assert traffic.isl[1] == pytest.approx(1000.0, rel=1e-3)
+    assert traffic.isl[4] == pytest.approx(2000.0, rel=1e-3)
+    assert traffic.prompt_per_output[4] == pytest.approx(2000.0 / 180.0, rel=1e-3)
+
+
+def test_a_colocated_pool_does_not_count_requests() -> None:
+    fleet = Fleet([Worker("node00/mixed-1", H100, "mixed"), Worker("node00/mixed-2", H100, "mixed")], hours=3)
+    traffic, _ = _traffic(fleet)
+    assert not traffic.requests_counted
+    assert np.isnan(traffic.request_rate).all()
+    assert traffic.mixed_workers[0] == 2
+
+
+def test_rates_use_the_seconds_received_so_gaps_do_not_read_as_lower_traffic() -> None:
+    fleet = Fleet(workers([("node00", H100, 2, 2)]), hours=2, rate_rps=lambda h: 40.0)
+    gpu, engine = fleet.columns()
+    keep = np.ones(len(engine["ts"]), dtype=bool)
+    keep[: len(keep) // 4] = False  # the first half hour of every worker's windows went missing
+    engine = {
+        k: (v[keep] if isinstance(v, np.ndarray) else [x for x, k2 in zip(v, keep, strict=True) if k2])
+        for k, v in engine.items()
+    }
+    buckets = aggregate_engine_samples(engine)
+    assert sum(buckets["window_s_sum"]) < 2 * 4 * 3600
+    data = input_from_samples(gpu, engine)
+    grid = build_grid(
+        data.inventory.worker_ids,
+        data.inventory.gpu_worker(),
+        aggregate_gpu_samples(gpu),
+        buckets,
+        start=data.start,
+        end=data.end,
+    )
+    (pool,) = build_pools(data.inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG)
+    traffic = pool_traffic(pool, grid)
+    assert traffic.request_rate[0] == pytest.approx(40.0, rel=0.05)
