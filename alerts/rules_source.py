@@ -17,6 +17,9 @@ from alerts.promql import literal_regex, promql_regex
 from alerts.rules_analyzer import analyzer_rule_file
 from alerts.rules_collector import collector_rule_file
 from alerts.rules_dcgm import dcgm_rule_file
+from analyzer.pipeline import AnalyzerParams
+from analyzer.telemetry.bottleneck import BottleneckThresholds
+from fleet.contract import TelemetrySource
 from fleet.gpus import GpuCatalog, GpuSku
 
 
@@ -49,9 +52,17 @@ def sku_bandwidths(gpus: GpuCatalog) -> tuple[SkuBandwidth, ...]:
     )
 
 
-def default_config(gpus: GpuCatalog) -> RulesConfig:
-    """The configuration the committed files in ``alerts/rules/`` are rendered with."""
-    return RulesConfig(skus=sku_bandwidths(gpus))
+def default_config(gpus: GpuCatalog, bottleneck: BottleneckThresholds | None = None) -> RulesConfig:
+    """The configuration the committed files in ``alerts/rules/`` are rendered with.
+
+    The bounds a placement alert calls compute- and memory-bound are the analyzer's: normalised pressure
+    ``busy`` of the saturated tensor activity and of DCGM's saturated DRAM activity."""
+    t = bottleneck or AnalyzerParams().bottleneck
+    return RulesConfig(
+        skus=sku_bandwidths(gpus),
+        compute_bound_tensor_active=round(t.busy * t.tensor_saturation, 4),
+        memory_bound_dram_active=round(t.busy * t.dram_saturation[TelemetrySource.DCGM], 4),
+    )
 
 
 def _model_name_regex(sku: GpuSku) -> str:

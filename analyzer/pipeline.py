@@ -7,13 +7,13 @@ back; tests and benchmarks build the input from simulated records with :func:`in
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from analyzer.findings.health import HealthParams, WorkerContext, health_findings
-from analyzer.findings.misplacement import FindingParams, placement_findings
+from analyzer.findings.base import FindingInputs, WorkerContext
+from analyzer.findings.registry import FindingParams, detect_all
 from analyzer.pools.analysis import PoolAnalysis, PoolParams, analyze_pool
 from analyzer.pools.pool import Inventory, build_pools, inventory_from_samples
 from analyzer.pools.reported_budgets import ReportedBudgets
@@ -45,11 +45,19 @@ class AnalysisInput:
     bucket_s: float = BUCKET_S
 
 
+def _bucket_thresholds() -> BottleneckThresholds:
+    # Hourly buckets are already medians of many windows: no further smoothing, two buckets of dwell.
+    return BottleneckThresholds(smoothing_windows=1, min_dwell_windows=2)
+
+
 @dataclass(frozen=True)
 class AnalyzerParams:
+    """Every threshold of the analysis, in one tree (``docs/configuration.md`` lists its leaves by path;
+    ``PHASEFIT_ANALYZER_THRESHOLDS`` sets any of them)."""
+
+    bottleneck: BottleneckThresholds = field(default_factory=_bucket_thresholds)
     pool: PoolParams = field(default_factory=PoolParams)
     findings: FindingParams = field(default_factory=FindingParams)
-    health: HealthParams = field(default_factory=HealthParams)
     clusters: Mapping[str, str] | None = None  # node -> cluster, over what the collectors reported
     pool_params: Mapping[str, PoolParams] = field(default_factory=dict)  # per pool key
 
@@ -130,7 +138,7 @@ def analyze(
         bucket_s=data.bucket_s,
     )
     gpu_frame, engine_frame = bottleneck_frames(grid, data.gpu_buckets, gpu_worker, _sources(inventory))
-    thresholds = BottleneckThresholds(window_s=data.bucket_s, smoothing_windows=1, min_dwell_windows=2)
+    thresholds = replace(p.bottleneck, window_s=data.bucket_s)
     bottlenecks = classify(
         gpu_frame,
         engine_frame,
@@ -147,15 +155,12 @@ def analyze(
         analyze_pool(pool, grid, p.pool_params.get(pool.key, p.pool), nodes=nodes, budgets=budgets)
         for pool in pools
     ]
-    findings: list[Finding] = []
-    for analysis in analyses:
-        findings += placement_findings(analysis, grid, bottlenecks, p.findings)
     context = {
         row: WorkerContext(pool.key, pool.sku_of(row).key, inventory.workers[row].role)
         for pool in pools
         for row in pool.members
     }
-    findings += health_findings(grid, bottlenecks, context, p.health)
+    findings: list[Finding] = detect_all(FindingInputs(analyses, grid, bottlenecks, context), p.findings)
     findings.sort(key=lambda f: (-f.lost_tokens_per_s, f.kind.value, f.pool or "", f.worker_id or ""))
     typed = build_summary(
         start=data.start,
@@ -169,5 +174,6 @@ def analyze(
         inventory=inventory,
         extra_warnings=extra_warnings,
         catalog=catalog,
+        finding_params=p.findings,
     )
     return AnalysisResult(typed.to_json_dict(), findings, analyses, grid, bottlenecks, typed)

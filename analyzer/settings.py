@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from analyzer.findings.recommend import RecommendParams
@@ -21,6 +21,7 @@ from analyzer.sources.prometheus.split import (
     DEFAULT_TIMEOUT_S,
     QueryLimits,
 )
+from analyzer.tunable import OverrideError, with_overrides
 
 
 class AnalyzerSettings(BaseSettings):
@@ -64,6 +65,12 @@ class AnalyzerSettings(BaseSettings):
         "list; each also matched sanitised and as kube-state-metrics' label_<name>); else "
         "<namespace>/<owner_name> where the series carry them.",
     )
+    thresholds: dict[str, float | int | dict[str, float] | None] = Field(
+        default_factory=dict,
+        description="Any threshold of the analysis by its path (JSON, e.g. "
+        '{"findings.underutilised.below": 0.35}); the paths, defaults and meanings are listed under '
+        '"Analyzer thresholds" below. Applied after the named settings above.',
+    )
     prometheus_max_points_per_series: int = Field(
         default=DEFAULT_MAX_POINTS,
         ge=1,
@@ -99,6 +106,17 @@ class AnalyzerSettings(BaseSettings):
         description="Zero-agent mode: seconds to wait for one answer of the Prometheus API.",
     )
 
+    @field_validator("thresholds")
+    @classmethod
+    def _known_thresholds(
+        cls, value: dict[str, float | int | dict[str, float] | None]
+    ) -> dict[str, float | int | dict[str, float] | None]:
+        try:
+            with_overrides(AnalyzerParams(), value)
+        except OverrideError as error:
+            raise ValueError(str(error)) from error
+        return value
+
     def query_limits(self) -> QueryLimits:
         """What one zero-agent query may ask of the Prometheus API (analyzer.sources.prometheus.split)."""
         return QueryLimits(
@@ -110,18 +128,18 @@ class AnalyzerSettings(BaseSettings):
         )
 
     def params(self) -> AnalyzerParams:
+        """The parameter tree: defaults, the named settings, then ``thresholds`` by path."""
         base = AnalyzerParams()
         capacity = replace(
             base.pool.capacity, tpot_slo_s=self.tpot_slo_s, max_decode_batch=self.max_decode_batch
         )
-        recommend = RecommendParams(
-            restart_s=self.restart_s,
-            cold_start_s=self.cold_start_s,
-            kv_link_bytes_per_s=self.kv_link_gb_s * 1e9 if self.kv_link_gb_s is not None else None,
-        )
-        return replace(
+        recommend = RecommendParams(restart_s=self.restart_s, cold_start_s=self.cold_start_s)
+        link = self.kv_link_gb_s * 1e9 if self.kv_link_gb_s is not None else None
+        kv_fabric = replace(base.findings.kv_fabric, link_bytes_per_s=link)
+        named = replace(
             base,
             pool=replace(base.pool, capacity=capacity, tolerance=self.tolerance),
-            findings=replace(base.findings, recommend=recommend),
+            findings=replace(base.findings, recommend=recommend, kv_fabric=kv_fabric),
             clusters=self.clusters or None,
         )
+        return with_overrides(named, self.thresholds)

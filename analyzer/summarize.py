@@ -30,8 +30,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from analyzer.findings.evidence import activity_evidence, dominant_bottleneck, evidence_label
-from analyzer.findings.misplacement import MISPLACEMENT_KINDS
-from analyzer.findings.recommend import recommended_ratio, rules_of_thumb
+from analyzer.findings.misplaced_worker import KINDS as MISPLACEMENT_KINDS
+from analyzer.findings.recommend import recommended_ratio
+from analyzer.findings.registry import FindingParams, rules_of_thumb
 from analyzer.model.efficiency import CALIBRATION_ACCURACY, CALIBRATION_PROVENANCE
 from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
 from analyzer.pools.pool import DeviceCounts, Inventory, Pool, device_counts
@@ -243,6 +244,7 @@ def _pool_summary(
     grid: WorkerGrid,
     inventory: Inventory,
     catalog: Catalog | None = None,
+    finding_params: FindingParams | None = None,
 ) -> PoolSummary:
     pool = analysis.pool
     latest = analysis.latest
@@ -307,7 +309,7 @@ def _pool_summary(
         ),
         checks=[
             RuleCheck(check=c.name, value=c.value, threshold=c.threshold, passed=c.passed, detail=c.detail)
-            for c in (rules_of_thumb(analysis, latest) if latest else [])
+            for c in (rules_of_thumb(analysis, latest, finding_params) if latest else [])
         ],
         calibration=analysis.calibration.as_dict(),
         drift_events=[
@@ -399,8 +401,9 @@ def build_summary(
     inventory: Inventory,
     extra_warnings: Sequence[str] = (),
     catalog: Catalog | None = None,
+    finding_params: FindingParams | None = None,
 ) -> Summary:
-    pool_rows = [_pool_summary(a, findings, grid, inventory, catalog) for a in analyses]
+    pool_rows = [_pool_summary(a, findings, grid, inventory, catalog, finding_params) for a in analyses]
     open_findings = [f for f in findings if f.status is FindingStatus.OPEN]
     placements = {a.pool.key: a.latest.placement for a in analyses if a.latest and a.latest.placement}
     misplaced: dict[str, list[str]] = {}

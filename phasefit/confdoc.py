@@ -293,8 +293,9 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render(docs: Sequence[ClassDoc]) -> str:
-    """The whole docs/configuration.md, deterministic for a given code base."""
+def render(docs: Sequence[ClassDoc], extra: Sequence[tuple[str, str]] = ()) -> str:
+    """The whole docs/configuration.md, deterministic for a given code base; ``extra``: (title, markdown)
+    sections after the settings."""
     out: list[str] = [
         "# Configuration reference",
         "",
@@ -312,6 +313,7 @@ def render(docs: Sequence[ClassDoc]) -> str:
         "",
     ]
     out.extend(f"- [`{doc.path}`](#{_anchor(doc.path)})" for doc in docs)
+    out.extend(f"- [{title}](#{_anchor(title)})" for title, _ in extra)
     for doc in docs:
         out += ["", f"## {doc.path}", ""]
         if doc.summary:
@@ -330,6 +332,8 @@ def render(docs: Sequence[ClassDoc]) -> str:
             names = "<br>".join(f"`{e}`" for e in s.env_vars)
             description = s.description or "**undocumented**"
             out.append(f"| {names} | {_cell(s.type)} | {_cell(s.default)} | {_cell(description)} |")
+    for title, body in extra:
+        out += ["", f"## {title}", "", body.rstrip("\n")]
     return "\n".join(out) + "\n"
 
 
@@ -351,8 +355,10 @@ def document_all(found: Discovery) -> list[ClassDoc]:
 
 
 def generate(paths: Iterable[str] = SETTINGS_CLASSES) -> tuple[str, Discovery]:
+    from phasefit.threshold_doc import TITLE, render_thresholds  # the analyzer's tree, only when asked
+
     found = discover(paths)
-    return render(document_all(found)), found
+    return render(document_all(found), [(TITLE, render_thresholds())]), found
 
 
 def default_output() -> Path:

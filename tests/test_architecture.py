@@ -136,6 +136,7 @@ def test_the_cycle_finder_finds_one() -> None:
 
 # The analyzer's parts in pipeline order, lowest first: each imports only parts at or below its own place.
 ANALYZER_LAYERS = (
+    "tunable",  # how a threshold is declared, documented and set by path
     "results",  # typed results: the summary's model, nothing of the analyzer's
     "model",  # the performance model: roofline, MoE, KV budgets, fitted constants
     "telemetry",  # frames on a time grid, bottleneck classification, drift

@@ -1,4 +1,4 @@
-"""What to do about a placement, and what it costs; recommended prefill:decode ratios; rules of thumb.
+"""What to do about a placement, and what it costs; recommended prefill:decode ratios.
 
 Actions for a worker whose role or SKU differs in the best plan (DESIGN.md, physics), each with its gain and
 disruption:
@@ -16,7 +16,7 @@ tokens/s and requests/s, with prompt + output tokens/s only as a labelled second
 
 The recommended ratio per pool and SKU follows NVIDIA Dynamo's planner (replicas = demand tokens/s over
 per-worker tokens/s for each phase) with per-SKU throughput, next to the best plan's counts for the same
-GPUs. The seeds' rules of thumb are computed checks with their values, never verdicts written in advance.
+GPUs.
 """
 
 from __future__ import annotations
@@ -24,43 +24,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from analyzer.model.roofline import kv_bytes_per_sequence
-from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis, colocated_tokens_per_s
+from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
 from analyzer.pools.capacity import GroupCapacity
 from analyzer.pools.split_search import Change, PlacementResult
 from analyzer.results.summary import GroupRecommendation
+from analyzer.tunable import tunable
 from fleet.contract import Recommendation
-from fleet.models import active_params
 
 
 @dataclass(frozen=True)
 class RecommendParams:
-    restart_s: float = 300.0  # a role swap: drain, restart, warm up
-    cold_start_s: float = 900.0  # a move to other GPUs: schedule, load weights, warm up
-    small_model_params: float = 30e9  # below this, disaggregation gains little
-    short_output_tokens: float = 32.0  # below this mean output, colocated serving may be better
-    underused: float = 0.4  # pool utilisation below which disaggregation's benefit is masked
-    colocate_margin: float = 0.1  # colocated must beat the best split by this to recommend it
-    kv_link_bytes_per_s: float | None = None  # per prefill worker; None: not known, check skipped
-    kv_link_alert: float = 0.8  # share of the link the handoff may use
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    value: float | None
-    threshold: float | None
-    passed: bool | None  # None when it could not be computed
-    detail: str
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "check": self.name,
-            "value": self.value,
-            "threshold": self.threshold,
-            "passed": self.passed,
-            "detail": self.detail,
-        }
+    restart_s: float = tunable(300.0, "Seconds a role swap in place takes: drain, restart, warm up.")
+    cold_start_s: float = tunable(
+        900.0, "Seconds a move to other GPUs takes: schedule, load weights, warm up."
+    )
 
 
 def pair_swaps(changes: tuple[Change, ...], groups: tuple[GroupCapacity, ...]) -> dict[int, int]:
@@ -224,115 +201,3 @@ def recommended_ratio(
     serving = sum(placement.sizes)
     now_p, best_p = sum(placement.current.prefill), sum(placement.best.prefill)
     return RatioRecommendation(now_p, serving - now_p, best_p, serving - best_p, peak_rate, per_sku)
-
-
-def rules_of_thumb(
-    analysis: PoolAnalysis, segment: SegmentAnalysis, params: RecommendParams | None = None
-) -> list[Check]:
-    """The seeds' rules of thumb, computed for one segment of one pool."""
-    p = params or RecommendParams()
-    pool, mix = analysis.pool, segment.mix
-    checks: list[Check] = []
-    if pool.arch is not None:
-        active = active_params(pool.arch)
-        checks.append(
-            Check(
-                "model-size",
-                active,
-                p.small_model_params,
-                active >= p.small_model_params,
-                f"{active / 1e9:,.1f}B active parameters: "
-                + (
-                    "large enough for disaggregation to pay"
-                    if active >= p.small_model_params
-                    else "small models gain little from disaggregation"
-                ),
-            )
-        )
-    if math.isfinite(mix.osl):
-        checks.append(
-            Check(
-                "output-length",
-                mix.osl,
-                p.short_output_tokens,
-                mix.osl >= p.short_output_tokens,
-                f"mean output {mix.osl:,.0f} tokens: "
-                + (
-                    "decode work justifies a decode pool"
-                    if mix.osl >= p.short_output_tokens
-                    else "very short outputs: colocated serving may be better"
-                ),
-            )
-        )
-    utilisation = (
-        mix.tokens_rate / segment.capacity_tokens_per_s if segment.capacity_tokens_per_s > 0 else None
-    )
-    checks.append(
-        Check(
-            "utilisation",
-            utilisation,
-            p.underused,
-            None if utilisation is None else utilisation >= p.underused,
-            "pool utilisation (demand over saturated capacity)"
-            + (
-                ""
-                if utilisation is None or utilisation >= p.underused
-                else ": below ~40% the benefit of disaggregation is masked"
-            ),
-        )
-    )
-    checks.append(kv_handoff_check(analysis, segment, p))
-    if segment.placement is not None:
-        colocated = colocated_tokens_per_s(analysis.pool, segment.capacities, segment.roles, mix)
-        best = segment.placement.best.tokens_per_s
-        checks.append(
-            Check(
-                "colocated-vs-disaggregated",
-                colocated / best if best > 0 else None,
-                1.0 + p.colocate_margin,
-                None if best <= 0 else colocated < best * (1.0 + p.colocate_margin),
-                f"the same GPUs colocated would sustain ~{colocated:,.0f} tokens/s against {best:,.0f} "
-                "for the best split",
-            )
-        )
-    return checks
-
-
-def kv_handoff_check(
-    analysis: PoolAnalysis, segment: SegmentAnalysis, params: RecommendParams | None = None
-) -> Check:
-    """KV bytes/s one prefill worker hands to decode at peak (prompt tokens/s x KV bytes per token) against
-    the link each prefill worker has."""
-    p = params or RecommendParams()
-    prefill_workers = sum(1 for role in segment.roles.values() if role == "prefill")
-    deployments = [g.deployment for g in analysis.pool.groups if g.deployment is not None]
-    if not prefill_workers or not deployments or not segment.mix.isl > 0:
-        return Check(
-            "kv-handoff", None, p.kv_link_bytes_per_s, None, "no disaggregated prefill to hand off from"
-        )
-    d = deployments[0]
-    per_token = kv_bytes_per_sequence(d, max(1, round(segment.mix.isl))) / max(1.0, segment.mix.isl)
-    peak_prompt = (
-        analysis.traffic.peak(segment.first, segment.last)
-        * segment.mix.isl
-        / (segment.mix.isl + segment.mix.osl)
-    )
-    need = peak_prompt / prefill_workers * per_token
-    if p.kv_link_bytes_per_s is None:
-        return Check(
-            "kv-handoff",
-            need,
-            None,
-            None,
-            f"{need / 1e9:,.2f} GB/s of KV per prefill worker at peak; link capacity not configured "
-            "(PHASEFIT_ANALYZER_KV_LINK_GB_S)",
-        )
-    limit = p.kv_link_bytes_per_s * p.kv_link_alert
-    return Check(
-        "kv-handoff",
-        need,
-        limit,
-        need <= limit,
-        f"{need / 1e9:,.2f} GB/s of KV per prefill worker at peak against a "
-        f"{p.kv_link_bytes_per_s / 1e9:,.1f} GB/s link",
-    )

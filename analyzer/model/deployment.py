@@ -1,9 +1,7 @@
 """One serving instance: a model at a precision on TP GPUs of one SKU, resolved through the catalog.
 
-Resolution accepts what operators and telemetry actually say: a catalog key ("H100-SXM",
-"llama-3.1-70b"), a display name ("H100 SXM"), an NVML name ("NVIDIA H100 80GB HBM3") or a served model
-id ("meta-llama/Llama-3.3-70B-Instruct"). Anything unknown, or a SKU whose catalog entry lacks a figure
-the model needs, is an error that names what is missing.
+Accepts catalog keys, display names, NVML names and served model ids. Anything unknown, or a SKU missing a
+figure the model needs, is an error that names what is missing. Reasoning: docs/analyzer.md#deployment
 """
 
 from __future__ import annotations
@@ -24,12 +22,9 @@ class DeploymentError(ValueError):
 class Deployment:
     """What one serving instance runs on: ``tp`` GPUs of ``gpu`` holding ``model``.
 
-    ``tp`` is every GPU of the instance. A mixture-of-experts model may spread its routed experts over
-    ``ep`` of them (expert parallelism; 1: every expert split across the ``tp`` GPUs, vLLM's and SGLang's
-    default) and run attention data-parallel (``attention_dp``: each GPU attends for its own sequences
-    with every KV head and a full copy of the non-expert weights, as TensorRT-LLM's
-    ``enable_attention_dp`` and SGLang's ``--enable-dp-attention`` do). Serving stacks do not report these,
-    so the fleet's deployments keep the defaults; ``phasefit predict`` and benchmark rows may set them.
+    ``tp`` is every GPU of the instance. ``ep`` spreads a MoE model's routed experts over that many of them
+    (1: split across all, the default); ``attention_dp`` runs attention data-parallel. Serving stacks do not
+    report these, so the fleet's deployments keep the defaults. Reasoning: docs/analyzer.md#deployment
     """
 
     model: ModelArch

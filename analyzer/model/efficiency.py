@@ -1,10 +1,7 @@
 """The performance model's few interpretable efficiency parameters, and the engine limits it assumes.
 
-A roofline says what the hardware could do; these parameters say how much of it a serving engine gets.
-They are fitted once (``analyzer.model.fit``, run by ``benchmarks/perf_model_accuracy.py --refit``) on
-published measurements and stored here as constants with the fit's provenance, so predicting never
-refits. Each one has a physical meaning and a plausible range stated below; a fit that leaves those
-ranges means the model, not the parameter, is wrong.
+The parameters are fitted once on published measurements (:mod:`analyzer.model.fit`) and stored here with
+the fit's provenance, so predicting never refits. Reasoning: docs/analyzer.md#efficiency
 """
 
 from __future__ import annotations
@@ -18,17 +15,11 @@ _GB = 1e9
 class EfficiencyParams:
     """How much of the catalog's peaks a serving engine achieves.
 
-    compute_efficiency: achieved fraction of dense tensor-core peak for matmuls and attention math
-        (MAMF on H100 is 0.71-0.80; a whole forward pass with softmax, norms and quantisation lands lower).
-    bandwidth_efficiency: achieved fraction of peak HBM bandwidth for streaming weights and the KV cache
-        (aiconfigurator uses 0.8).
-    step_overhead_s: fixed cost of one engine iteration (scheduling, kernel launches, sampling set-up).
-    allreduce_hop_latency_s: latency per ring step of a tensor-parallel all-reduce (alpha of the
-        alpha-beta model; a ring all-reduce over n GPUs takes 2(n-1) steps).
-    allreduce_bandwidth_efficiency: achieved fraction of the catalog's per-GPU interconnect bandwidth
-        (NVLink figures are both directions together, so about 0.5 is the ceiling one direction gives).
-    runtime_reserve_bytes: memory per GPU the engine keeps beyond weights and KV cache (CUDA context,
-        activations, communication and sampling buffers).
+    Fractions achieved: ``compute_efficiency`` of dense tensor-core peak (matmuls, attention math),
+    ``bandwidth_efficiency`` of peak HBM bandwidth, ``allreduce_bandwidth_efficiency`` of the catalog's
+    per-GPU interconnect bandwidth. Fixed costs: ``step_overhead_s`` per engine iteration,
+    ``allreduce_hop_latency_s`` per all-reduce ring step, ``runtime_reserve_bytes`` of memory per GPU beyond
+    weights and KV cache. Ranges and sources: docs/analyzer.md#efficiency
     """
 
     compute_efficiency: float
@@ -60,12 +51,9 @@ class EfficiencyParams:
 class EngineLimits:
     """Engine settings the model assumes rather than fits (trtllm-bench's defaults; vLLM's are close).
 
-    kv_memory_fraction: share of the memory left after weights and reserve given to the KV cache in the
-        published trtllm-bench rows the fit uses (``kv_cache_free_gpu_mem_fraction`` 0.95). A live engine's
-        budget is its reported one, else its own rule (``analyzer/model/kv_budget.py``, the catalog's
-        ``engines:``).
-    max_batch: cap on concurrent sequences in max-throughput mode (trtllm-bench caps at 4096).
-    prefill_chunk_tokens: prompt tokens a prefill-only worker batches into one iteration.
+    ``kv_memory_fraction``: the KV cache's share of the memory left after weights and reserve in the
+    trtllm-bench rows the fit uses; a live engine's budget comes from :mod:`analyzer.model.kv_budget`.
+    ``max_batch``: cap on concurrent sequences. ``prefill_chunk_tokens``: prompt tokens per prefill iteration.
     """
 
     kv_memory_fraction: float = 0.95
@@ -86,10 +74,8 @@ DEFAULT_LIMITS = EngineLimits()
 class CalibrationAccuracy:
     """How far the calibrated model is from published measurements, as |predicted / measured - 1|.
 
-    In-sample figures are over every usable row (absolute) and every same-release H200/H100 pair (ratio);
-    held-out figures come from leave-one-group-out cross-validation (hold out a model, a release or an
-    ISL/OSL point, fit on the rest; ``benchmarks/perf_model_accuracy.py`` prints them per regime): use those
-    for error bands on fleets the fit never saw.
+    In-sample: every usable row (absolute) and every same-release H200/H100 pair (ratio). Held-out:
+    leave-one-group-out cross-validation; use those for error bands on fleets the fit never saw.
     """
 
     absolute_median: float
@@ -102,7 +88,7 @@ class CalibrationAccuracy:
     heldout_ratio_p90: float
 
 
-# Starting point and plausible bounds of the fit (the ranges in EfficiencyParams' docstring).
+# Starting point and plausible bounds of the fit (the ranges: docs/analyzer.md#efficiency).
 PRIOR = EfficiencyParams(
     compute_efficiency=0.5,
     bandwidth_efficiency=0.8,

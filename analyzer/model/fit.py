@@ -1,33 +1,7 @@
 """Fit the efficiency parameters on published measurements and report the model's errors.
 
-The fit minimises log errors of every usable row plus the log error of every same-release H200/H100-style
-ratio (a pair of rows that differ only in the GPU), because ratios cancel most software effects and are
-what misplacement decisions rest on. Rows are weighted by how they were measured (reference/performance.md
-section 5): in-flight-batching throughput 1.0, latency anchors 0.5; static batching 0: those rows (the same
-batch on both GPUs, TensorRT-LLM v0.9) are predicted and reported but never fitted, because the model
-represents in-flight batching, not a static batch's prefill-then-decode. Nothing is fitted per row or per
-model: the same six parameters serve every row.
-
-A weak prior holds each parameter near its documented starting value (``analyzer.model.efficiency.PRIOR``)
-within the width a physical argument allows (``PRIOR_WIDTHS``: achieved compute within x1.5 of 0.5 (MAMF
-0.71-0.80 is the kernel ceiling, a forward pass lands lower), HBM efficiency within x1.15 of aiconfigurator's
-0.8, the step overhead within x4 of 1 ms (CUDA graphs to eager scheduling), the all-reduce latency within x3
-of 10 us per hop, its bandwidth efficiency within x1.5 of 0.4, the reserve within x2 of 3 GB): one residual
-per parameter, ``PRIOR_WEIGHT`` x the log deviation in widths (additive parameters get a floor so 0 stays
-reachable). Where the rows determine a parameter the prior barely moves it; where they do not (hold out the
-one model with TP > 2 and nothing pins the all-reduce constants) it keeps the fit from wandering to values no
-engine has. The weight is in the plateau where held-out errors stop improving (0.15-0.3;
-``benchmarks/perf_model_accuracy.py --refit`` prints the sweep).
-
-Each row is predicted under its own engine's KV-memory rule (TensorRT-LLM's free-memory fraction for the
-trtllm-bench and NIM rows, at the fraction the row states or ``EngineLimits.kv_memory_fraction``; a
-vLLM or SGLang row under the catalog's rule) and its own layout (``EP8``, attention DP where the row says
-so). Validation that generalises (:func:`cross_validate`): hold out a whole model, a whole software
-release or a whole ISL/OSL point, fit on the rest, predict what was held out; errors are kept per regime
-(:data:`analyzer.model.uncertainty.REGIMES`, the regime the model puts the row in).
-
-Pure: rows and the catalog in, parameters and reports out (``analyzer.model.published.load_published`` reads
-the file).
+The fit minimises log errors of rows and of same-release cross-GPU ratios under a weak physical prior.
+Validation holds out whole models, releases or ISL/OSL points. Pure. Reasoning: docs/analyzer.md#fit
 """
 
 from __future__ import annotations
@@ -69,13 +43,13 @@ ROW_WEIGHTS: dict[RowKind, float] = {
     RowKind.MAX_THROUGHPUT: 1.0,
     RowKind.FIXED_CONCURRENCY: 1.0,
     RowKind.LATENCY: 0.5,
-    RowKind.STATIC_BATCH: 0.0,  # evaluated, not fitted (see the module docstring)
+    RowKind.STATIC_BATCH: 0.0,  # evaluated, not fitted (docs/analyzer.md#fit)
 }
 Loss = Literal["linear", "soft_l1", "huber"]
 _ROBUST_SCALE = 0.05  # log-error beyond which a robust loss stops growing quadratically (5%)
 _NOT_FITTING = math.log(10.0)  # residual charged for a row the parameters make infeasible
 PRIOR_WEIGHT = 0.2  # residual per width of log deviation of a parameter from its documented prior
-# How far (as a factor) each parameter may plausibly sit from its prior (see the module docstring).
+# How far (as a factor) each parameter may plausibly sit from its prior (docs/analyzer.md#fit).
 PRIOR_WIDTHS = {
     "compute_efficiency": 1.5,
     "bandwidth_efficiency": 1.15,

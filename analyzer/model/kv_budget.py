@@ -1,18 +1,7 @@
-"""The KV cache an instance holds: measured where its engine reports it, else modelled from the engine's
-memory rules, with the assumptions named.
+"""The KV cache an instance holds: its engine's report, a peer's, else modelled with the assumptions named.
 
-The KV budget is a property of the engine's memory manager, not of the model or the GPU: the same model
-on the same GPU holds a different cache under vLLM (``gpu_memory_utilization`` of the whole device,
-weights and activations inside it), SGLang (``mem_fraction_static`` of the device for weights plus cache)
-and TensorRT-LLM (``free_gpu_memory_fraction`` of what is left after weights and a warm-up pass), and
-across releases of one engine. Where a worker's engine reports its budget (engine_sample
-``kv_capacity_tokens``) that figure is used before any model; where the figure is wanted for another
-worker of the same model, precision, SKU and TP degree that does not report, a peer's figure is used
-("measured-on-peer"); else the budget is modelled (:func:`modelled_budget`) from the catalog's engine
-settings (``fleet/data/models.yaml`` ``engines:``), every assumption named in :attr:`KvBudget.assumptions`
-and spanned by its low/high range, which the performance model carries into its uncertainty.
-
-Pure: no I/O. What the fleet's engines report is gathered per pool in :mod:`analyzer.pools.reported_budgets`.
+Pure: no I/O. The fleet's reported figures are gathered in :mod:`analyzer.pools.reported_budgets`.
+Reasoning: docs/analyzer.md#kv_budget
 """
 
 from __future__ import annotations

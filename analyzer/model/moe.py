@@ -1,24 +1,7 @@
-"""Mixture-of-experts and the parallel layout of one instance: what each GPU holds and reads, and what its
-GPUs exchange, per engine iteration.
+"""Mixture-of-experts layouts: what each GPU of an instance holds, reads and exchanges per iteration.
 
-A dense model, or a MoE model whose experts are split across the instance's GPUs like every other matrix
-(tensor parallelism, vLLM's and SGLang's default), follows the roofline of :mod:`analyzer.model.roofline`
-exactly: :func:`step_time` delegates to it. Its MoE layers already read only the experts the step's tokens
-touch (:func:`fleet.models.experts_touched`: E x (1 - (1 - k/E)^tokens) of E experts with uniform
-routing, ``tokens`` being every token of the iteration, decode and prefill). What changes beyond that:
-
-- Expert parallelism (``ep`` > 1): each GPU holds whole experts, so the routed work is not split evenly:
-  the busiest GPU runs ``ep_imbalance`` times the mean of the (token, expert) pairs (binomial routing; a
-  skewed router does worse, which the routing band covers), and the iteration waits for it.
-- Attention data parallelism (``attention_dp``): every GPU holds and reads a full copy of the non-expert
-  weights (attention, dense FFNs, shared experts, embeddings: an assumption where an engine splits some of
-  them), keeps every KV head of its own sequences (no KV replication when TP exceeds the KV heads),
-  needs no attention all-reduce, and moves each token's hidden state to the GPUs of its experts and back
-  (an all-to-all dispatch and combine per MoE layer, 16-bit activations, ``tp - 1`` peers each).
-- Routing skew (``experts``): tokens spread over fewer experts than E touch fewer of them; uniform routing
-  (the default) touches the most. The performance model's MoE band compares the two (``ROUTING_SPREAD``).
-
-Resident memory follows total parameters (every expert is held), not active ones.
+A dense or tensor-parallel instance follows :mod:`analyzer.model.roofline` exactly. Expert parallelism,
+attention data parallelism and routing skew change it. Reasoning: docs/analyzer.md#moe
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
-"""Throughput of one serving instance: prefill, decode and colocated, in max-throughput or
-fixed-concurrency mode.
+"""Throughput of one serving instance: prefill, decode and colocated, each with its low/high range.
 
-The batch is what the engine would run: in max-throughput mode (trtllm-bench's offline run) as many
-sequences as the KV cache holds, up to the engine's cap; with a fixed concurrency, that many or fewer
-when the KV cache is smaller. Every sequence reserves KV for its whole length (input + output), as
-TensorRT-LLM's guaranteed-no-evict scheduler does.
-
-Three throughputs answer three questions:
-- ``output_tokens_per_s``: a colocated instance serving the ISL/OSL mix (what benchmarks publish). In
-  steady state B sequences decode while B/OSL prompts arrive per iteration; their prefill chunks are fused
-  into the decode iterations (two iteration sizes around the mean, so a batch smaller than OSL pays for
-  whole prompts in the few iterations that carry one).
-- ``prefill_tokens_per_s``: a prefill-only worker of a disaggregated pool, prompt tokens per second.
-- ``decode_tokens_per_s``: a decode-only worker, generated tokens per second at the mean context.
-
-The KV cache is a :class:`analyzer.model.kv_budget.KvBudget`: measured where the engine reports it, else
-modelled from the engine's memory rule (by default the rule of the trtllm-bench measurements the model is
-calibrated on), every assumption named. Each throughput carries a low/high range that widens where the
-model is weakest (:mod:`analyzer.model.uncertainty`): the held-out error of its regime, the budget's own range
-(re-predicted at both ends: a KV-starved instance moves almost one for one with it), and for
-mixture-of-experts models the routing band (re-predicted with tokens spread over half the experts).
+Max-throughput or fixed-concurrency mode. The batch is what the engine would run, every sequence reserving
+KV for its whole length. Reasoning: docs/analyzer.md#perf_model
 """
 
 from __future__ import annotations

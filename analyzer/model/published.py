@@ -1,10 +1,8 @@
 """Published measurements (data/benchmarks/published.csv) as typed rows, and what each row asks of
 the performance model.
 
-Parsing is pure (text in, rows out); ``load_published`` is the thin file adapter. A row names its GPU the
-way its source did ("H200 SXM 141GB", "A100-SXM4-80GB"); ``match_gpu_label`` maps such labels to catalog
-SKUs by exact comparison with the SKU's key, display name or NVML names after dropping a parenthetical
-remark and a trailing capacity, never by fuzzy matching.
+Parsing is pure; ``load_published`` is the file adapter. GPU labels map to catalog SKUs by exact
+comparison, never by fuzzy matching. Reasoning: docs/analyzer.md#published
 """
 
 from __future__ import annotations

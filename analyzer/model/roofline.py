@@ -1,11 +1,7 @@
 """Roofline time of one engine iteration, operator class by operator class.
 
-One iteration runs the weight matmuls over every token in it (decode tokens and prefill chunks fused, as
-in-flight batching does), attention of each decode sequence over its KV cache, two tensor-parallel
-all-reduces per layer and a fixed overhead. Each operator class takes max(FLOPs / achieved compute, bytes
-/ achieved bandwidth): the matmuls and attention run as separate kernels, so their times add; within a
-kernel compute and memory traffic overlap. FLOPs and bytes come from the catalog's pure functions
-(fleet.models), never from constants here.
+Each class takes max(FLOPs / achieved compute, bytes / achieved bandwidth), and the classes' times add.
+FLOPs and bytes come from ``fleet.models``. Reasoning: docs/analyzer.md#roofline
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
-"""How far the performance model is from measurements it was not fitted on, per regime, and the band each
-prediction carries because of it.
+"""The performance model's held-out error per regime, and the band each prediction carries from it.
 
-The regimes are where a prediction's error comes from:
-- ``compute-bound``: the iteration's time is mostly compute-bound matmuls and attention (prefill-heavy
-  lengths, large decode batches);
-- ``bandwidth-bound``: mostly weight and KV reads (decode at moderate batch), including iterations where
-  the fixed costs (all-reduces, scheduling) dominate;
-- ``kv-starved``: the KV cache, not the engine's batch cap, limits the batch and more of it would raise
-  throughput (the budget's assumptions then move the result almost one for one);
-- ``moe``: a mixture-of-experts model (routing, expert layout and its communication are assumptions the
-  published rows hardly test: one MoE model among them).
-
-The figures below are held-out errors (leave one model / one software release / one ISL-OSL point out,
-refit, predict what was left out) from ``benchmarks/perf_model_accuracy.py --write``: |predicted /
-measured - 1| of absolute throughput and of same-release cross-GPU ratios. A regime with fewer than
-``MIN_COUNT`` held-out figures takes the worst band of the regimes that have enough, never a narrower one.
+The regimes are :data:`REGIMES`; the figures are written by ``benchmarks/perf_model_accuracy.py --write``.
+Reasoning: docs/analyzer.md#uncertainty
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """The plan: the concrete changes the analysis recommends per pool, for an operator (or an advisor) to apply.
 
-Pure: reads the analyzer's typed results (:class:`analyzer.pools.analysis.PoolAnalysis`) and nothing else. Per
-pool, from its latest segment's placement (:mod:`analyzer.pools.split_search`): the replicas per (SKU, TP,
-role) now and in the best plan of the same GPUs, the workers that change role (the placement's ``Change``s,
-with their reasons) and, where a decode -> prefill change pairs with a prefill -> decode change on a
-higher-bandwidth SKU (:func:`analyzer.findings.recommend.pair_swaps`), the GPU model the work moves to. The
-expected gain is the placement's loss (best - current, both saturated) in output tokens/s, requests/s and
-total tokens/s, each with its low/high range. A pool the analysis could not place (colocated, unknown model,
-unknown lengths) has ``gain`` None and says why: unknown is never zero.
-
-Nothing here applies anything; see docs/plan.md.
+Pure, from :class:`analyzer.pools.analysis.PoolAnalysis`: replicas per (SKU, TP, role) now and recommended,
+the workers that change role, the expected gain. Nothing here applies anything (docs/plan.md).
+Reasoning: docs/analyzer.md#plan
 """
 
 from __future__ import annotations

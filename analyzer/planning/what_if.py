@@ -1,26 +1,8 @@
 """What-if: a pool's best placement on a hypothetical GPU set, at the traffic it was observed serving.
 
-Pure: reads the analyzer's typed results and the catalog's SKUs; no I/O. The hypothetical groups are the
-pool's SKU/TP groups (those its latest segment's placement searched, with the capacities it computed) with
-workers added or removed: ``add`` puts ``gpus / tp`` workers of the pool's model, precision and TP degree on
-the SKU (into the pool's group on that SKU where it has one, else into a new group whose capacities come from
-:func:`analyzer.pools.capacity.group_capacity` with the pool's own calibration: "transferred" where the pool
-measures the role on another SKU, else the model's figure, each with its uncertainty); ``remove`` takes ``gpus
-/ tp`` workers out of the pool's group on the SKU. The best split of the hypothetical groups is re-solved by
-:func:`analyzer.pools.split_search.best_plan` over the same kind of capacity draws as the analysis
-(:func:`analyzer.pools.split_search.capacity_draws`), at the segment's mix and routing.
-
-The gain is against the pool as it runs now (the placement's current capacity, measured where a phase was
-seen saturated, as :func:`analyzer.pools.split_search.place` compares), with its range from the 10th/90th
-percentiles of the draws; a removal can make it negative. The starting point of the search is the
-analyzer's recommended split of today's GPUs with added workers decoding (prefilling where they cannot
-decode), so the what-if shows what the hardware change adds on top of the recommended placement and
-never a role change the draws cannot tell from none. Cost per week is at the catalog's hourly prices;
-``None`` ("price not set") where a SKU of the set has no price, never $0.
-
-Refused (``WhatIfError``, with the reason): an unknown SKU key, a GPU count that is not a positive multiple
-of the TP degree, a removal of more GPUs than the pool's group has, a TP degree that is ambiguous (the pool
-runs several and none on the SKU), a model that fits the SKU in neither role, a pool without a placement.
+Pure: adds or removes workers in the pool's SKU/TP groups and re-solves the split with
+:func:`analyzer.pools.split_search.best_plan`. Refusals are :class:`WhatIfError`.
+Reasoning: docs/analyzer.md#what_if
 """
 
 from __future__ import annotations

@@ -34,10 +34,10 @@ from analyzer.pools.workload import PoolTraffic, TrafficMix, pool_traffic
 from analyzer.telemetry.drift import ChangePoint, DriftParams, change_points, segments, state_changes
 from analyzer.telemetry.frames import ROLES
 from analyzer.telemetry.grid import WorkerGrid
+from analyzer.tunable import tunable
 from fleet.contract import Role
 
 _DOWN = -2
-_SERVING_SHARE = 0.5  # a worker serves in a bucket when it reported at least this share of it
 _PREFILL, _DECODE, _MIXED = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE), ROLES.index(Role.MIXED)
 
 
@@ -45,10 +45,15 @@ _PREFILL, _DECODE, _MIXED = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE),
 class PoolParams:
     capacity: CapacityParams = field(default_factory=CapacityParams)
     drift: DriftParams = field(default_factory=DriftParams)
-    # An operator's materiality floor: a plan with more role changes must also sustain this share more on
-    # average. 0: the analyzer's own criterion (``analyzer.pools.split_search.CONFIDENCE``) decides alone.
-    tolerance: float = 0.0
-    peak_quantile: float = 0.95
+    tolerance: float = tunable(
+        0.0,
+        "A materiality floor: a plan with more role changes must also sustain this share more on average "
+        "(0: beating the current plan in most capacity draws decides alone).",
+    )
+    peak_quantile: float = tunable(0.95, "The quantile of a segment's hourly demand taken as its peak.")
+    serving_share: float = tunable(
+        0.5, "A worker serves in a bucket when its engine reported for at least this share of it."
+    )
 
 
 @dataclass(frozen=True)
@@ -100,12 +105,12 @@ class PoolAnalysis:
         )
 
 
-def worker_states(pool: Pool, grid: WorkerGrid) -> np.ndarray:
+def worker_states(pool: Pool, grid: WorkerGrid, serving_share: float = 0.5) -> np.ndarray:
     """Per pool member and bucket: its role code while serving, ``_DOWN`` otherwise."""
     rows = np.array(pool.members, dtype=np.int64)
     # A bucket's length is what its best-covered worker reported (the range may end mid-bucket).
     length = np.maximum(grid.engine_s.max(axis=0, initial=0.0), 1e-9)
-    serving = (grid.engine_s[rows] >= _SERVING_SHARE * length[None, :]) & ~(
+    serving = (grid.engine_s[rows] >= serving_share * length[None, :]) & ~(
         np.nan_to_num(grid.lost_share[rows]) >= 0.5
     )
     return np.where(serving, grid.role[rows].astype(np.int64), _DOWN)
@@ -147,7 +152,7 @@ def analyze_pool(
             calibration = calibrate(pool, grid, traffic, p.capacity, budgets)
         else:
             notes.append("mean prompt and output lengths unknown: no placement analysis")
-    states = worker_states(pool, grid)
+    states = worker_states(pool, grid, p.serving_share)
     kind = _serving_kind(Counter(states[states >= 0].ravel().tolist()))
     points = change_points(
         {

@@ -67,6 +67,7 @@ from analyzer.pools.reported_budgets import ReportedBudgets, peer_key, reported_
 from analyzer.pools.workload import PoolTraffic
 from analyzer.telemetry.frames import ROLES, FloatArray
 from analyzer.telemetry.grid import WorkerGrid
+from analyzer.tunable import tunable
 from fleet.catalog import EngineSettings
 from fleet.contract import Role
 from fleet.gpus import GpuSku
@@ -76,21 +77,39 @@ _PREFILL, _DECODE = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE)
 
 @dataclass(frozen=True)
 class CapacityParams:
-    tpot_slo_s: float | None = None  # the operator's TPOT objective: decode batches stay under it
-    max_decode_batch: int | None = None  # the engine's cap on concurrent sequences (vLLM max_num_seqs)
-    min_busy: float = 0.05  # buckets busier than this can measure prefill speed
-    loaded_busy: float = 0.3  # ...and those busier than this do, where a worker has a few of them
-    min_kv_usage: float = 0.02  # buckets with more KV in use than this measure KV capacity
-    min_kv_sequences: int = 4  # a decode role fits where weights plus this many sequences' KV fit
-    extrapolation_per_doubling: float = (
-        0.04  # added uncertainty per doubling of batch beyond the largest seen
+    tpot_slo_s: float | None = tunable(
+        None, "The operator's TPOT objective in seconds: decode batches are sized to meet it (null: none)."
     )
-    saturated_kv: float = 0.9  # a decode bucket with this much KV in use and a queue is saturated
-    min_saturated_buckets: int = 2
-    measured_uncertainty: float = 0.03
-    transfer_uncertainty: float = CALIBRATION_ACCURACY.heldout_ratio_p90
-    model_uncertainty: float = CALIBRATION_ACCURACY.heldout_absolute_p90
-    inferred_kv_uncertainty: float = 0.10  # a KV budget from KV in use per sequence or memory held
+    max_decode_batch: int | None = tunable(
+        None, "The engines' cap on concurrent sequences (vLLM --max-num-seqs; null: the model's own)."
+    )
+    min_busy: float = tunable(0.05, "Buckets busier than this share can measure a worker's prefill speed...")
+    loaded_busy: float = tunable(0.3, "...and those busier than this do, where a worker has a few of them.")
+    min_kv_usage: float = tunable(0.02, "Buckets with more KV cache in use than this measure KV capacity.")
+    min_kv_sequences: int = tunable(
+        4, "A decode role fits a GPU where its weights plus this many sequences' KV cache fit."
+    )
+    extrapolation_per_doubling: float = tunable(
+        0.04, "Uncertainty added per doubling of batch beyond the largest one seen."
+    )
+    saturated_kv: float = tunable(
+        0.9, "A decode bucket with this much KV cache in use and a queue is saturated."
+    )
+    min_saturated_buckets: int = tunable(
+        2, "Saturated buckets a group needs before its measured throughput is its capacity."
+    )
+    measured_uncertainty: float = tunable(0.03, "Relative uncertainty of a measured capacity.")
+    transfer_uncertainty: float = tunable(
+        CALIBRATION_ACCURACY.heldout_ratio_p90,
+        "Relative uncertainty of a capacity transferred from another SKU (the model's held-out ratio p90).",
+    )
+    model_uncertainty: float = tunable(
+        CALIBRATION_ACCURACY.heldout_absolute_p90,
+        "Relative uncertainty of a capacity from the model alone (its held-out absolute p90).",
+    )
+    inferred_kv_uncertainty: float = tunable(
+        0.10, "Relative uncertainty of a KV budget inferred from KV in use per sequence or memory held."
+    )
 
 
 @dataclass(frozen=True)

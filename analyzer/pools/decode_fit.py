@@ -1,10 +1,7 @@
 """A group's decode steps measured against the performance model: TPOT = scale x the model's step time.
 
-Engines report TPOT at the batch they ran; the model gives the step time of that batch at that context.
-One scale factor absorbs what the model does not know about this engine and fleet. Where the largest
-batches seen reach the compute-bound regime (the matmuls no longer hide under the weight reads), the decode
-matmuls' compute efficiency is fitted as well: skinny decode GEMMs run below the rate prefill's large ones
-reach, and only batches that big can show by how much.
+Where batches reach the compute-bound regime, the decode matmuls' compute efficiency is fitted too.
+Reasoning: docs/analyzer.md#decode_fit
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Model pools: the workers that serve one model behind one router, by SKU, TP and role.
 
-A pool is (cluster, deployment, served model id), all three from the data: the cluster the collector was
-configured with (or an operator's node -> cluster mapping, which overrides it), the deployment the serving
-stack's labels name. Absent a cluster every worker shares one (``default``); absent a deployment the
-workers of a model in a cluster form one pool. Node names are never parsed: real ones follow no convention.
-Pools are independent units of analysis (docs/architecture.md).
-
-Within a pool, a *group* is the workers on one SKU at one TP degree: the placement search may change the
-roles inside a group but never moves GPUs between groups (same counts per SKU and TP group). A MIG instance
-is a SKU of its own (``<parent>/<profile>``, :func:`fleet.gpus.mig_sku`): workers on 1g.10gb slices of an
-H100 form their own group, sized on the slice's figures, never the whole GPU's.
+A pool is (cluster, deployment, served model id), all from the data. A group is its workers on one SKU at
+one TP degree. Reasoning: docs/analyzer.md#pool
 """
 
 from __future__ import annotations

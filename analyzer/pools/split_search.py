@@ -1,35 +1,8 @@
-"""The pool-balance model and the best placement of the same GPUs (DESIGN.md, physics).
+"""The pool-balance model and the best placement of the same GPUs.
 
-A disaggregated pool sustains requests/s = min(prefill capacity / mean prompt length, decode capacity /
-mean output length), and tokens/s = requests/s x (prompt + output length). The search keeps every worker on
-its GPUs (same counts per SKU and TP group) and chooses how many of each group's workers prefill; a group
-whose memory cannot hold the model and a minimum KV cache in a role gets no worker in that role, and one
-that can hold it in neither role (a MIG instance too small for the model) keeps its workers as they are.
-
-A phase's capacity is the sum of its workers' under a load-aware router, and the slowest worker's times
-their number under round-robin (``Routing``, inferred from how evenly work is spread). Plans are compared
-over capacities drawn within their uncertainties, keeping what the groups' errors share
-(``RoleCapacity.shared``): drawn independently, a plan that spreads a phase over two SKUs whose figures
-come from one source would look safer than it is. A plan with more role changes replaces one with fewer
-only when it sustains more on average *and* in a clear majority (``CONFIDENCE``) of the draws: a worker is
-misplaced only when moving it gains in most of the worlds the analyzer's own uncertainty allows, so a
-plan is never chosen for headroom that only matters in the tails, nor for a gain the draws cannot tell
-from none. No flat margin is needed (``tolerance``, 0 by default, is an operator's materiality floor).
-
-The plan is a count per group; which workers of a group change role is chosen from the segment's
-telemetry (``WorkerLoad``), never by id: a decode worker and a prefill worker on the same node that can
-trade roles swap in place first; then decode -> prefill takes the decode worker under the most KV pressure
-(its decode work gains most from better hardware), among equals the fewest sessions in flight (it drains
-fastest); prefill -> decode takes the prefill worker with the fewest requests in flight. Each ``Change``
-says why it was chosen.
-
-Lost tokens/s = best - current, both saturated: the current placement's phase capacities are measured
-where the pool was seen saturated in that phase, modelled otherwise; the low/high range comes from
-re-evaluating both plans under the capacity draws (10th and 90th percentiles), and where the low end
-reaches 0 ``range_cause`` names the capacity whose uncertainty takes it there. Lost requests/s and output
-tokens/s follow from the mix (``PlacementResult.lost_requests``). When the pool is demand-limited (it
-served even its peak hours), the loss is idle capacity, priced per week at the catalog's hourly prices
-("price unknown" where the catalog has none), not undelivered tokens.
+requests/s = min(prefill capacity / mean prompt, decode capacity / mean output). A plan with more role
+changes wins only when it sustains more on average and in most capacity draws (``CONFIDENCE``). Which
+workers move is chosen from telemetry, never by id. Reasoning: docs/analyzer.md#split_search
 """
 
 from __future__ import annotations
@@ -250,15 +223,9 @@ def best_plan(
     """The plan (prefill workers per group) to recommend, from capacity draws (rows of ``draws_p`` /
     ``draws_d``; the first row is the central estimate).
 
-    Starting from the current plan, plans are taken in order of how many role changes they make; one
-    replaces the incumbent when its expected rate over the draws is higher (by ``tolerance``, an
-    operator's materiality floor, 0 by default) and it sustains more than the incumbent in at least
-    ``confidence`` of the draws. Among the plans at one count of changes that qualify, the highest expected
-    rate wins, then the most draws won. The rate is the minimum of two pools, so a plan that balances on
-    the edge of an uncertain capacity loses expected rate and draws to one with headroom. Once the pool is
-    worth moving, a plan with more changes at no loss of expected rate also wins when it adds ``HEADROOM``
-    of spare capacity to the phase that does not bind (the highest spare first); a pool is never moved for
-    headroom alone. With one draw (the central estimate alone), a plan must simply sustain more."""
+    Plans are taken in order of role changes. One replaces the incumbent when its expected rate is higher (by
+    ``tolerance``) and it wins at least ``confidence`` of the draws. Rules: docs/analyzer.md#split_search
+    """
     r = routing or Routing()
     plans = candidates(sizes, draws_p[0], draws_d[0], current)
     central, _, _ = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
@@ -352,7 +319,7 @@ def _changes(
     loads: Mapping[int, WorkerLoad] | None = None,
 ) -> tuple[Change, ...]:
     """The workers whose role differs in the best plan: how many per group is the plan's; which ones the
-    telemetry says (see the module docstring). A decode -> prefill and a prefill -> decode change on the
+    telemetry says (docs/analyzer.md#split_search). A decode -> prefill and a prefill -> decode change on the
     same node pair first (a swap in place: no data moves); the rest by :func:`_rank_key`. Workers the
     telemetry cannot tell apart keep the order they are listed in, and their reason says so."""
     known = loads or {}
@@ -563,14 +530,10 @@ def place(
     loads: Mapping[int, WorkerLoad] | None = None,
 ) -> PlacementResult:
     """Best placement of a disaggregated pool's workers. ``current_roles`` lists, per group, the
-    (grid row, "prefill"|"decode") of each available worker; ``loads`` what the telemetry says about each
-    (grid row -> ``WorkerLoad``), which chooses the workers that change role.
-
-    The plan is chosen on its expected rate over capacity draws (see :func:`best_plan`); the loss is
-    that plan's gain at the central capacities, its range the 10th-90th percentiles over the draws.
-    ``measured`` holds the current placement's prompt and generated tokens/s where the pool was seen
-    saturated in that phase: a saturated phase's delivered throughput is its capacity, so it replaces the
-    model's figure for the current plan (the counterfactual plans have no such measurement).
+    (grid row, "prefill"|"decode") of each available worker; ``loads`` (grid row -> ``WorkerLoad``) chooses
+    the workers that change role. ``measured``: the current placement's prompt and generated tokens/s where
+    the pool was seen saturated in that phase, which replace the model's figures for the current plan.
+    Reasoning: docs/analyzer.md#split_search
     """
     r = routing or Routing()
     sizes = np.array([len(m) for m in current_roles], dtype=np.int64)

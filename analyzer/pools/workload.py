@@ -1,17 +1,7 @@
 """A pool's traffic mix per bucket: prompt and output token rates, request rate, mean lengths.
 
-Throughput is counted where it is real (DESIGN.md, physics):
-
-- prompt tokens on prefill workers (a decode worker's prompt counter includes the KV it received,
-  vLLM #33289) and on colocated ("mixed") workers;
-- generated tokens on decode workers and on colocated workers.
-
-Requests are counted where an engine counts them: a prefill worker of a disaggregated pool runs every
-request with one output token (vLLM's ``kv_transfer`` prefill, Dynamo and llm-d all send the prefill leg
-with ``max_tokens=1``), so its generation counter counts the prompts it served. When that convention
-visibly does not hold (prefill workers generating many tokens per prompt) or the pool is colocated, the
-request rate is unknown here (NaN) and the pipeline estimates the lengths from KV-cache occupancy
-(:func:`analyzer.pools.capacity.lengths_from_kv`).
+Tokens and requests are counted only where they are real; a request rate that is not is NaN.
+Reasoning: docs/analyzer.md#workload
 """
 
 from __future__ import annotations

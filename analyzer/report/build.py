@@ -1,9 +1,8 @@
 """The weekly placement audit from the store: the analyzer run over the ISO week (and over the week before,
 for the change), the inventory, and the telemetry's coverage.
 
-The report depends on the store's contents alone: the analysis is re-run over the week's rollups (never
-"the latest run", which depends on when the analyzer last ran), nothing reads the clock, and the input
-fingerprint is a hash of the rows read. So the same store gives the same report, byte for byte.
+It depends on the store's contents alone: the same store gives the same report, byte for byte.
+Reasoning: docs/analyzer.md#build
 """
 
 from __future__ import annotations

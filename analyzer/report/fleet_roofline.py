@@ -1,13 +1,7 @@
 """A fleet on the roofline: each SKU's roof from the catalog, each worker as a point from its counters.
 
-A worker's achieved compute is estimated as tensor-pipe activity x the SKU's dense peak at the worker's
-precision, its achieved HBM traffic as DRAM activity x the SKU's bandwidth; arithmetic intensity is their
-ratio (FLOP per byte). Both are per GPU (a worker's GPUs averaged). This is a counter-derived estimate,
-not a kernel measurement: the tensor pipe's FLOP rate at full activity and DRAM activity's practical
-ceiling (about 0.8 on DCGM) make it approximate, and the charts say so. Because the estimate divides
-activity ratios, a point's share of its own roof is max(tensor, DRAM) activity: the distance to the roof
-is the room left on that GPU, and the vertical gap to another SKU's roof at the same intensity is what the
-same work would gain there (1.43x from an H100 SXM's slope to an H200 SXM's in the memory-bound region).
+A point is a counter-derived estimate (tensor and DRAM activity x the SKU's peaks), not a kernel
+measurement. Reasoning: docs/analyzer.md#fleet_roofline
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """The analyzer's summary as typed models (summary version 2), and the JSON schema published from them.
 
-:func:`analyzer.summarize.build_summary` builds a :class:`Summary`; ``phasefit analyze --json`` prints an
-:class:`AnalyzeOutput` (the summary, the findings and the warnings). Every model is frozen and forbids
-fields it does not name, so a key the summary gains or loses is a change here, in the published schema
-(``docs/summary.schema.json``, written by ``python -m analyzer.results.summary``) and in its test.
-
-Version 2 semantics: unknown is ``null``, never 0. A figure the analyzer could not estimate (a capacity, a
-loss, a cost) is ``null``, often with a ``*_reason`` next to it; a worker nobody could judge has
-``misplaced: null`` and an ``unjudged_reason``. Lost capacity comes in output tokens/s and requests/s
-first; ``lost_tokens_per_s`` (prompt + output) is the secondary figure. Each comes with ``_low``/``_high``
-bounds and, on pools and the fleet, the time-weighted ``_mean`` variants.
-
-Field order is the order the summary has always been written in: the JSON the CLI prints is unchanged.
+Unknown is ``null``, never 0. A field gained or lost is a change here, in ``docs/summary.schema.json``
+(``python -m analyzer.results.summary``) and in its test. Reasoning: docs/analyzer.md#summary
 """
 
 from __future__ import annotations
@@ -340,7 +330,7 @@ def schema_text() -> str:
 
 def default_output() -> Path:
     """docs/summary.schema.json of the source checkout this module lives in."""
-    return Path(__file__).resolve().parents[1] / "docs" / SCHEMA_FILE
+    return Path(__file__).resolve().parents[2] / "docs" / SCHEMA_FILE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,13 +1,7 @@
 """The analyzer's thin adapter to the store: read [from, to) as bucketed columns, write findings and summary.
 
-Reading goes through the hourly rollups for every hour they cover (``phasefit db prune`` keeps them up to
-the last complete hour) and through one SQL ``GROUP BY`` over raw samples for the hours after that (or for
-everything when the bucket is not an hour or nothing is rolled up yet): a week of 1,024 GPUs is 170
-thousand GPU-hours, never ten million rows in Python.
-
-Writing: findings are upserted (an open episode of the same kind and subject is extended, so a rerun does
-not duplicate it), open findings this run no longer reports are resolved, and the summary is stored as an
-analysis run (``fleet.store.analysis``: the service exports its gauges from the latest one).
+Reads use the hourly rollups where they exist and one SQL ``GROUP BY`` over raw samples after them.
+Writes upsert findings and store the summary as an analysis run. Reasoning: docs/analyzer.md#store
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from types import MappingProxyType
 
@@ -51,6 +51,7 @@ from analyzer.telemetry.frames import (
     grouped_nanmedian,
     grouped_sum,
 )
+from analyzer.tunable import tunable
 from fleet.contract import ActivityEvidence, Bottleneck, GpuState, Role, TelemetrySource
 
 BOTTLENECKS: tuple[Bottleneck, ...] = (
@@ -129,23 +130,32 @@ _DEFAULT_DRAM_SATURATION = MappingProxyType(
 
 @dataclass(frozen=True)
 class BottleneckThresholds:
-    window_s: float = 60.0
-    smoothing_windows: int = 5  # trailing rolling-median span
-    min_dwell_windows: int = 3  # hysteresis: windows a new verdict must hold before it is reported
-    tensor_saturation: float = 0.8  # tensor activity of a saturated dense-GEMM kernel mix
-    sm_saturation: float = 0.95
-    dram_saturation: Mapping[TelemetrySource, float] = field(default_factory=lambda: _DEFAULT_DRAM_SATURATION)
-    busy: float = 0.5  # normalised pressure counted as near a limit
-    margin: float = 0.1  # pressures closer than this are a tie
-    idle_utilization: float = 0.3  # utilization-only sources: below this the GPU is mostly idle
-    # Utilisation-only sources: busy at least this share of the time (GPU_UTIL / GR_ENGINE_ACTIVE) with the
-    # memory controller busy at least ``util_memory_busy`` of it reads memory-bandwidth-bound, at a
-    # confidence of at most ``util_confidence`` (below a role drift's bar: weak evidence never drives one).
-    util_busy: float = 0.8
-    util_memory_busy: float = 0.6
-    util_confidence: float = 0.4
-    kv_full: float = 0.9
-    kv_saturated: float = 0.97
+    window_s: float = 60.0  # the classification window; the pipeline sets it to its bucket
+    smoothing_windows: int = tunable(5, "Windows in the trailing rolling median that smooths the counters.")
+    min_dwell_windows: int = tunable(3, "Windows a new verdict must hold before it is reported (hysteresis).")
+    tensor_saturation: float = tunable(
+        0.8, "Tensor activity of a saturated dense-GEMM kernel mix: compute pressure is activity over this."
+    )
+    sm_saturation: float = tunable(
+        0.95, "SM activity counted as saturated where no tensor activity is reported."
+    )
+    dram_saturation: Mapping[TelemetrySource, float] = tunable(
+        _DEFAULT_DRAM_SATURATION,
+        "DRAM activity a saturated memory system reaches, per telemetry source (DCGM's peaks near 0.8): "
+        "memory pressure is activity over this.",
+    )
+    busy: float = tunable(0.5, "Normalised pressure counted as near a limit (compute- or memory-bound).")
+    margin: float = tunable(0.1, "Pressures closer than this are a tie (the role label breaks it).")
+    idle_utilization: float = tunable(0.3, "Utilisation-only sources: busy less than this share is idle.")
+    util_busy: float = tunable(
+        0.8, "Utilisation-only sources: busy at least this share of the time may read memory-bound..."
+    )
+    util_memory_busy: float = tunable(0.6, "...when the memory controller is busy at least this share of it.")
+    util_confidence: float = tunable(
+        0.4, "The most confidence a utilisation-only verdict gets (below a role drift's bar)."
+    )
+    kv_full: float = tunable(0.9, "KV cache use counted as full (with preemptions or a growing queue).")
+    kv_saturated: float = tunable(0.97, "KV cache use counted as saturated on its own.")
 
     def __post_init__(self) -> None:
         if self.window_s <= 0 or self.smoothing_windows < 1 or self.min_dwell_windows < 1:

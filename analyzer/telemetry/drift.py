@@ -24,16 +24,19 @@ import numpy as np
 import numpy.typing as npt
 
 from analyzer.telemetry.frames import FloatArray
+from analyzer.tunable import tunable
 
 _MAD_TO_SIGMA = 1.4826
 
 
 @dataclass(frozen=True)
 class DriftParams:
-    min_size: int = 3  # buckets
-    min_shift: float = 0.08  # relative change of a series' mean that counts as drift
-    penalty_per_series: float = 3.0
-    noise_floor: float = 0.01  # log units (1%)
+    min_size: int = tunable(3, "The fewest buckets a traffic segment between two change points holds.")
+    min_shift: float = tunable(0.08, "Relative change of a traffic series' mean that counts as drift.")
+    penalty_per_series: float = tunable(
+        3.0, "Change-point penalty per series, in units of its noise: higher finds fewer, larger shifts."
+    )
+    noise_floor: float = tunable(0.01, "The least noise assumed of a series, in log units (1%).")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,7 @@
 """Columnar telemetry: GPU and engine samples as numpy arrays, and grouped medians over them.
 
-The analyzer reads weeks of samples (a week of 1,024 GPUs at 60 s is ten million rows), so everything
-downstream works on arrays, never on per-row Python objects. ``GpuFrame.from_samples`` and
-``EngineFrame.from_samples`` adapt contract records (tests, small runs); the store adapter builds the same
-frames straight from SQL rows or rollups. Missing values are NaN, never 0 (a source that does not report
-a field says nothing about it).
+Weeks of samples are too many for per-row Python objects. Missing values are NaN, never 0.
+Reasoning: docs/analyzer.md#frames
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """Bucketed telemetry: the shape of the store's rollups, and the workers x buckets grid the analyzer reads.
 
-The analyzer's unit of time is a bucket (an hour by default): a week of 1,024 GPUs at 60 s windows is ten
-million samples but only 170 thousand GPU-hours. ``GpuBuckets`` / ``EngineBuckets`` hold one row per
-(GPU or worker, bucket) with exactly the columns of the store's ``*_1h`` rollup tables (averages of ratios
-over the non-null samples, sums of tokens, maxima, counts), so the store adapter passes rollup reads
-straight in; :func:`aggregate_gpu_samples` and :func:`aggregate_engine_samples` compute the same columns
-from raw samples (tests, and hours not rolled up yet). A sample belongs to the bucket its ``ts`` falls in
-(``floor(ts / bucket_s)``), as the rollups bucket them.
-
-``WorkerGrid`` lays the buckets out as dense (workers x buckets) arrays: per worker, its engine counters and
-the mean over its GPUs of the activity ratios. Missing values are NaN, never 0.
-
-Besides the profiling ratios (SM, tensor, DRAM activity), the busy-time counters: ``gpu_util``,
-``gr_engine_active`` (a MIG instance's own activity: GPU_UTIL is not supported on MIG) and ``mem_copy_util``
-(how often the memory controller was busy). They are weaker evidence (:mod:`analyzer.telemetry.bottleneck`).
+``GpuBuckets`` / ``EngineBuckets`` hold the ``*_1h`` rollup columns, one row per (GPU or worker, bucket);
+``WorkerGrid`` lays them out as dense (workers x buckets) arrays. Missing values are NaN, never 0.
+Reasoning: docs/analyzer.md#grid
 """
 
 from __future__ import annotations

@@ -44,11 +44,14 @@ def _config(
     from pydantic import ValidationError
 
     from alerts.rules_source import default_config
+    from analyzer.settings import AnalyzerSettings
     from fleet.catalog import CatalogError, load_catalog
     from fleet.settings import Settings
 
     try:
-        cfg = default_config(load_catalog(Settings().catalog_path).gpus)
+        # The analyzer's bottleneck thresholds (PHASEFIT_ANALYZER_THRESHOLDS too) bound the placement alerts.
+        bottleneck = AnalyzerSettings().params().bottleneck
+        cfg = default_config(load_catalog(Settings().catalog_path).gpus, bottleneck)
         changes: dict[str, Any] = {}
         if runbook_base_url is not None:
             changes["runbook_base_url"] = runbook_base_url

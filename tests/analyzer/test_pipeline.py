@@ -152,7 +152,7 @@ def test_operator_settings_become_parameters(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("PHASEFIT_ANALYZER_CLUSTERS", '{"node00": "east", "node01": "east"}')
     params = AnalyzerSettings().params()
     assert params.pool.capacity.tpot_slo_s == 0.03
-    assert params.findings.recommend.kv_link_bytes_per_s == 50e9
+    assert params.findings.kv_fabric.link_bytes_per_s == 50e9
     assert params.clusters == {"node00": "east", "node01": "east"}
     fleet = Fleet(workers([("node00", H100, 4, 0), ("node01", H200, 2, 2)]), hours=6)
     gpu, engine = fleet.columns()

@@ -1,19 +1,7 @@
-"""Zero-agent mode's I/O edge: read dcgm-exporter and engine series from a Prometheus HTTP API (Prometheus,
-VictoriaMetrics, Thanos, Mimir).
+"""Zero-agent mode's I/O edge: read dcgm-exporter and engine series from a Prometheus HTTP API.
 
-``GET /api/v1/label/__name__/values`` says which of the known metric names exist in the range (so only
-those are queried), then ``GET /api/v1/query_range`` runs each query split by time and, where it holds too
-many series, by a label's values (``GET /api/v1/label/<label>/values``), under :class:`QueryLimits`
-(prometheus_split); a chunk the store refuses for a limit is split further and retried.
-:func:`analyzer.sources.prometheus.source.map_fleet` turns the series into frames. Failures are
-:class:`PrometheusError` subclasses whose message says what to check.
-
-The frames' timestamps are window ends at whole multiples of the step (the times Thanos's query frontend
-and VictoriaMetrics evaluate at): the first window starts at or after ``start``, the last ends at or before
-``end``; gauges are averaged and counters rated over ``range_s`` (default max(step, 120 s), enough for two
-scrapes at Prometheus's default 1-minute interval) ending at each step. Where no series carries the cluster
-label, the server's own ``external_labels`` (``/api/v1/status/config``) may still name it; a server that
-serves no configuration (Thanos, Mimir, VictoriaMetrics without ``-promscrape.config``) gets a note.
+Each query is split under :class:`QueryLimits` (:mod:`analyzer.sources.prometheus.split`). Failures are
+:class:`PrometheusError` subclasses that say what to check. Reasoning: docs/analyzer.md#client
 """
 
 from __future__ import annotations
@@ -276,11 +264,9 @@ def _first_line(exc: BaseException) -> str:
 class _SplitRead:
     """One query read chunk by chunk, shard by shard.
 
-    The first chunk is sized as if the query held ``max_series_per_query`` series. Every answer says how
-    many series its shard holds: that sizes the chunks after it (:meth:`QueryLimits.points_for`), and a
-    shard holding more than the limit is split by a label's values for them. A refusal for points, samples,
-    length or time halves the chunk; one for series (or for samples or time in a one-point chunk) splits the
-    shard. The answers merge per label set (prometheus_split.merge_series)."""
+    Each answer's series count sizes the chunks after it; a refusal halves the chunk or splits the shard.
+    The answers merge per label set. Reasoning: docs/analyzer.md#client
+    """
 
     def __init__(self, client: PrometheusClient, query: MetricQuery, range_s: float, grid: TimeGrid) -> None:
         self.client, self.query, self.range_s, self.grid = client, query, range_s, grid
@@ -424,7 +410,8 @@ def read_fleet(
     ``cluster_label``: the label naming a series' cluster (else the server's external label of that name);
     ``deployment_labels``: the labels naming a worker's deployment, strongest first (see ``map_fleet``).
     ``limits``: what one query may ask of the store (default: :class:`QueryLimits`' defaults; the CLI passes
-    the zero-agent settings, ``PHASEFIT_ANALYZER_PROMETHEUS_*``); ``timeout_s`` (default: the limits') is a client's made here."""
+    the zero-agent settings, ``PHASEFIT_ANALYZER_PROMETHEUS_*``); ``timeout_s`` (default: the limits') is
+    a client's made here."""
     step_s = round(step.total_seconds() if isinstance(step, timedelta) else float(step), 3)
     first, last = _epoch(start, "start"), _epoch(end, "end")
     if not step_s > 0:

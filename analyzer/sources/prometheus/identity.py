@@ -1,11 +1,8 @@
 """Who a zero-agent series is about: the GPU (or MIG instance) a dcgm-exporter series names, the node it sits
-on, and the pod (worker) a GPU or engine series belongs to. Label names come from the shared dcgm vocabulary
-(fleet.vocabulary.dcgm), the same the collector's dcgm source reads.
+on, and the pod (worker) a GPU or engine series belongs to.
 
-A GPU is keyed by UUID; a MIG instance by its DRA device UUID, else ``<parent UUID>/<GPU_I_ID>``, and keeps
-its parent and profile. Without a UUID, ``<node>/gpu<index>`` stands in. A pod is ``exported_pod`` where
-Prometheus renamed a clash with the exporter's own target labels, else ``pod`` (``pod_name`` for
-dcgm-exporter ``-o``); a worker is ``<namespace>/<pod>``.
+Label names come from the shared dcgm vocabulary (fleet.vocabulary.dcgm).
+Reasoning: docs/analyzer.md#identity
 """
 
 from __future__ import annotations

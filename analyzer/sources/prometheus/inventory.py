@@ -1,12 +1,8 @@
 """A zero-agent read in the shapes the store path hands the analyzer: the fleet inventory
-(:class:`analyzer.pools.pool.Inventory`) and raw sample columns (as :mod:`fleet.store.queries` returns them
-and :func:`analyzer.telemetry.grid.aggregate_gpu_samples` / ``aggregate_engine_samples`` read them).
+(:class:`analyzer.pools.pool.Inventory`) and raw sample columns (as :mod:`fleet.store.queries` returns them).
 
-What Prometheus cannot say is left unknown: the precision (None), the model of an engine whose series name
-none ("unknown"), the TP degree of a worker whose GPUs cannot be joined (None), the KV budget of an engine
-that reports none (None).
-The columns are those of the contract's records: a MIG instance's GPU rows carry ``parent_gpu_uuid`` and
-``mig_profile`` as gpu_sample does, engine rows the latency quantiles as engine_sample does.
+What Prometheus cannot say (precision, model, TP degree, KV budget) is left unknown.
+Reasoning: docs/analyzer.md#inventory
 """
 
 from __future__ import annotations

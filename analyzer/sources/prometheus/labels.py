@@ -1,10 +1,8 @@
 """What a zero-agent worker's series labels say: its phase role, its cluster and its serving deployment (with
-the model, its pool). Names and words come from the shared vocabulary (fleet.labels, fleet.vocabulary.roles),
-the same the collector reads on pods and engine metrics; the order of evidence follows the collector's
-(collector/roles.py) as far as Prometheus can see it (it cannot see command lines or the mapping file).
+the model, its pool).
 
-A pod label is looked up raw, sanitised (dcgm-exporter's pod labels, relabelled target labels:
-``llm_d_ai_role``) and as kube-state-metrics' ``kube_pod_labels`` names it (``label_llm_d_ai_role``).
+Words come from the shared vocabulary; the order of evidence follows the collector's (collector/roles.py).
+Reasoning: docs/analyzer.md#labels
 """
 
 from __future__ import annotations
@@ -79,11 +77,8 @@ def resolve_role(
 ) -> tuple[Role, RoleSource]:
     """A worker's role from the labels of its engine (and Dynamo) series and its GPU series.
 
-    SGLang's ``engine_type`` prefill/decode > the role labels (``role_label``, then
-    :data:`DEFAULT_ROLE_LABELS`) > a Dynamo worker pod without a sub-component type (aggregated) > Dynamo
-    component names (``dynamo_component``, ``nvidia.com/dynamo-component``) > ``engine_type`` unified >
-    an llm-d pod without a role label (llm-d's router treats it as decode-capable). Within a level the
-    most recent series speaks first.
+    Strongest first: SGLang's ``engine_type`` prefill/decode, the role labels, Dynamo's pod and component
+    names, ``engine_type`` unified, an llm-d pod without a role label. Order: docs/analyzer.md#labels
     """
     engines = _recent((ts, labels) for ts, _, labels in engine_labels)
     types = [role_from_text(labels.get(ENGINE_TYPE_LABEL)) for labels in engines]

@@ -1,14 +1,7 @@
-"""What zero-agent mode asks Prometheus for: one query per metric name that feeds a frame column, built from
-the shared vocabulary (fleet.vocabulary: the names, aliases, kinds and units the collector parses too).
+"""What zero-agent mode asks Prometheus for: one query per metric name that feeds a frame column.
 
-Gauges are read as their mean over the window that ends at each step (``avg_over_time``), counters as
-``rate`` (the mapping multiplies by the step: counts per window), Xid codes as their maximum, latency
-histograms as ``histogram_quantile`` of the window's bucket rates summed over a worker's ranks. Two queries
-read labels rather than values: every dcgm-exporter series (so a GPU that reports no activity field is
-still listed, its activity unknown) and Dynamo's worker metrics (component and namespace labels). The KV
-budget an engine reports (``kv_capacity_tokens``: the factors of fleet.vocabulary's KV_CAPACITY_METRICS) is
-read as each series' last value in the window (``last_over_time``), labels and all: vLLM's comes from the
-labels of its ``cache_config_info`` info gauge.
+Built from the shared vocabulary (fleet.vocabulary), the names the collector parses too.
+Reasoning: docs/analyzer.md#metrics
 """
 
 from __future__ import annotations
@@ -89,7 +82,7 @@ class MetricQuery:
 
     def selector(self, extra: Sequence[str] = ()) -> str:
         """The series selector this query reads, with ``extra`` label matchers (a shard of its series: see
-        prometheus_split)."""
+        :mod:`analyzer.sources.prometheus.split`)."""
         if self.reduce is Reduce.PRESENT:
             return "{" + ",".join((f'__name__=~"{self.name}"', *extra)) + "}"
         name = f"{self.name}_bucket" if self.reduce is Reduce.QUANTILE else self.name

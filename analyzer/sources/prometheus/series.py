@@ -1,8 +1,7 @@
 """Prometheus range-query matrices on one time grid: parsing the JSON, placing points on grid columns, and
 merging the series that feed one frame column (alias preference, sums or means).
 
-Every query of a zero-agent read is evaluated at ``start + k * step``, so each point lands on a grid column
-and each column stands for the window of ``step`` seconds that ends there.
+Each column stands for the window of ``step`` seconds that ends there. Reasoning: docs/analyzer.md#series
 """
 
 from __future__ import annotations

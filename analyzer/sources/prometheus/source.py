@@ -1,20 +1,7 @@
 """Zero-agent mode's pure core: Prometheus ``query_range`` series -> the analyzer's GpuFrame and EngineFrame.
 
-Every dcgm-exporter series lists its GPU (or MIG instance: prometheus_identity), whether or not it carries an
-activity field: a GPU that reports only clocks is in the inventory, its activity unknown and its samples
-degraded, as the collector's dcgm source reports it. A MIG parent's own series never make it a GPU beside its
-instances. A GPU belongs to the worker ``<namespace>/<pod>`` that dcgm-exporter's Kubernetes mapping names.
-Engine series belong to the pod of their scrape target (``namespace``/``pod`` target labels), or to their
-``instance`` outside Kubernetes; so GPU and engine series join on (namespace, pod). A worker is an engine
-target, as in the collector (no engine sample without engine metrics): a pod whose GPUs report but whose
-engine is not scraped keeps its GPUs attributed to it, and a note says so. Dynamo's own worker metrics lend
-their labels (component, namespace) to the worker their target also serves engine metrics for. A GPU
-without a pod stays unattributed, never guessed; a field no series reports is NaN, never 0. Every row's
-source is ``prometheus``. Cluster and deployment (the pool, with the model) come from the series' labels
-(prometheus_labels), never from node or pod names. A worker's KV budget (``kv_capacity_tokens``) is what its
-engine reports, by the vocabulary's rule the collector applies too, the last value winning: per factor, the
-series that reported last (of those, the latest born: an info gauge whose labels change at a restart is a
-new series). It is None where the engine reports none; its series alone make no worker.
+GPU and engine series join on (namespace, pod). A GPU without a pod stays unattributed, and a field no
+series reports is NaN, never 0. Reasoning: docs/analyzer.md#source
 """
 
 from __future__ import annotations
@@ -487,12 +474,9 @@ def map_fleet(
 ) -> PrometheusFleet:
     """Frames and inventory from the series of every query, all evaluated on ``grid``.
 
-    ``role_label``: the label that carries a worker's phase role (a pod label dcgm-exporter surfaces, or a
-    relabelled one), tried before the well-known ones. ``gpu_catalog`` resolves ``modelName`` to SKU keys.
-    ``exporter_pod``: pod names that are the exporter's own scrape-target labels, never a GPU's user.
-    ``cluster_label`` names the cluster on a series; ``default_cluster`` (the Prometheus server's own
-    external label) stands in where no series carries it. ``deployment_labels``: the labels naming a
-    worker's deployment, strongest first (else ``<namespace>/<owner>`` where ``owner_name`` is joined in).
+    ``role_label``, ``cluster_label`` / ``default_cluster`` and ``deployment_labels`` name the labels to read;
+    ``gpu_catalog`` resolves ``modelName``; ``exporter_pod`` lists the exporter's own pod names.
+    Options: docs/analyzer.md#source
     """
     notes: list[str] = []
     g = _map_gpus(results, grid, exporter_pod, notes)

@@ -1,29 +1,8 @@
 """Zero-agent mode's query splitting: keep every ``query_range`` answer under what the store enforces.
 
-Prometheus-API stores refuse a query_range past their limits (docs/zero-agent.md lists each store's flags):
-
-- points per series: Prometheus, Thanos and Mimir refuse ``(end - start) / step > 11,000``; VictoriaMetrics
-  more than ``-search.maxPointsPerTimeseries`` (30,000) points;
-- samples per query: Prometheus's and Mimir's ``max-samples`` (50,000,000 loaded at once, the answer's points
-  included), VictoriaMetrics' ``-search.maxSamplesPerQuery`` (raw samples), Mimir's fetched chunks, Thanos's
-  store ``--store.limits.request-samples``;
-- series per query: VictoriaMetrics' ``-search.maxUniqueTimeseries`` (300,000 in 1.79), Mimir's
-  ``-querier.max-fetched-series-per-query``, Thanos's ``--store.limits.request-series``;
-- query length: Mimir's ``-querier.max-partial-query-length`` and ``-query-frontend.max-total-query-length``,
-  Thanos's ``--query-range.max-query-length``.
-
-:class:`QueryLimits` holds phasefit's side of them. A query is cut two ways:
-
-- by time: consecutive chunks of the grid, each at most :meth:`QueryLimits.points_for` evaluation times, so
-  that the points per series, the points of the answer (series x points) and the time range each stay under
-  their limit; a chunk refused for any of those is halved and retried;
-- by series: where one answer holds more than ``max_series_per_query`` series, or the store refuses a query
-  for its series, the query is split by one label's values (the pool's labels first: cluster, namespace;
-  then node and scrape-target labels), read from the label-values API. Each shard adds one matcher
-  ``label=~"v1|v2|..."``; the first shard's also matches the empty value (series without the label), so the
-  shards partition the series: every series is in exactly one.
-
-:func:`merge_series` joins the answers per label set, each evaluation time once and in order.
+:class:`QueryLimits` holds phasefit's side of the stores' limits. A query is cut by time (chunks of the
+grid) and by series (shards on one label's values); :func:`merge_series` joins the answers.
+Reasoning: docs/analyzer.md#split
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from analyzer.findings.misplacement import MISPLACEMENT_KINDS, change_kind
+from analyzer.findings.misplaced_worker import KINDS as MISPLACEMENT_KINDS
+from analyzer.findings.misplaced_worker import change_kind
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
 from analyzer.pools.pool import SkuGroup

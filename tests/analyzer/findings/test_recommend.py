@@ -4,13 +4,9 @@ import math
 
 import pytest
 
-from analyzer.findings.recommend import (
-    RecommendParams,
-    kv_handoff_check,
-    pair_swaps,
-    recommended_ratio,
-    rules_of_thumb,
-)
+from analyzer.findings.kv_fabric import KvFabricParams, kv_handoff_check
+from analyzer.findings.recommend import pair_swaps, recommended_ratio
+from analyzer.findings.registry import FindingParams, rules_of_thumb
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
 from analyzer.pools.analysis import PoolAnalysis
 from fleet.catalog import load_catalog
@@ -87,19 +83,18 @@ def test_the_kv_handoff_is_checked_against_the_link(result: AnalysisResult) -> N
     arch = CATALOG.models.get("llama-3.1-70b")
     per_worker_prompt = 30.0 * 1300.0 / 4  # 4 prefill workers
     assert need == pytest.approx(per_worker_prompt * kv_bytes_per_token(arch, Precision.FP8), rel=0.1)
-    slow = kv_handoff_check(pool, segment, RecommendParams(kv_link_bytes_per_s=need / 2))
-    fast = kv_handoff_check(pool, segment, RecommendParams(kv_link_bytes_per_s=need * 10))
+    slow = kv_handoff_check(pool, segment, KvFabricParams(link_bytes_per_s=need / 2))
+    fast = kv_handoff_check(pool, segment, KvFabricParams(link_bytes_per_s=need * 10))
     assert slow.passed is False and fast.passed is True
 
 
 def test_a_slow_fabric_becomes_a_finding() -> None:
-    from analyzer.findings.misplacement import FindingParams
     from analyzer.pipeline import AnalyzerParams
     from fleet.contract import FindingKind
 
     fleet = Fleet(workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)]), hours=8, rate_rps=lambda h: 30.0)
     gpu, engine = fleet.columns()
-    params = AnalyzerParams(findings=FindingParams(recommend=RecommendParams(kv_link_bytes_per_s=1e9)))
+    params = AnalyzerParams(findings=FindingParams(kv_fabric=KvFabricParams(link_bytes_per_s=1e9)))
     findings = analyze(input_from_samples(gpu, engine), CATALOG, params).findings
     (fabric,) = [f for f in findings if f.kind is FindingKind.KV_FABRIC_UNDERPROVISIONED]
     assert "GB/s link" in str(fabric.evidence["kv-handoff_detail"])

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from analyzer.findings.evidence import UTILISATION_CAVEAT
-from analyzer.findings.misplacement import FindingParams
+from analyzer.findings.loss import SeverityParams
+from analyzer.findings.registry import FindingParams
 from analyzer.pipeline import AnalysisResult, AnalyzerParams, analyze, input_from_samples
 from analyzer.summarize import NO_PROFILING, UTILISATION_UNDECIDED
 from fleet.catalog import load_catalog
@@ -16,7 +17,7 @@ from tests.analyzer.synthetic import BUSY_ONLY, H100, H200, PROFILING, UTILISATI
 
 CATALOG = load_catalog()
 # Each worker's share of the loss is about 8% of the pool's capacity: critical from 5% in these tests.
-PARAMS = AnalyzerParams(findings=FindingParams(critical_share=0.05))
+PARAMS = AnalyzerParams(findings=FindingParams(severity=SeverityParams(critical_share=0.05)))
 DECODE = {"node00/decode-1", "node00/decode-2"}
 PREFILL = {"node01/prefill-1", "node01/prefill-2"}
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from analyzer.findings.misplacement import FindingParams, _loss_fields, severity, supply_limited
+from analyzer.findings.loss import SeverityParams, loss_fields, severity, supply_limited
 from analyzer.findings.recommend import pair_swaps, worker_recommendation
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
 from analyzer.pools.pool import SkuGroup
@@ -105,7 +105,7 @@ def test_the_loss_in_output_tokens_and_requests_is_consistent() -> None:
     for bound in ("", "low", "high"):
         assert result.lost_output_tokens(bound) == pytest.approx(result.lost_requests(bound) * OSL)
     change = result.changes[0]
-    fields = _loss_fields(result, change.share)
+    fields = loss_fields(result, change.share)
     assert fields["lost_requests_per_s"] == pytest.approx(
         result.lost_tokens_per_s * change.share / (ISL + OSL)
     )
@@ -146,7 +146,7 @@ def test_a_range_down_to_zero_names_its_cause() -> None:
 
 
 def test_a_demand_limited_pool_is_never_critical() -> None:
-    p = FindingParams()
+    p = SeverityParams()
     served = _inverted(peak=1.0)
     assert served.demand_limited
     huge = served.current.tokens_per_s  # a loss as large as the pool itself
@@ -160,7 +160,7 @@ def test_a_demand_limited_pool_is_never_critical() -> None:
 
 
 def test_critical_only_when_supply_limited_with_requests_waiting() -> None:
-    p = FindingParams()
+    p = SeverityParams()
     short = _inverted(peak=1e9)
     assert not short.demand_limited
     capacity = short.current.tokens_per_s

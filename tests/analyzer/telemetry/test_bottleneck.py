@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyzer.findings.health import HealthParams
+from analyzer.findings.role_drift import RoleDriftParams
 from analyzer.telemetry.bottleneck import (
     EVIDENCE,
     REASON_TEXT,
@@ -350,7 +350,7 @@ def test_busy_time_with_a_busy_memory_controller_reads_memory_bound_on_weak_evid
     assert reason == REASON_TEXT[Reason.UTILISATION_MEMORY]
     assert "not whether its bandwidth limited throughput" in reason
     assert 0.0 < confidence <= BottleneckThresholds().util_confidence + 1e-6  # float32
-    assert confidence < HealthParams().role_drift_confidence  # weak evidence never drives a role drift
+    assert confidence < RoleDriftParams().confidence  # weak evidence never drives a role drift
     assert _evidence(grid, "w") is ActivityEvidence.UTILISATION
 
 

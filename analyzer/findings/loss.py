@@ -1,0 +1,125 @@
+"""How a finding states its loss and how severe it is.
+
+A loss is stated as lost output tokens/s and requests/s, each with its range (total tokens/s is secondary).
+Severity follows what the loss means: a pool that serves its demand loses idle capacity (a warning at
+most); critical is kept for a supply-limited pool losing at least ``critical_share`` of its capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from analyzer.pools.analysis import SegmentAnalysis
+from analyzer.pools.split_search import PlacementResult
+from analyzer.tunable import tunable
+from fleet.contract import Severity
+
+
+@dataclass(frozen=True)
+class SeverityParams:
+    critical_share: float = tunable(
+        0.10, "A supply-limited pool losing at least this share of its capacity is critical."
+    )
+    warning_share: float = tunable(0.02, "A loss of at least this share of the pool's capacity is a warning.")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.warning_share <= self.critical_share <= 1:
+            raise ValueError("0 <= warning_share <= critical_share <= 1")
+
+
+def supply_limited(placement: PlacementResult, waiting_typical: float) -> bool:
+    """The pool does not serve its demand: its peak demand exceeds its capacity and requests queue then."""
+    return not placement.demand_limited and math.isfinite(waiting_typical) and waiting_typical >= 1.0
+
+
+def severity(
+    lost: float, capacity: float, params: SeverityParams, *, supply_limited: bool = False
+) -> Severity:
+    """Critical only where the pool is supply-limited and loses at least ``critical_share`` of its capacity;
+    otherwise the loss is capacity (idle where the pool serves its demand): warning at most."""
+    share = lost / capacity if capacity > 0 else 0.0
+    if supply_limited and share >= params.critical_share:
+        return Severity.CRITICAL
+    if share >= params.warning_share:
+        return Severity.WARNING
+    return Severity.INFO
+
+
+def severity_basis(placement: PlacementResult, waiting_typical: float) -> str:
+    queue = (
+        f"{waiting_typical:,.1f} requests waiting in the median bucket"
+        if math.isfinite(waiting_typical)
+        else "no queue reported"
+    )
+    if placement.demand_limited:
+        return (
+            "demand-limited (the pool served even its peak demand): the loss is idle capacity, "
+            "at most a warning"
+        )
+    if supply_limited(placement, waiting_typical):
+        return (
+            f"supply-limited: peak demand exceeds the pool's capacity and {queue}: the loss is traffic "
+            "not served"
+        )
+    return f"peak demand exceeds the modelled capacity but {queue}: the loss is capacity, at most a warning"
+
+
+def loss_fields(placement: PlacementResult, share: float) -> dict[str, float | None]:
+    """The finding's share of the placement's loss in output tokens/s and requests/s, with their range."""
+
+    def value(x: float) -> float | None:
+        return max(0.0, x * share) if math.isfinite(x) else None
+
+    return {
+        "lost_output_tokens_per_s": value(placement.lost_output_tokens()),
+        "lost_output_tokens_per_s_low": value(placement.lost_output_tokens("low")),
+        "lost_output_tokens_per_s_high": value(placement.lost_output_tokens("high")),
+        "lost_requests_per_s": value(placement.lost_requests()),
+        "lost_requests_per_s_low": value(placement.lost_requests("low")),
+        "lost_requests_per_s_high": value(placement.lost_requests("high")),
+    }
+
+
+def loss_evidence(evidence: dict[str, float | str | None], losses: Mapping[str, float | None]) -> None:
+    """The loss in the units an SRE acts on, as evidence text: output tokens/s and requests/s with ranges."""
+    out, req = losses["lost_output_tokens_per_s"], losses["lost_requests_per_s"]
+    if out is None or req is None:
+        return
+    evidence["lost_output_tokens"] = (
+        f"{out:,.0f} output tokens/s ({losses['lost_output_tokens_per_s_low'] or 0.0:,.0f}-"
+        f"{losses['lost_output_tokens_per_s_high'] or 0.0:,.0f})"
+    )
+    evidence["lost_requests"] = (
+        f"{req:,.2f} requests/s ({losses['lost_requests_per_s_low'] or 0.0:,.2f}-"
+        f"{losses['lost_requests_per_s_high'] or 0.0:,.2f})"
+    )
+
+
+def segment_evidence(segment: SegmentAnalysis, placement: PlacementResult) -> dict[str, float | str | None]:
+    """The pool's state over the segment a placement finding stands on, and what its loss means."""
+    out: dict[str, float | str | None] = {
+        "mean_prompt_tokens": round(segment.mix.isl, 1),
+        "mean_output_tokens": round(segment.mix.osl, 1),
+        "pool_tokens_per_s_now": round(placement.current.tokens_per_s, 1),
+        "pool_tokens_per_s_best": round(placement.best.tokens_per_s, 1),
+        "pool_bound_now": placement.current.bound,
+        "utilisation": round(placement.utilisation, 4) if math.isfinite(placement.utilisation) else None,
+        "demand_limited": "yes" if placement.demand_limited else "no",
+        "requests_waiting_median": round(segment.waiting_typical, 2)
+        if math.isfinite(segment.waiting_typical)
+        else None,
+        "severity_basis": severity_basis(placement, segment.waiting_typical),
+    }
+    if placement.lost_tokens_per_s > 0 and placement.lost_low <= 0:
+        out["loss_range_to_zero"] = "the low end of the loss reaches 0 through " + (
+            placement.range_cause or "the capacities' uncertainty"
+        )
+    if placement.demand_limited:
+        cost = placement.misplacement_cost_per_week_usd
+        out["loss_meaning"] = "demand-limited: the loss is idle capacity, not undelivered tokens; " + (
+            f"${cost:,.0f} per week at catalog prices" if cost is not None else "price unknown"
+        )
+        out["misplacement_cost_per_week_usd"] = round(cost, 2) if cost is not None else None
+    return out

@@ -1,0 +1,101 @@
+"""Pool-ratio drift: the pool's prefill:decode split no longer matches its traffic.
+
+The best plan changes roles beyond mending misplaced SKUs (:mod:`analyzer.findings.misplaced_worker`). The
+finding spans the latest run of such segments; its start is when the shift began (a traffic change point
+when one opens the run).
+"""
+
+from __future__ import annotations
+
+from analyzer.findings.base import FindingInputs, latest_run, utc
+from analyzer.findings.loss import (
+    SeverityParams,
+    loss_evidence,
+    loss_fields,
+    segment_evidence,
+    severity,
+    supply_limited,
+)
+from analyzer.findings.misplaced_worker import classify_changes
+from analyzer.findings.recommend import recommended_ratio
+from analyzer.pools.analysis import PoolAnalysis
+from fleet.contract import Finding, FindingKind, FindingStatus, Recommendation
+
+KINDS = (FindingKind.POOL_RATIO_DRIFT,)
+
+
+def detect(inputs: FindingInputs, severity_params: SeverityParams) -> list[Finding]:
+    out: list[Finding] = []
+    for analysis in inputs.analyses:
+        out += _pool(analysis, inputs, severity_params)
+    return out
+
+
+def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: SeverityParams) -> list[Finding]:
+    kinds = classify_changes(analysis, inputs.grid, inputs.bottlenecks)
+    flags = [any(kind is FindingKind.POOL_RATIO_DRIFT for _, kind in changes) for changes in kinds]
+    run = latest_run(flags)
+    if run is None:
+        return []
+    first, last = run[0], run[1] - 1
+    segment = analysis.segments[last]
+    placement = segment.placement
+    assert placement is not None
+    ratio = recommended_ratio(analysis, segment)
+    assert ratio is not None
+    began = analysis.segments[first].start
+    cause = next(
+        (
+            cp
+            for cp in analysis.change_points
+            if abs(float(analysis.traffic.bucket_start[cp.index]) - began) < 1.0
+        ),
+        None,
+    )
+    ratio_changes = [c for c, kind in kinds[last] if kind is FindingKind.POOL_RATIO_DRIFT]
+    share = sum(c.share for c in ratio_changes)
+    gain = placement.lost_tokens_per_s * share
+    evidence: dict[str, float | str | None] = {
+        "prefill_decode_now": ratio.now,
+        "prefill_decode_recommended": ratio.recommended,
+        "shift_began": utc(began).isoformat(),
+        "shift": cause.describe() if cause else "placement wrong since the start of the analysed range",
+        "per_sku": ratio.per_sku_text(),
+        "workers_to_flip": ", ".join(f"{inputs.grid.workers[c.row]}->{c.to_role}" for c in ratio_changes),
+        "pool_lost_tokens_per_s": round(placement.lost_tokens_per_s, 1),
+    }
+    evidence.update(segment_evidence(segment, placement))
+    losses = loss_fields(placement, share)
+    loss_evidence(evidence, losses)
+    output, requests = losses["lost_output_tokens_per_s"], losses["lost_requests_per_s"]
+    gain_text = (
+        f": +{output:,.0f} output tokens/s, +{requests:,.2f} requests/s "
+        f"({gain:,.0f} prompt + output tokens/s)"
+        if output is not None and requests is not None
+        else ""
+    )
+    limited = supply_limited(placement, segment.waiting_typical)
+    return [
+        Finding(
+            kind=FindingKind.POOL_RATIO_DRIFT,
+            pool=analysis.pool.key,
+            severity=severity(gain, placement.current.tokens_per_s, severity_params, supply_limited=limited),
+            status=FindingStatus.OPEN if last == len(analysis.segments) - 1 else FindingStatus.RESOLVED,
+            evidence=evidence,
+            tokens_per_s=placement.current.tokens_per_s,
+            lost_tokens_per_s=gain,
+            lost_tokens_per_s_low=placement.lost_low * share,
+            lost_tokens_per_s_high=placement.lost_high * share,
+            **losses,
+            recommendation=Recommendation(
+                action="rebalance-pool",
+                detail=(
+                    f"move the pool from {ratio.now} to {ratio.recommended} prefill:decode workers "
+                    f"({evidence['workers_to_flip']}){gain_text}"
+                )[:2000],
+                expected_gain_tokens_per_s=gain,
+            ),
+            first_seen=utc(began),
+            last_seen=utc(segment.end),
+        )
+    ]

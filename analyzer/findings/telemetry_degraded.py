@@ -1,0 +1,100 @@
+"""Telemetry degraded: the worker's GPUs are lost (Xid 79), marked degraded, silent while the engine
+reports, or report utilisation only (no profiling counters), for a share of the range or throughout the
+latest buckets: its bottleneck cannot be measured there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analyzer.findings.base import FindingInputs, latest_run, utc
+from analyzer.telemetry.bottleneck import EVIDENCE
+from analyzer.tunable import tunable
+from fleet.contract import (
+    ActivityEvidence,
+    Bottleneck,
+    Finding,
+    FindingKind,
+    FindingStatus,
+    Recommendation,
+    Severity,
+)
+
+KINDS = (FindingKind.TELEMETRY_DEGRADED,)
+_UTILISATION_ONLY = "utilisation only (no profiling counters)"
+
+
+@dataclass(frozen=True)
+class DegradedParams:
+    share: float = tunable(0.25, "A worker whose telemetry is degraded for at least this share of the range.")
+    latest_buckets: int = tunable(3, "...or throughout this many of the latest buckets.")
+    bucket_share: float = tunable(
+        0.5, "A bucket counts as lost or degraded when its GPUs were so for at least this share of it."
+    )
+
+    def __post_init__(self) -> None:
+        if self.latest_buckets < 1:
+            raise ValueError(f"latest_buckets must be at least 1, got {self.latest_buckets}")
+
+
+def detect(inputs: FindingInputs, p: DegradedParams) -> list[Finding]:
+    grid, bottlenecks = inputs.grid, inputs.bottlenecks
+    lost = np.nan_to_num(grid.lost_share) >= p.bucket_share
+    degraded = np.nan_to_num(grid.degraded_share) >= p.bucket_share
+    silent = (grid.gpu_s <= 0) & (grid.engine_s > 0)
+    evidence = np.zeros(grid.shape, dtype=np.int8)
+    rows = {w: i for i, w in enumerate(bottlenecks.workers)}
+    order = np.array([rows.get(w, -1) for w in grid.workers])
+    valid = order >= 0
+    evidence[valid] = bottlenecks.evidence[order[valid]]
+    basic = evidence == EVIDENCE.index(ActivityEvidence.UTILISATION)
+    flagged = lost | degraded | silent | basic
+    out: list[Finding] = []
+    n = grid.shape[1]
+    tail = min(p.latest_buckets, n)
+    for row, ctx in inputs.context.items():
+        share = float(flagged[row].mean())
+        if share < p.share and not bool(flagged[row, n - tail :].all()):
+            continue
+        run = latest_run(flagged[row])
+        if run is None:
+            continue
+        first, last = run
+        what = {
+            "GPU lost (Xid 79 / GPU_IS_LOST)": float(lost[row].mean()),
+            "GPU samples marked degraded": float(degraded[row].mean()),
+            "no GPU telemetry while the engine reports": float(silent[row].mean()),
+            _UTILISATION_ONLY: float(basic[row].mean()),
+        }
+        main = max(what, key=lambda k: what[k])
+        lost_now = bool(lost[row, n - tail :].any())
+        out.append(
+            Finding(
+                kind=FindingKind.TELEMETRY_DEGRADED,
+                worker_id=grid.workers[row],
+                pool=ctx.pool,
+                # A lost GPU pages through the collector's PhasefitGpuLost alert; here it is the analyzer
+                # losing its evidence, never a critical finding on its own.
+                severity=Severity.WARNING if lost_now or main != _UTILISATION_ONLY else Severity.INFO,
+                status=FindingStatus.OPEN if last == n else FindingStatus.RESOLVED,
+                gpu_sku=ctx.sku,
+                role=ctx.role,
+                bottleneck=Bottleneck.UNKNOWN,
+                evidence={
+                    **{f"share: {k}": round(v, 4) for k, v in what.items()},
+                    "main": main,
+                    "flagged_share": round(share, 4),
+                },
+                recommendation=Recommendation(
+                    action="investigate",
+                    detail=(
+                        f"{grid.workers[row]}: {main} for {share:.0%} of the range; its bottleneck cannot be "
+                        "measured there"
+                    ),
+                ),
+                first_seen=utc(float(grid.bucket_start[first])),
+                last_seen=utc(float(grid.bucket_start[last - 1] + grid.bucket_s)),
+            )
+        )
+    return out
