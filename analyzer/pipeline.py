@@ -15,6 +15,7 @@ import numpy as np
 from analyzer.findings.base import FindingInputs, WorkerContext
 from analyzer.findings.registry import FindingParams, detect_all
 from analyzer.pools.analysis import PoolAnalysis, PoolParams, analyze_pool
+from analyzer.pools.outcomes import OutcomeParams
 from analyzer.pools.pool import Inventory, build_pools, inventory_from_samples
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.results.summary import Summary
@@ -58,6 +59,7 @@ class AnalyzerParams:
     bottleneck: BottleneckThresholds = field(default_factory=_bucket_thresholds)
     pool: PoolParams = field(default_factory=PoolParams)
     findings: FindingParams = field(default_factory=FindingParams)
+    outcomes: OutcomeParams = field(default_factory=OutcomeParams)
     clusters: Mapping[str, str] | None = None  # node -> cluster, over what the collectors reported
     pool_params: Mapping[str, PoolParams] = field(default_factory=dict)  # per pool key
 
@@ -175,5 +177,6 @@ def analyze(
         extra_warnings=extra_warnings,
         catalog=catalog,
         finding_params=p.findings,
+        outcome_params=p.outcomes,
     )
     return AnalysisResult(typed.to_json_dict(), findings, analyses, grid, bottlenecks, typed)

@@ -35,6 +35,7 @@ from analyzer.findings.recommend import recommended_ratio
 from analyzer.findings.registry import FindingParams, rules_of_thumb
 from analyzer.model.efficiency import CALIBRATION_ACCURACY, CALIBRATION_PROVENANCE
 from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
+from analyzer.pools.outcomes import OutcomeParams, change_outcomes, running_error
 from analyzer.pools.pool import DeviceCounts, Inventory, Pool, device_counts
 from analyzer.pools.split_search import PlacementResult
 from analyzer.results.summary import (
@@ -245,6 +246,7 @@ def _pool_summary(
     inventory: Inventory,
     catalog: Catalog | None = None,
     finding_params: FindingParams | None = None,
+    outcome_params: OutcomeParams | None = None,
 ) -> PoolSummary:
     pool = analysis.pool
     latest = analysis.latest
@@ -322,6 +324,7 @@ def _pool_summary(
         ],
         segments=[_segment_summary(pool, s) for s in analysis.segments],
         notes=list(analysis.notes),
+        changes=change_outcomes(analysis.segments, grid.workers, outcome_params),
     )
 
 
@@ -402,8 +405,12 @@ def build_summary(
     extra_warnings: Sequence[str] = (),
     catalog: Catalog | None = None,
     finding_params: FindingParams | None = None,
+    outcome_params: OutcomeParams | None = None,
 ) -> Summary:
-    pool_rows = [_pool_summary(a, findings, grid, inventory, catalog, finding_params) for a in analyses]
+    pool_rows = [
+        _pool_summary(a, findings, grid, inventory, catalog, finding_params, outcome_params) for a in analyses
+    ]
+    scored, realized_error = running_error([c for row in pool_rows for c in row.changes])
     open_findings = [f for f in findings if f.status is FindingStatus.OPEN]
     placements = {a.pool.key: a.latest.placement for a in analyses if a.latest and a.latest.placement}
     misplaced: dict[str, list[str]] = {}
@@ -555,6 +562,8 @@ def build_summary(
             calibration=CALIBRATION_PROVENANCE.get("fitted_at", ""),
             heldout_ratio_error_p90=CALIBRATION_ACCURACY.heldout_ratio_p90,
             heldout_absolute_error_p90=CALIBRATION_ACCURACY.heldout_absolute_p90,
+            changes_scored=scored,
+            realized_error_median=None if realized_error is None else round(realized_error, 4),
         ),
         warnings=warnings,
         pools=pool_rows,

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from analyzer.results.changes import ChangeOutcome
 from fleet.contract import Bottleneck, Finding, FindingKind, Role
 
 SUMMARY_VERSION = 2
@@ -200,6 +201,11 @@ class PoolSummary(_Model):
     drift_events: list[TrafficDrift]
     segments: list[SegmentSummary]
     notes: list[str]
+    changes: list[ChangeOutcome] = Field(
+        default_factory=list,
+        description="Changes of the split seen in the range, each judged against the model's prediction; "
+        "and a recommendation left standing.",
+    )
 
 
 class WorkerSummary(_Model):
@@ -278,6 +284,13 @@ class ModelInfo(_Model):
     calibration: str = Field(description="When the model's constants were fitted.")
     heldout_ratio_error_p90: float
     heldout_absolute_error_p90: float
+    changes_scored: int = Field(
+        default=0, description="Changes of a split in the range whose outcome was scored."
+    )
+    realized_error_median: float | None = Field(
+        default=None,
+        description="Median of |realized / predicted - 1| over the changes scored; null if none.",
+    )
 
 
 class Summary(_Model):

@@ -1,0 +1,227 @@
+"""Did a placement change pay off? The model's prediction at the time against what the pool did afterwards.
+
+A change is a segment boundary where serving workers changed role. Its prediction is what the model said,
+with the capacities of the segment before, the split actually adopted would gain; what it realized is the
+capacity the pool showed after against before, both at the traffic mix of the segment before (phase
+capacities do not depend on the mix; the rate they sustain does). Reasoning: docs/analyzer.md#outcomes
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+import numpy as np
+
+from analyzer.pools.analysis import SegmentAnalysis
+from analyzer.pools.split_search import PlacementResult, capacity_draws, draw_rates, evaluate
+from analyzer.results.changes import ChangeOutcome, MovedWorker
+from analyzer.tunable import tunable
+
+
+class Verdict(StrEnum):
+    AS_PREDICTED = "paid off as predicted"
+    MORE = "paid off more than predicted"
+    PART = "paid off in part"
+    NOTHING = "did not pay off"
+    WORSE = "made things worse"
+    NONE_EXPECTED = "no gain predicted, none seen"
+    TOO_EARLY = "too early to tell"
+    UNSCORED = "not comparable"
+    NOT_CARRIED_OUT = "not carried out"
+
+
+SCORED = (Verdict.AS_PREDICTED, Verdict.MORE, Verdict.PART, Verdict.NOTHING, Verdict.WORSE)
+
+
+@dataclass(frozen=True)
+class OutcomeParams:
+    min_hours_after: float = tunable(
+        6.0, "Hours of traffic a change needs afterwards before its outcome is scored."
+    )
+    no_change_share: float = tunable(
+        0.02, "A realized change within this share of the pool's capacity is no change (the noise floor)."
+    )
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def _num(value: float | None, digits: int = 1) -> float | None:
+    return round(value, digits) if value is not None and math.isfinite(value) else None
+
+
+def _rate(prompt: float, generated: float, isl: float, osl: float) -> float:
+    return min(prompt / isl, generated / osl) if isl > 0 and osl > 0 else math.nan
+
+
+def _prefill_per_group(placement: PlacementResult, roles: dict[int, str]) -> dict[str, int]:
+    return {
+        g.group.key: sum(1 for row in g.group.members if roles.get(row) == "prefill")
+        for g in placement.groups
+    }
+
+
+def _serving_per_group(placement: PlacementResult, roles: dict[int, str]) -> dict[str, int]:
+    return {g.group.key: sum(1 for row in g.group.members if row in roles) for g in placement.groups}
+
+
+def _followed(before: np.ndarray, after: np.ndarray, best: np.ndarray) -> str:
+    if np.array_equal(before, best):
+        return "no recommendation was open"
+    if np.array_equal(after, best):
+        return "as recommended"
+    if np.abs(after - best).sum() < np.abs(before - best).sum():
+        return "part of the recommendation"
+    return "against the recommendation"
+
+
+def _outcome(
+    before: SegmentAnalysis, after: SegmentAnalysis, workers: Sequence[str], p: OutcomeParams
+) -> ChangeOutcome | None:
+    moved = [
+        MovedWorker(worker_id=workers[row], from_role=before.roles[row], to_role=after.roles[row])
+        for row in sorted(before.roles.keys() & after.roles.keys())
+        if before.roles[row] != after.roles[row]
+    ]
+    if not moved:
+        return None
+    at, hours = _iso(after.start), after.hours
+
+    def unscored(reason: str) -> ChangeOutcome:
+        verdict = Verdict.UNSCORED.value
+        return ChangeOutcome(
+            at=at, moved=moved, followed="unknown", verdict=verdict, reason=reason, hours_after=hours
+        )
+
+    pb, pa = before.placement, after.placement
+    if pb is None or pa is None:
+        return unscored("no placement was modelled")
+    keys = [g.group.key for g in pb.groups]
+    if sorted(keys) != sorted(g.group.key for g in pa.groups):
+        return unscored("the pool's GPU groups changed")
+    if _serving_per_group(pb, before.roles) != _serving_per_group(pa, after.roles):
+        return unscored("the pool's serving workers changed with the roles")
+    x_before = np.array(pb.current.prefill, dtype=np.int64)
+    counted = _prefill_per_group(pa, after.roles)
+    x_after = np.minimum(np.array([counted[k] for k in keys], dtype=np.int64), np.array(pb.sizes))
+    followed = _followed(x_before, x_after, np.array(pb.best.prefill, dtype=np.int64))
+    isl, osl = pb.isl, pb.osl
+    sizes = np.array(pb.sizes, dtype=np.int64)
+    cp = np.array([g.prefill.tokens_per_s if g.prefill.fits else 0.0 for g in pb.groups])
+    cd = np.array([g.decode.tokens_per_s if g.decode.fits else 0.0 for g in pb.groups])
+    # The model's gain for the split adopted, model against model (a measured offset applies to both sides).
+    modeled_now = float(evaluate(x_before, sizes, cp, cd, isl, osl, pb.routing)[0][0])
+    predicted_rate = float(evaluate(x_after, sizes, cp, cd, isl, osl, pb.routing)[0][0]) - modeled_now
+    draws_p, draws_d = capacity_draws(pb.groups, cp, cd, seed=0)
+    gains = draw_rates(x_after, sizes, draws_p, draws_d, isl, osl, pb.routing) - draw_rates(
+        x_before, sizes, draws_p, draws_d, isl, osl, pb.routing
+    )
+    rate_before = _rate(pb.current.prefill_tokens_per_s, pb.current.decode_tokens_per_s, isl, osl)
+    rate_after = _rate(pa.current.prefill_tokens_per_s, pa.current.decode_tokens_per_s, isl, osl)
+    realized_rate = rate_after - rate_before
+    tokens = isl + osl
+    outcome = ChangeOutcome(
+        at=at,
+        moved=moved,
+        followed=followed,
+        verdict=Verdict.UNSCORED.value,
+        reason="",
+        predicted_tokens_per_s=_num(predicted_rate * tokens),
+        predicted_tokens_per_s_low=_num(float(np.quantile(gains, 0.1)) * tokens),
+        predicted_tokens_per_s_high=_num(float(np.quantile(gains, 0.9)) * tokens),
+        recommended_tokens_per_s=_num(pb.lost_tokens_per_s),
+        realized_tokens_per_s=_num(realized_rate * tokens),
+        predicted_output_tokens_per_s=_num(predicted_rate * osl),
+        realized_output_tokens_per_s=_num(realized_rate * osl),
+        predicted_requests_per_s=_num(predicted_rate, 3),
+        realized_requests_per_s=_num(realized_rate, 3),
+        delivered_output_tokens_per_s_before=_num(before.mix.output_rate),
+        delivered_output_tokens_per_s_after=_num(after.mix.output_rate),
+        hours_after=round(hours, 2),
+    )
+    return _judge(outcome, rate_before * tokens, p)
+
+
+def _judge(o: ChangeOutcome, capacity: float, p: OutcomeParams) -> ChangeOutcome:
+    if o.hours_after < p.min_hours_after:
+        reason = f"{o.hours_after:.1f} h of traffic since the change"
+        return o.model_copy(update={"verdict": Verdict.TOO_EARLY.value, "reason": reason})
+    realized, predicted = o.realized_tokens_per_s, o.predicted_tokens_per_s
+    if realized is None or predicted is None or not capacity > 0:
+        reason = "the pool's capacity could not be estimated"
+        return o.model_copy(update={"verdict": Verdict.UNSCORED.value, "reason": reason})
+    floor = p.no_change_share * capacity
+    low = min(o.predicted_tokens_per_s_low or predicted, predicted)
+    high = max(o.predicted_tokens_per_s_high or predicted, predicted)
+    if predicted <= floor:
+        verdict = Verdict.WORSE if realized < -floor else Verdict.NONE_EXPECTED
+    elif realized < -floor:
+        verdict = Verdict.WORSE
+    elif realized <= floor:
+        verdict = Verdict.NOTHING
+    elif realized < low:
+        verdict = Verdict.PART
+    elif realized > high:
+        verdict = Verdict.MORE
+    else:
+        verdict = Verdict.AS_PREDICTED
+    reason = (
+        f"predicted {predicted:+,.0f} tokens/s ({low:+,.0f} to {high:+,.0f}), realized {realized:+,.0f} "
+        f"at the traffic mix before the change (noise floor {floor:,.0f})"
+    )
+    ratio = realized / predicted if verdict in SCORED and predicted > floor else None
+    update = {"verdict": verdict.value, "reason": reason, "realized_to_predicted": _num(ratio, 4)}
+    return o.model_copy(update=update)
+
+
+def change_outcomes(
+    segments: Sequence[SegmentAnalysis], workers: Sequence[str], p: OutcomeParams | None = None
+) -> list[ChangeOutcome]:
+    """Every role change between consecutive segments, judged; then a recommendation left standing."""
+    params = p or OutcomeParams()
+    out = [o for a, b in itertools.pairwise(segments) if (o := _outcome(a, b, workers, params)) is not None]
+    out += _standing(segments, params)
+    return out
+
+
+def _standing(segments: Sequence[SegmentAnalysis], p: OutcomeParams) -> list[ChangeOutcome]:
+    """The latest recommendation, when it has stood unchanged at least ``min_hours_after``."""
+    run: list[SegmentAnalysis] = []
+    splits: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    for segment in reversed(segments):
+        pl = segment.placement
+        if pl is None or pl.best.prefill == pl.current.prefill:
+            break
+        splits.add((pl.current.prefill, pl.best.prefill))
+        if len(splits) > 1:  # the split or the recommendation changed: the run ends there
+            break
+        run.append(segment)
+    hours = sum(s.hours for s in run)
+    if not run or hours < p.min_hours_after:
+        return []
+    first, latest = run[-1], run[0]
+    assert latest.placement is not None
+    return [
+        ChangeOutcome(
+            at=_iso(first.start),
+            moved=[],
+            followed="not carried out",
+            verdict=Verdict.NOT_CARRIED_OUT.value,
+            reason=f"recommended for {hours:,.1f} h and not carried out",
+            recommended_tokens_per_s=_num(latest.placement.lost_tokens_per_s),
+            hours_after=round(hours, 2),
+        )
+    ]
+
+
+def running_error(outcomes: Sequence[ChangeOutcome]) -> tuple[int, float | None]:
+    """How many changes were scored and the median of |realized / predicted - 1| over them."""
+    ratios = [r for o in outcomes if (r := o.realized_to_predicted) is not None and math.isfinite(r)]
+    return len(ratios), (statistics.median(abs(r - 1.0) for r in ratios) if ratios else None)

@@ -1,0 +1,111 @@
+"""Did a change pay off: the model's prediction at the time against what the pool showed afterwards."""
+
+from __future__ import annotations
+
+from analyzer.pools.analysis import SegmentAnalysis
+from analyzer.pools.capacity import GroupCapacity, RoleCapacity
+from analyzer.pools.outcomes import OutcomeParams, Verdict, change_outcomes, running_error
+from analyzer.pools.pool import SkuGroup
+from analyzer.pools.split_search import PlacementResult, place
+from analyzer.pools.workload import TrafficMix
+from fleet.catalog import load_catalog
+
+CATALOG = load_catalog()
+ISL, OSL = 600.0, 600.0
+WORKERS = tuple(f"node{r // 4:02d}/w-{r % 4}" for r in range(8))
+H100_ROWS, H200_ROWS = range(0, 4), range(4, 8)
+
+
+def _group(sku: str, rows: range, decode: float) -> GroupCapacity:
+    return GroupCapacity(
+        SkuGroup(CATALOG.gpus.get(sku), 2, tuple(rows), None),
+        RoleCapacity(13_000.0, 0.03, "measured", shared=0.03),
+        RoleCapacity(decode, 0.03, "measured"),
+        kv_bytes=60e9,
+    )
+
+
+def _segment(
+    roles: dict[int, str], start_h: float, hours: float, h200_decode: float = 9_000.0
+) -> SegmentAnalysis:
+    groups = (_group("H100-SXM", H100_ROWS, 6_500.0), _group("H200-SXM", H200_ROWS, h200_decode))
+    placement = place(
+        groups,
+        [[(r, roles[r]) for r in H100_ROWS], [(r, roles[r]) for r in H200_ROWS]],
+        isl=ISL,
+        osl=OSL,
+        demand_tokens_per_s=1.0,
+        peak_demand_tokens_per_s=1.0,
+    )
+    mix = TrafficMix(prompt_rate=1.0, output_rate=1.0, request_rate=1.0 / ISL, isl=ISL, osl=OSL, buckets=1)
+    start = 1_717_372_800.0 + start_h * 3600.0
+    return SegmentAnalysis(
+        first=0,
+        last=1,
+        start=start,
+        end=start + hours * 3600.0,
+        mix=mix,
+        roles=roles,
+        capacities=groups,
+        placement=placement,
+        capacity_tokens_per_s=placement.current.tokens_per_s,
+    )
+
+
+INVERTED = {**dict.fromkeys(H100_ROWS, "decode"), **dict.fromkeys(H200_ROWS, "prefill")}
+
+
+def _as_recommended(before: PlacementResult) -> dict[int, str]:
+    roles = dict(INVERTED)
+    roles.update({c.row: c.to_role for c in before.changes})
+    return roles
+
+
+def test_a_change_carried_out_as_recommended_pays_off_as_predicted() -> None:
+    before = _segment(INVERTED, 0, 48)
+    assert before.placement is not None and before.placement.changes
+    after = _segment(_as_recommended(before.placement), 48, 48)
+    (outcome,) = change_outcomes([before, after], WORKERS)
+    assert outcome.followed == "as recommended" and outcome.verdict == Verdict.AS_PREDICTED
+    assert outcome.predicted_tokens_per_s is not None and outcome.predicted_tokens_per_s > 0
+    assert outcome.predicted_tokens_per_s == outcome.recommended_tokens_per_s
+    assert outcome.realized_to_predicted is not None and abs(outcome.realized_to_predicted - 1.0) < 0.01
+    assert {m.worker_id for m in outcome.moved} == {WORKERS[c.row] for c in before.placement.changes}
+    assert running_error([outcome]) == (1, abs(outcome.realized_to_predicted - 1.0))
+
+
+def test_a_change_that_delivered_less_than_predicted_is_said_plainly() -> None:
+    before = _segment(INVERTED, 0, 48)
+    assert before.placement is not None
+    # After the swap the H200s decode at half the speed the model expected: the gain falls short.
+    after = _segment(_as_recommended(before.placement), 48, 48, h200_decode=5_000.0)
+    (outcome,) = [o for o in change_outcomes([before, after], WORKERS) if o.moved]
+    assert outcome.verdict in {Verdict.PART, Verdict.NOTHING, Verdict.WORSE}
+    assert outcome.realized_tokens_per_s is not None and outcome.predicted_tokens_per_s is not None
+    assert outcome.realized_tokens_per_s < outcome.predicted_tokens_per_s
+
+
+def test_a_change_against_the_recommendation_made_things_worse() -> None:
+    right = {**dict.fromkeys(H100_ROWS, "prefill"), **dict.fromkeys(H200_ROWS, "decode")}
+    before = _segment(right, 0, 48)
+    after = _segment(INVERTED, 48, 48)
+    (outcome,) = [o for o in change_outcomes([before, after], WORKERS) if o.moved]
+    assert outcome.verdict == Verdict.WORSE and outcome.followed == "against the recommendation"
+    assert outcome.realized_tokens_per_s is not None and outcome.realized_tokens_per_s < 0
+
+
+def test_too_little_traffic_after_a_change_is_not_scored() -> None:
+    before = _segment(INVERTED, 0, 48)
+    assert before.placement is not None
+    after = _segment(_as_recommended(before.placement), 48, 2)
+    (outcome,) = change_outcomes([before, after], WORKERS, OutcomeParams(min_hours_after=6.0))
+    assert outcome.verdict == Verdict.TOO_EARLY and outcome.realized_to_predicted is None
+    assert running_error([outcome]) == (0, None)
+
+
+def test_a_recommendation_left_standing_is_reported_as_not_carried_out() -> None:
+    segments = [_segment(INVERTED, 0, 24), _segment(INVERTED, 24, 24)]
+    (standing,) = change_outcomes(segments, WORKERS)
+    assert standing.verdict == Verdict.NOT_CARRIED_OUT and standing.hours_after == 48.0
+    assert standing.recommended_tokens_per_s is not None and standing.recommended_tokens_per_s > 0
+    assert change_outcomes(segments[:1], WORKERS, OutcomeParams(min_hours_after=30.0)) == []
