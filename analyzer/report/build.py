@@ -18,6 +18,7 @@ import orjson
 from sqlalchemy import Connection, func, select
 
 from analyzer.pipeline import AnalysisInput, AnalysisResult, AnalyzerParams, analyze
+from analyzer.report.change_record import PoolChange, changes_since, running_accuracy
 from analyzer.report.coverage import data_quality, roofline_points, sku_hours
 from analyzer.report.fleet_roofline import roofs_for
 from analyzer.report.model import PRICE_NOT_SET, AuditReport, DriftEvent, FollowUp, WeekFigures
@@ -27,7 +28,7 @@ from analyzer.sources.store import read_input
 from fleet.catalog import Catalog
 from fleet.contract import FindingKind, FindingStatus
 from fleet.store.alerts import list_alert_events
-from fleet.store.reports import check_week
+from fleet.store.reports import check_week, list_reports
 from fleet.store.schema import EngineSample1hRow, EngineSampleRow, GpuSample1hRow, GpuSampleRow, table_of
 
 HOUR = timedelta(hours=1)
@@ -266,6 +267,23 @@ def _follow_up(this: AnalysisResult, last: AnalysisResult | None) -> list[Follow
     )
 
 
+def _changes(
+    connection: Connection,
+    catalog: Catalog,
+    this: WeekAnalysis,
+    last: WeekAnalysis | None,
+    params: AnalyzerParams | None,
+) -> list[PoolChange]:
+    """Changes of a split since last week began, judged with all the traffic seen since: one analysis over
+    both weeks, so a change made late last week is scored on this week's traffic."""
+    if last is None:
+        return changes_since(this.result.typed_summary, this.since)
+    start = datetime.fromtimestamp(last.data.start, tz=UTC)
+    end = datetime.fromtimestamp(this.data.end, tz=UTC)
+    both = analyze(read_input(connection, start, end), catalog, params)
+    return changes_since(both.typed_summary, last.since)
+
+
 def build_audit(
     connection: Connection,
     week: str,
@@ -319,6 +337,8 @@ def build_audit(
         else PRICE_NOT_SET
     )
     figures = week_figures(this)
+    changes = _changes(connection, catalog, this, last, params)
+    stored = [r.summary for r in list_reports(connection, limit=None) if r.week != week]
     return AuditReport(
         week=week,
         since=this.since,
@@ -347,4 +367,6 @@ def build_audit(
         fingerprint=fingerprint(this.data),
         version=version,
         appendix=appendix,
+        changes=changes,
+        accuracy=running_accuracy(changes, stored),
     )

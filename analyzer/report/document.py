@@ -11,6 +11,7 @@ from analyzer.report.blocks import Block, Figure, Heading, Para, Table
 from analyzer.report.figures import Chart
 from analyzer.report.model import Action, AuditReport
 from analyzer.report.parts import pool_blocks, quality_blocks, tiles, week_table
+from analyzer.report.payoff import payoff_blocks
 from analyzer.report.style import output_range, output_rate, percent, requests_rate, tokens_rate
 
 TOP_ACTIONS = 15
@@ -194,7 +195,8 @@ def blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
         if report.follow_up
         else Para("No open findings last week to follow up (or no telemetry for it).")
     )
-    out.append(Heading(2, "7. Considered, not recommended"))
+    out += payoff_blocks(report.changes, report.accuracy)
+    out.append(Heading(2, "8. Considered, not recommended"))
     out.append(
         Table(
             ["worker / pool", "kind", "why no action", "lost output range"],

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from analyzer.report.change_record import SCORED_KEY, Accuracy, PoolChange, scored_records
 from analyzer.report.fleet_roofline import Roof, WorkerPoint
 from analyzer.results.summary import GroupRecommendation, ModelInfo, RuleCheck
 
@@ -224,6 +225,8 @@ class AuditReport:
     fingerprint: str
     version: str
     appendix: list[Action] = field(default_factory=list)
+    changes: list[PoolChange] = field(default_factory=list)  # of a split, since last week began
+    accuracy: Accuracy = field(default_factory=lambda: Accuracy(0, None))
 
     def summary(self) -> dict[str, Any]:
         """The figures stored next to the report (reports.summary) and served by the API."""
@@ -272,6 +275,12 @@ class AuditReport:
                 else round(previous.placement_efficiency, 4),
             },
             "fingerprint": self.fingerprint,
+            SCORED_KEY: scored_records(self.changes),
+            "changes": len(self.changes),
+            "realized_error_median": None
+            if self.accuracy.median_error is None
+            else round(self.accuracy.median_error, 4),
+            "realized_changes_scored": self.accuracy.scored,
         }
 
 

@@ -320,7 +320,7 @@ def quality_blocks(report: AuditReport) -> list[Block]:
         ["MIG instances", f"{q.mig_instances} on {q.mig_parent_gpus} GPU(s)" if q.mig_instances else "0"],
     ]
     return [
-        Heading(2, "8. Data quality and method"),
+        Heading(2, "9. Data quality and method"),
         Table(["coverage", "value"], rows),
         Para(
             "Lost capacity, in output (generated) tokens/s and requests/s first, total (prompt + output) "

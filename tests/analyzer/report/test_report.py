@@ -188,8 +188,9 @@ def test_html_is_self_contained_and_opens_offline(rendered: Rendered) -> None:
         "4. Pools and the recommended prefill:decode ratio",
         "5. Drift events",
         "6. Follow-up on last week's findings",
-        "7. Considered, not recommended",
-        "8. Data quality and method",
+        "7. Did last week's changes pay off?",
+        "8. Considered, not recommended",
+        "9. Data quality and method",
         "Appendix: all findings",
     ]
     assert "node03/decode-1" in html and PRICE_NOT_SET in html
@@ -208,7 +209,7 @@ def test_markdown_has_the_same_sections_and_relative_images(rendered: Rendered, 
     md = rendered.markdown
     headings = [line[3:] for line in md.splitlines() if line.startswith("## ")]
     assert headings[0] == "1. Executive summary" and headings[-1] == "Appendix: all findings"
-    assert md.count("\n## ") == 9 and "data:" not in md
+    assert md.count("\n## ") == 10 and "data:" not in md
     files = write_files(rendered, WEEK, tmp_path, "md")
     assert files[0].name == f"phasefit-audit-{WEEK}.md"
     for chart in rendered.charts:

@@ -1,0 +1,72 @@
+"""The report's "Did last week's changes pay off?": rows, plain verdicts and the running record."""
+
+from __future__ import annotations
+
+from analyzer.report.blocks import Para, Table
+from analyzer.report.change_record import Accuracy, PoolChange, running_accuracy, scored_records
+from analyzer.report.payoff import payoff_blocks
+from analyzer.results.changes import ChangeOutcome, MovedWorker
+
+MOVED = [MovedWorker(worker_id="node00/decode-1", from_role="decode", to_role="prefill")]
+
+
+def _change(verdict: str, ratio: float | None, at: str = "2026-11-20T06:00:00Z") -> ChangeOutcome:
+    return ChangeOutcome(
+        at=at,
+        moved=MOVED,
+        followed="as recommended",
+        verdict=verdict,  # type: ignore[arg-type]
+        reason="predicted +1,000 tokens/s",
+        predicted_tokens_per_s=1000.0,
+        predicted_tokens_per_s_low=800.0,
+        predicted_tokens_per_s_high=1200.0,
+        predicted_output_tokens_per_s=100.0,
+        realized_output_tokens_per_s=None if ratio is None else 100.0 * ratio,
+        realized_tokens_per_s=None if ratio is None else 1000.0 * ratio,
+        hours_after=48.0,
+        realized_to_predicted=ratio,
+    )
+
+
+def test_the_running_record_counts_each_change_once_across_reports() -> None:
+    now = [PoolChange("east/llama", _change("paid off as predicted", 0.9))]
+    stored = [
+        {"changes_scored": scored_records(now)},  # the same change, stored by an earlier run of this week
+        {
+            "changes_scored": [
+                {"pool": "east/llama", "at": "2026-11-13T00:00:00Z", "realized_to_predicted": 1.3}
+            ]
+        },
+        {"unrelated": 1},
+    ]
+    record = running_accuracy(now, stored)
+    assert record.scored == 2 and record.median_error is not None
+    assert abs(record.median_error - 0.2) < 1e-9  # median of 0.1 and 0.3
+
+
+def test_unscored_changes_are_not_in_the_record() -> None:
+    changes = [PoolChange("east/llama", _change("too early to tell", None))]
+    assert scored_records(changes) == [] and running_accuracy(changes, []) == Accuracy(0, None)
+
+
+def test_a_change_that_made_things_worse_is_said_plainly() -> None:
+    changes = [
+        PoolChange("east/llama", _change("paid off as predicted", 1.05)),
+        PoolChange("west/qwen", _change("made things worse", -0.5, at="2026-11-21T00:00:00Z")),
+    ]
+    blocks = payoff_blocks(changes, running_accuracy(changes, []))
+    (table,) = [b for b in blocks if isinstance(b, Table)]
+    assert [row[1] for row in table.rows] == ["east/llama", "west/qwen"]
+    assert (
+        table.rows[0][-1] == "paid off as predicted" and "node00/decode-1 decode->prefill" in table.rows[0][2]
+    )
+    plain = [b.text for b in blocks if isinstance(b, Para) and b.text.startswith("Said plainly")]
+    assert plain and "west/qwen: made things worse" in plain[0] and "east/llama" not in plain[0]
+    assert "2 change(s) scored so far" in blocks[-1].text  # type: ignore[attr-defined]
+
+
+def test_no_change_is_said_too() -> None:
+    blocks = payoff_blocks([], Accuracy(0, None))
+    texts = [b.text for b in blocks if isinstance(b, Para)]
+    assert any("No change of a pool's prefill/decode split" in t for t in texts)
+    assert any("No change scored yet" in t for t in texts)
