@@ -14,10 +14,12 @@ import numpy as np
 
 from analyzer.findings.base import FindingInputs, WorkerContext
 from analyzer.findings.registry import FindingParams, detect_all
-from analyzer.pools.analysis import PoolAnalysis, PoolParams, analyze_pool
+from analyzer.pools.analysis import PoolAnalysis, PoolParams
 from analyzer.pools.outcomes import OutcomeParams
+from analyzer.pools.parallel import analyze_pools
 from analyzer.pools.pool import Inventory, build_pools, inventory_from_samples
 from analyzer.pools.reported_budgets import ReportedBudgets
+from analyzer.pools.selection import PoolSelection, select
 from analyzer.results.summary import Summary
 from analyzer.summarize import build_summary
 from analyzer.telemetry.bottleneck import BottleneckGrid, BottleneckThresholds, classify
@@ -122,13 +124,20 @@ def analyze(
     params: AnalyzerParams | None = None,
     *,
     extra_warnings: Sequence[str] = (),
+    selection: PoolSelection | None = None,
+    processes: int = 1,
 ) -> AnalysisResult:
-    """Analyse every pool over [start, end) and return the fleet summary and the findings.
+    """Analyse the pools over [start, end) and return the summary and the findings.
 
     ``extra_warnings`` (e.g. what a Prometheus reader noted while reading) join the pools' notes in the
-    summary's ``warnings``, so every warning a caller prints also reaches ``--json`` and the store."""
+    summary's ``warnings``, so every warning a caller prints also reaches ``--json`` and the store.
+    ``selection``: only some pools (the summary then covers them alone, and says so); ``processes``: the
+    per-pool analyses over that many forked processes, with the same result."""
     p = params or AnalyzerParams()
-    inventory = data.inventory
+    chosen = selection or PoolSelection()
+    inventory = select(data.inventory, catalog, p.clusters, chosen)
+    if not chosen.everything:
+        extra_warnings = [*extra_warnings, f"this analysis covers {chosen.describe()}, not the whole fleet"]
     gpu_worker = inventory.gpu_worker()
     grid = build_grid(
         inventory.worker_ids,
@@ -153,10 +162,9 @@ def analyze(
     nodes = {row: inventory.workers[row].node for row in range(len(inventory.workers))}
     # KV budgets the engines report come before any modelled one (a peer's for a counterfactual SKU).
     budgets = ReportedBudgets.from_workers(pools, dict(enumerate(inventory.workers)), catalog)
-    analyses = [
-        analyze_pool(pool, grid, p.pool_params.get(pool.key, p.pool), nodes=nodes, budgets=budgets)
-        for pool in pools
-    ]
+    analyses = analyze_pools(
+        pools, grid, lambda pool: p.pool_params.get(pool.key, p.pool), nodes, budgets, processes
+    )
     context = {
         row: WorkerContext(pool.key, pool.sku_of(row).key, inventory.workers[row].role)
         for pool in pools

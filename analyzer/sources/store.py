@@ -221,12 +221,19 @@ def _rollup_columns(columns: dict[str, list[Any]], names: Sequence[str]) -> dict
     return {name: columns[name] for name in names}
 
 
-def write_result(connection: Connection, result: AnalysisResult, *, now: datetime) -> WriteSummary:
+def write_result(
+    connection: Connection, result: AnalysisResult, *, now: datetime, whole_fleet: bool = True
+) -> WriteSummary:
     """Store the run's findings (deduplicated across runs), resolve the open ones it no longer reports, and
-    store the summary as an analysis run where the store supports it."""
+    store the summary as an analysis run. A run over some pools (``whole_fleet`` false) resolves only
+    findings of the pools it analysed."""
     counts = upsert_findings(connection, result.findings, now=now)
     still_open = [(f.kind, finding_subject(f)) for f in result.findings if f.status is FindingStatus.OPEN]
-    resolved = resolve_findings(connection, still_open=still_open, at=now)
+    if whole_fleet:
+        resolved = resolve_findings(connection, still_open=still_open, at=now)
+    else:
+        pools = [p.pool for p in result.typed_summary.pools]
+        resolved = sum(resolve_findings(connection, still_open=still_open, at=now, pool=p) for p in pools)
     run_id = store_summary(connection, result.summary, now=now)
     return WriteSummary(counts.inserted, counts.updated, resolved, run_id)
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from analyzer.pipeline import AnalysisResult
+    from analyzer.pools.selection import PoolSelection
     from analyzer.results.summary import FleetTotals
     from fleet.contract import Finding
 
@@ -104,15 +105,48 @@ def analyze(
             "--role-label", help="With --prometheus: the label carrying the phase role (e.g. role)."
         ),
     ] = None,
+    pool: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pool",
+            help="Analyse only this pool (its key, e.g. east/llama-70b; repeatable). Findings of other pools "
+            "are left as they are.",
+        ),
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            help="Analyse one shard of the pools, INDEX/COUNT from 0 (a Kubernetes indexed Job's "
+            "JOB_COMPLETION_INDEX/completions): shards balance GPUs and together cover every pool once.",
+        ),
+    ] = None,
+    processes: Annotated[
+        int, typer.Option("--processes", min=1, max=64, help="Analyse the pools in this many processes.")
+    ] = 1,
 ) -> None:
     """Analyse the store (or, with --prometheus, a Prometheus): misplaced workers, lost tokens/s, the best
     placement and recommended ratios."""
+    from analyzer.pools.selection import PoolSelection, SelectionError
+
     since = parse_time(from_, option="--from") if from_ else None
     until = parse_time(to, option="--to") if to else None
+    try:
+        selection = PoolSelection.parse(pool or (), shard)
+    except SelectionError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--shard") from None
     if prometheus is not None:
-        result = run_prometheus_analysis(prometheus, since, until, step_s=step_s, role_label=role_label)
+        result = run_prometheus_analysis(
+            prometheus,
+            since,
+            until,
+            step_s=step_s,
+            role_label=role_label,
+            selection=selection,
+            processes=processes,
+        )
     else:
-        result = run_store_analysis(database_url, since, until)
+        result = run_store_analysis(database_url, since, until, selection=selection, processes=processes)
     if json_output:
         emit_json(analysis_payload(result))
     else:
@@ -120,10 +154,18 @@ def analyze(
 
 
 def run_prometheus_analysis(
-    url: str, since: datetime | None, until: datetime | None, *, step_s: float, role_label: str | None
+    url: str,
+    since: datetime | None,
+    until: datetime | None,
+    *,
+    step_s: float,
+    role_label: str | None,
+    selection: PoolSelection | None = None,
+    processes: int = 1,
 ) -> AnalysisResult:
     """Zero-agent mode: read [since, until) through Prometheus's query_range API and analyse it."""
     from analyzer.pipeline import analyze as run_pipeline
+    from analyzer.pools.selection import SelectionError
     from analyzer.settings import AnalyzerSettings
     from analyzer.sources.prometheus.client import PrometheusError, read_fleet
     from analyzer.sources.prometheus.inventory import analysis_input
@@ -159,16 +201,32 @@ def run_prometheus_analysis(
         die(
             f"Prometheus at {url} shows no serving worker between {since.isoformat()} and {until.isoformat()}"
         )
-    return run_pipeline(data, catalog, analyzer_settings.params(), extra_warnings=list(fleet.notes))
+    try:
+        return run_pipeline(
+            data,
+            catalog,
+            analyzer_settings.params(),
+            extra_warnings=list(fleet.notes),
+            selection=selection,
+            processes=processes,
+        )
+    except SelectionError as exc:
+        die(str(exc))
 
 
 def run_store_analysis(
-    database_url: str | None, since: datetime | None, until: datetime | None
+    database_url: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    *,
+    selection: PoolSelection | None = None,
+    processes: int = 1,
 ) -> AnalysisResult:
     """Read [since, until) from the store, analyse it and store the findings and summary."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from analyzer.pipeline import analyze as run_pipeline
+    from analyzer.pools.selection import SelectionError
     from analyzer.settings import AnalyzerSettings
     from analyzer.sources.store import read_input, write_result
     from fleet.catalog import CatalogError, load_catalog
@@ -197,10 +255,11 @@ def run_store_analysis(
             data = read_input(connection, since, until)
         if not data.inventory.workers:
             die(f"no serving worker reported between {since.isoformat()} and {until.isoformat()}")
-        result = run_pipeline(data, catalog, params)
+        result = run_pipeline(data, catalog, params, selection=selection, processes=processes)
+        whole = selection is None or selection.everything
         with writing(engine) as connection:
-            write_result(connection, result, now=datetime.now(UTC))
-    except (SchemaNotCurrentError, CatalogError) as exc:
+            write_result(connection, result, now=datetime.now(UTC), whole_fleet=whole)
+    except (SchemaNotCurrentError, CatalogError, SelectionError) as exc:
         die(str(exc))
     except SQLAlchemyError as exc:
         die(f"the store failed: {exc}")
