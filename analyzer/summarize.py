@@ -1,24 +1,7 @@
 """The analyzer's summary: fleet totals, one entry per pool (with its segments) and one per worker, as JSON.
 
-Unknown is never zero: a figure the analyzer could not estimate (a capacity without catalog figures or
-request lengths, a cost without a catalog price, a loss where no placement was searched) is ``None`` (JSON
-null), with a ``*_reason`` next to it where that helps. A worker is *judged* only when its bottleneck was
-measured and its role is known; the others carry ``misplaced: null`` and an ``unjudged_reason``, and the
-fleet counts them by reason, so "no findings" is never said of workers nobody could look at.
-
-A worker judged on busy-time counters only (no profiling fields) is judged on weaker evidence: its
-``activity_evidence`` says so, and the fleet counts judged workers by evidence (``judged_by_evidence``).
-Devices are counted as what they are: ``gpus`` (every device: whole GPUs plus MIG instances), ``whole_gpus``,
-``mig_instances``, ``mig_parent_gpus`` and ``physical_gpus`` (whole GPUs plus the GPUs carved into MIG
-instances; null, with ``physical_gpus_reason``, where an instance does not name its GPU).
-
-Lost capacity is reported in the units an SRE acts on first: ``lost_output_tokens_per_s`` (generated
-tokens) and ``lost_requests_per_s``; ``lost_tokens_per_s`` (prompt + output tokens) stays as a secondary
-figure. Each comes with ``_low``/``_high`` and the time-weighted ``_mean`` variants.
-
-The summary is typed (:mod:`analyzer.results.summary`): :func:`build_summary` returns a
-:class:`~analyzer.results.summary.Summary`, whose ``to_json_dict()`` is the JSON the analyzer has always
-written (stored as the analysis run, printed by ``phasefit analyze --json``).
+:func:`build_summary` returns a typed :class:`~analyzer.results.summary.Summary`. Unknown is ``None``, never
+0, and workers nobody could judge are counted by reason. Reasoning: docs/analyzer.md#summarize
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The evidence a finding carries: telemetry medians over its stretch of time and the worker's roofline point.
 
-The roofline point is counter-derived: achieved FLOP/s per GPU from the tokens the worker served (prompt
-tokens at the prefill FLOPs per token of the mean prompt, generated tokens at the decode FLOPs per token
-of the mean context), and HBM bytes/s per GPU from DCGM's DRAM activity (a fraction of peak bandwidth).
-Their ratio is the arithmetic intensity; the SKU's ridge point (peak FLOP/s over bandwidth) says which
-side of the roof the worker sits on.
+The roofline point is counter-derived: FLOP/s from the tokens served, bytes/s from DRAM activity.
+Reasoning: docs/analyzer.md#evidence
 """
 
 from __future__ import annotations

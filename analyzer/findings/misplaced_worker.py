@@ -1,13 +1,8 @@
 """Misplaced workers: the best placement of the same GPUs changes a worker's role, and its SKU is why.
 
-- decode-on-low-bandwidth: a decode worker the best plan turns to prefill while a higher-bandwidth SKU
-  decodes (capacity-on-small-memory instead when capacity was its dominant measured bottleneck and the
-  faster SKU has more memory);
-- prefill-on-high-bandwidth: a prefill worker the best plan turns to decode while a lower-bandwidth SKU
-  that decodes now prefills.
-
-Any other role change only re-balances the pool (:mod:`analyzer.findings.ratio_drift`). A worker whose
-bottleneck was not measured gets no finding; one judged on busy-time counters only is never critical.
+Kinds: decode-on-low-bandwidth, capacity-on-small-memory, prefill-on-high-bandwidth; any other role change
+is :mod:`analyzer.findings.ratio_drift`. Only workers whose bottleneck was measured are judged.
+Reasoning: docs/analyzer.md#misplaced_worker
 """
 
 from __future__ import annotations

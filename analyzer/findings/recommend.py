@@ -1,22 +1,8 @@
 """What to do about a placement, and what it costs; recommended prefill:decode ratios.
 
-Actions for a worker whose role or SKU differs in the best plan (DESIGN.md, physics), each with its gain and
-disruption:
-
-- swap roles in place: restart the worker on the same GPUs in the other role (``restart_s`` of lost
-  capacity; a decode worker's in-flight sessions drain first or are lost);
-- move across GPU models: run the worker, in its current role, on the counterpart's GPUs of the other
-  SKU (a cold start: weights reload, sessions lost; a checkpoint cannot cross GPU models);
-- move within the same GPU model (checkpoint/restore keeps sessions, if GPU model, driver, engine and model
-  versions match): changes nothing about the bottleneck, so it only appears as "not applicable".
-
-The recommendation says why this worker of its group was chosen (the placement's ``Change.reason``: a
-same-node swap, the KV pressure, the sessions in flight), and speaks in what an SRE acts on: output
-tokens/s and requests/s, with prompt + output tokens/s only as a labelled secondary figure.
-
-The recommended ratio per pool and SKU follows NVIDIA Dynamo's planner (replicas = demand tokens/s over
-per-worker tokens/s for each phase) with per-SKU throughput, next to the best plan's counts for the same
-GPUs.
+Per worker the best plan moves: swap roles in place or move across GPU models, each with its gain,
+disruption and why this worker. The ratio per pool and SKU follows NVIDIA Dynamo's planner.
+Reasoning: docs/analyzer.md#recommend
 """
 
 from __future__ import annotations

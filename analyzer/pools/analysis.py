@@ -1,12 +1,8 @@
 """One model pool, end to end: traffic, calibration, segments, capacities and the best placement per segment.
 
-A pool is analysed segment by segment: the segments are cut where the traffic mix drifts or where the set of
-serving workers (and their roles) changes (:mod:`analyzer.telemetry.drift`), so each has one mix and one
-fleet. Within a segment a worker counts if it served most of it; its role is the one it held most. Each
-segment gets its capacities at its mix, the router's behaviour (load-aware or round-robin, from how evenly
-work was spread), the throughput of any phase seen saturated, what each worker's telemetry says about it (KV
-pressure, sessions in flight, queue, node: ``WorkerLoad``, which chooses the workers that change role), the
-queue at the segment's peak (whether the pool is supply-limited), and the best placement.
+Segments are cut where the traffic mix or the serving workers change (:mod:`analyzer.telemetry.drift`).
+Each gets its capacities, routing, worker loads, peak queue and best placement.
+Reasoning: docs/analyzer.md#analysis
 """
 
 from __future__ import annotations

@@ -1,45 +1,8 @@
-"""Per-worker capacity of each SKU/TP group in each role, from the performance model calibrated against the
-fleet's own telemetry.
+"""Per-worker capacity of each SKU/TP group in each role: the performance model calibrated on fleet telemetry.
 
-Prefill (compute-bound): a prefill worker's prompt tokens per *busy* second (tokens/s over the share of time a
-kernel ran: ``gpu_util``, or ``gr_engine_active`` on a MIG instance; SM activity where both are missing) is
-its saturated speed; busier buckets weigh more. Its ratio to ``analyzer.model.perf_model``'s prefill
-prediction at the same prompt length is the group's calibration factor; a group that runs no prefill today
-borrows the pool's median factor (a ratio across SKUs is what the model reproduces best: held-out p90 13%).
-The pooled factor also scales the model's compute efficiency: the fleet's prefill workers show the compute
-rate its GPUs reach.
-
-Decode: the model's step time (weights, KV reads, compute-bound matmuls at large batches, all-reduces,
-overhead) at the fleet's compute efficiency, scaled to the TPOT the group's decode workers report at the
-batches they ran (the largest batches seen weigh most); groups that decode nowhere borrow the pooled scale.
-The saturated batch is the smallest of: KV capacity for whole sequences (prompt + output, as a scheduler
-that never evicts reserves), the engine's batch cap and the batch that meets the TPOT objective (both
-operator settings, optional). Where a group's decode workers were seen saturated (KV full with a queue),
-their measured throughput, scaled to the mix, is the capacity.
-
-KV capacity (:func:`kv_budget_of`, a :class:`analyzer.model.kv_budget.KvBudget` that says its source): what
-the group's engines report (engine_sample ``kv_capacity_tokens``: "measured"); else what another worker of the
-same model, precision, SKU and TP degree reports anywhere in the fleet ("measured-on-peer"); else inferred
-from this group's telemetry: ``running x context / kv_cache_usage`` on decode workers, or the memory the
-engine holds (``mem_used_bytes``: engines pre-allocate their share of HBM) minus weights and the runtime
-reserve, scaled by what measured groups show ("inferred"); else the engine's memory rule ("modelled",
-:func:`analyzer.model.kv_budget.modelled_budget`, its assumptions named and ranged).
-
-Every capacity carries a relative uncertainty: small where measured, the model's held-out ratio error where
-transferred from another SKU, growing with each doubling of batch beyond the largest one seen. Part of it
-is shared with the pool's other groups in the same role (``RoleCapacity.shared``), because their figures
-come from the same source: a transferred capacity is the borrowed calibration times the model's cross-SKU
-ratio, so the borrowed factor's error moves both; every decode capacity extrapolates the same step-time
-model beyond the batches seen; and the model's error on one deployment is mostly common to every SKU (its
-held-out error on cross-SKU ratios is a fraction of its absolute error). Only the cross-SKU part (and a
-group's own spread) is the group's alone.
-
-The uncertainty widens where the model is weakest: a decode capacity whose KV budget is not measured is
-re-evaluated at both ends of the budget's range (a KV-starved group moves almost one for one with it; the
-group's own part); a mixture-of-experts model adds its routing band (re-evaluated with tokens spread over half
-the experts; shared, since every group serves the same model) and takes the MoE regime's held-out band where
-that is wider (:mod:`analyzer.model.uncertainty`). The lost-token ranges of placement inherit all of it
-through the capacity draws.
+Prefill from prompt tokens per busy second, decode from the TPOT engines report, the KV budget measured,
+from a peer, inferred or modelled (:func:`kv_budget_of`). Each capacity has a relative uncertainty, part of
+it shared with the pool's other groups (``RoleCapacity.shared``). Reasoning: docs/analyzer.md#capacity
 """
 
 from __future__ import annotations

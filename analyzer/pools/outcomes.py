@@ -1,9 +1,7 @@
 """Did a placement change pay off? The model's prediction at the time against what the pool did afterwards.
 
-A change is a segment boundary where serving workers changed role. Its prediction is what the model said,
-with the capacities of the segment before, the split actually adopted would gain; what it realized is the
-capacity the pool showed after against before, both at the traffic mix of the segment before (phase
-capacities do not depend on the mix; the rate they sustain does). Reasoning: docs/analyzer.md#outcomes
+A change is a segment boundary where serving workers changed role. Predicted and realized gains are both
+taken at the traffic mix of the segment before. Reasoning: docs/analyzer.md#outcomes
 """
 
 from __future__ import annotations

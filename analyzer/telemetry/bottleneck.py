@@ -1,29 +1,8 @@
-"""Measured bottleneck of every worker in every analysis window, from its counters (DESIGN.md, physics).
+"""Measured bottleneck of every worker in every analysis window, from its counters.
 
-Per (worker, window) cell: the median over the worker's GPUs and samples of tensor, SM and DRAM activity
-and of the engine's KV usage, queue and preemptions; then a trailing rolling median over a few windows
-(robust to noise and to gaps). The verdict:
-
-- capacity-bound: KV cache nearly full with preemptions, or with a waiting queue that grows;
-- compute-bound or memory-bandwidth-bound: whichever pressure (tensor activity over its saturation, DRAM
-  activity over its saturation; DCGM's DRAM activity tops out near 0.8) is higher, once one is near its
-  limit; when the two are within a margin the role label (the prior) breaks the tie at low confidence;
-- under-utilised: no resource near its limit (idle, latency-, launch- or network-bound);
-- unknown, with the reason, where the source cannot tell or nothing was received.
-
-Without profiling fields (dcgm-exporter's default, nvml-basic, a MIG instance without GPM) only busy-time
-counters remain: GPU_UTIL or GR_ENGINE_ACTIVE (how often a kernel ran; GR_ENGINE_ACTIVE is a MIG instance's
-own activity, GPU_UTIL is not supported there) and MEM_COPY_UTIL (how often the memory controller was
-busy). They are weaker evidence (``evidence``: ``ActivityEvidence.UTILISATION``), and say how often
-something was busy, not whether it limited throughput. From them alone: under-utilised where the GPU was
-mostly idle; memory-bandwidth-bound, at low confidence, where it was busy nearly all the time with its
-memory controller busy most of it; otherwise unknown with the reason (busy, but the counters cannot tell
-compute-bound from latency- or launch-bound work; or no memory-copy counter at all). Compute-bound is never
-called from busy-time alone.
-
-A stable verdict changes only after the new raw verdict held for ``min_dwell_windows`` windows in a row
-(hysteresis), so a flapping worker yields one episode, not one per minute. Everything is vectorised over
-a workers x windows grid; only the hysteresis walks the windows, with whole-fleet vector steps.
+Per (worker, window): compute-, memory-bandwidth- or capacity-bound, under-utilised, or unknown with the
+reason; from profiling counters, else (weaker evidence) busy-time counters; smoothed, with hysteresis.
+Reasoning: docs/analyzer.md#bottleneck
 """
 
 from __future__ import annotations

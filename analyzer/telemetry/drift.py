@@ -1,17 +1,8 @@
 """Change points in a pool's traffic mix and in its placement, and the segments between them.
 
-Traffic mix: the hourly log mean prompt length, log mean output length and log prompt:output token ratio
-(the prefill:decode work ratio moves with it). Binary segmentation on the standardised series: split where
-the drop in within-segment squared error is largest, keep the split when that drop beats a BIC-style
-penalty (``penalty_per_series x series x log n``) *and* the segment means differ by at least
-``min_shift`` (relative) in some series, then recurse. Noise is estimated robustly per series from the
-median absolute first difference, with a floor so a perfectly steady simulated mix does not make every
-wobble significant. Segments shorter than ``min_size`` buckets are not allowed, so a burst of one
-service or a short idle hour is not a drift; the daily cycle changes the request rate, not the mix.
-
-Placement: a worker's state per bucket (its role while serving, "down" while it reports no engine windows
-or its GPUs are lost) changes the pool's capacity; a state held for ``min_size`` buckets starts a new
-segment too, so each segment has one traffic mix and one set of available workers.
+The mix (prompt length, output length, their ratio) is cut by penalised binary segmentation; a worker state
+held for ``min_size`` buckets cuts too. So each segment has one traffic mix and one set of available
+workers. Reasoning: docs/analyzer.md#drift
 """
 
 from __future__ import annotations
