@@ -1,6 +1,6 @@
 """The analyzer-free placement rule, written once and instantiated for two kinds of series.
 
-Decode is memory-bandwidth-bound, prefill compute-bound (DESIGN.md, "The physics"). A decode worker
+Decode is memory-bandwidth-bound, prefill compute-bound (docs/architecture.md, "The physics"). A decode worker
 whose GPUs are memory-bound while, in the same pool, a compute-bound prefill worker holds GPUs with more
 HBM bandwidth is on the wrong hardware: swapping the two roles speeds decode up by up to the bandwidth
 ratio and costs prefill little (H100 and H200 have the same compute). The rule needs no analyzer: per-SKU

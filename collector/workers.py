@@ -1,6 +1,6 @@
 """Which serving worker runs on which GPU, and which worker (and GPUs) an engine endpoint belongs to.
 
-Attribution is evidence, never a guess (DESIGN.md): per GPU, in order, the operator's mapping file, the
+Attribution is evidence, never a guess: per GPU, in order, the operator's mapping file, the
 kubelet pod-resources API (GPU UUID -> pod), dcgm-exporter's pod labels, and NVML's host PIDs walked up
 to the engine process that launched them.  A GPU held by several pods or processes (MPS, time slicing),
 or whose PIDs are not visible in /proc, stays unattributed, with the reason.  A tensor-parallel worker

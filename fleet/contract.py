@@ -1,4 +1,4 @@
-"""The data contract: typed records that cross process boundaries (DESIGN.md, "The data contract").
+"""The data contract: typed records that cross process boundaries (docs/architecture.md, "The data contract").
 
 Records are strict: an unknown field, a ratio outside 0..1, a negative count, a number sent as a string
 or a boolean, a timestamp without a time zone or outside [2000, 2100), a name with control or
