@@ -20,7 +20,7 @@ from analyzer.pools.parallel import analyze_pools
 from analyzer.pools.pool import Inventory, build_pools, inventory_from_samples
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.pools.selection import PoolSelection, select
-from analyzer.results.summary import Summary
+from analyzer.results.summary import Scope, Summary
 from analyzer.summarize import build_summary
 from analyzer.telemetry.bottleneck import BottleneckGrid, BottleneckThresholds, classify
 from analyzer.telemetry.grid import (
@@ -187,4 +187,11 @@ def analyze(
         finding_params=p.findings,
         outcome_params=p.outcomes,
     )
+    if not chosen.everything:
+        scope = Scope(
+            pools=sorted(chosen.pools),
+            shard=list(chosen.shard) if chosen.shard else None,
+            description=chosen.describe(),
+        )
+        typed = typed.model_copy(update={"scope": scope})
     return AnalysisResult(typed.to_json_dict(), findings, analyses, grid, bottlenecks, typed)

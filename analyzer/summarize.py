@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,12 +18,11 @@ from analyzer.findings.recommend import recommended_ratio
 from analyzer.findings.registry import FindingParams, rules_of_thumb
 from analyzer.model.efficiency import CALIBRATION_ACCURACY, CALIBRATION_PROVENANCE
 from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
-from analyzer.pools.outcomes import OutcomeParams, change_outcomes, running_error
+from analyzer.pools.outcomes import OutcomeParams, change_outcomes
 from analyzer.pools.pool import DeviceCounts, Inventory, Pool, device_counts
 from analyzer.pools.split_search import PlacementResult
 from analyzer.results.summary import (
     SUMMARY_VERSION,
-    FleetTotals,
     ModelInfo,
     PoolSummary,
     Routing,
@@ -33,6 +32,17 @@ from analyzer.results.summary import (
     Traffic,
     TrafficDrift,
     WorkerSummary,
+)
+from analyzer.results.totals import (
+    LOST_FIELDS,
+    LOST_MEAN_FIELDS,
+    PRICE_CATALOG,
+    PRICE_NOT_ANALYSED,
+    PRICE_NOT_SET,
+    DeviceTotals,
+    changes_record,
+    fleet_totals,
+    num,
 )
 from analyzer.telemetry.bottleneck import BottleneckGrid, Reason
 from analyzer.telemetry.frames import ROLES
@@ -62,10 +72,6 @@ NO_PLACEMENT = (
 UNKNOWN_ROLE = "unknown role"
 UNCLASSIFIED = "bottleneck not classified yet (too few windows)"
 
-PRICE_CATALOG = "catalog"
-PRICE_NOT_SET = "price not set"
-PRICE_NOT_ANALYSED = "no placement analysis"
-
 # (field suffix, bound) of each lost-capacity figure.
 _BOUNDS = (("", ""), ("_low", "low"), ("_high", "high"))
 # Placement figure per lost-capacity field: the units an SRE acts on first, total tokens last (secondary).
@@ -77,17 +83,10 @@ _LOST: dict[str, Callable[[PlacementResult, str], float]] = {
     ],
 }
 _DIGITS = {"lost_output_tokens_per_s": 1, "lost_requests_per_s": 4, "lost_tokens_per_s": 1}
-LOST_FIELDS = tuple(f"{name}{suffix}" for name in _LOST for suffix, _ in _BOUNDS)
-LOST_MEAN_FIELDS = tuple(f"{name}_mean{suffix}" for name in _LOST for suffix, _ in _BOUNDS)
 
 
 def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=UTC).isoformat().replace("+00:00", "Z")
-
-
-def num(value: float | None, digits: int = 1) -> float | None:
-    """Rounded, or None where the value is missing or not finite (never 0 for unknown)."""
-    return round(float(value), digits) if value is not None and math.isfinite(value) else None
 
 
 def grid_role(grid: WorkerGrid, row: int) -> Role:
@@ -355,25 +354,6 @@ def _weighed(pool: Pool, row: int, placements: Mapping[str, PlacementResult]) ->
     return pool.key in placements and row not in pool.unsized and pool.sku_of(row).known
 
 
-def _figure(row: PoolSummary, key: str) -> float | None:
-    """One of the pool's figures by field name (the lost-capacity fields are named, not spelled out)."""
-    value = getattr(row, key)
-    return None if value is None else float(value)
-
-
-def _sum(values: Iterable[float | None], digits: int = 1) -> float | None:
-    """Sum over the values that are known; None when none is."""
-    known = [float(v) for v in values if v is not None]
-    return num(sum(known), digits) if known else None
-
-
-def _all_or_none(values: Sequence[float | None], digits: int = 1) -> float | None:
-    """Sum when every value is known (a partial sum would pass for the whole); else None."""
-    if not values or any(v is None for v in values):
-        return None
-    return num(sum(float(v) for v in values if v is not None), digits)
-
-
 def build_summary(
     *,
     start: float,
@@ -393,7 +373,7 @@ def build_summary(
     pool_rows = [
         _pool_summary(a, findings, grid, inventory, catalog, finding_params, outcome_params) for a in analyses
     ]
-    scored, realized_error = running_error([c for row in pool_rows for c in row.changes])
+    scored, realized_error = changes_record(pool_rows)
     open_findings = [f for f in findings if f.status is FindingStatus.OPEN]
     placements = {a.pool.key: a.latest.placement for a in analyses if a.latest and a.latest.placement}
     misplaced: dict[str, list[str]] = {}
@@ -442,8 +422,6 @@ def build_summary(
     first = max(0, n - 3)
     attributed = set(inventory.gpu_worker().values())
     workers = []
-    unjudged: Counter[str] = Counter()
-    by_evidence: Counter[str] = Counter()
     for pool in pools:
         for row in pool.members:
             worker = grid.workers[row]
@@ -459,10 +437,6 @@ def build_summary(
             if reason is None and worker not in misplaced and not _weighed(pool, row, placements):
                 reason = NO_PLACEMENT  # a measured bottleneck alone does not make a worker well placed
             level = activity_evidence(bottlenecks, worker, first, n)
-            if reason is not None:
-                unjudged[reason] += 1
-            else:
-                by_evidence[evidence_label(level)] += 1
             is_misplaced: bool | None = (
                 True if worker in misplaced else (None if reason is not None else False)
             )
@@ -486,67 +460,31 @@ def build_summary(
                 )
             )
 
-    priced = [row for row in pool_rows if row.price != PRICE_NOT_ANALYSED]
-    if not priced:
-        price = PRICE_NOT_ANALYSED
-    elif all(row.price == PRICE_CATALOG for row in priced):
-        price = PRICE_CATALOG
-    else:
-        price = PRICE_NOT_SET
-
-    def cost(key: str) -> float | None:
-        return _all_or_none([_figure(row, key) for row in priced], 2) if price == PRICE_CATALOG else None
-
-    def total(key: str) -> float | None:
-        return _sum((_figure(row, key) for row in pool_rows), 4 if "requests" in key else 1)
-
-    serving_pools = [row for row in pool_rows if row.workers]
     kinds = Counter(f.kind.value for f in open_findings)
     devices = devices_of(inventory, catalog)
     warnings = [f"{row.pool}: {note}" for row in pool_rows for note in row.notes]
     warnings += [str(w) for w in extra_warnings]
+    totals = DeviceTotals(
+        gpus=devices.devices,
+        whole_gpus=devices.whole_gpus,
+        mig_instances=devices.mig_instances,
+        mig_parent_gpus=devices.mig_parent_gpus,
+        physical_gpus=devices.physical_gpus,
+        physical_gpus_reason=devices.physical_reason,
+        unattributed_gpus=len(inventory.unattributed_gpus()),
+    )
     return Summary(
         version=SUMMARY_VERSION,
         from_=iso(start),
         to=iso(end),
         bucket_s=bucket_s,
-        fleet=FleetTotals(
-            **{key: total(key) for key in LOST_FIELDS},
-            lost_unknown_pools=[row.pool for row in pool_rows if row.lost_tokens_per_s is None],
-            **{key: total(key) for key in LOST_MEAN_FIELDS},
-            capacity_tokens_per_s=_all_or_none([row.capacity_tokens_per_s for row in serving_pools]),
-            best_tokens_per_s=_all_or_none([row.best_tokens_per_s for row in serving_pools]),
-            capacity_unknown_pools=[row.pool for row in serving_pools if row.capacity_tokens_per_s is None],
-            demand_output_tokens_per_s=_sum(row.demand_output_tokens_per_s for row in pool_rows),
-            demand_tokens_per_s=_sum(row.demand_tokens_per_s for row in pool_rows),
-            demand_limited=all(row.demand_limited is not False for row in pool_rows),
-            weekly_cost_usd=cost("weekly_cost_usd"),
-            idle_cost_per_week_usd=cost("idle_cost_per_week_usd"),
-            misplacement_cost_per_week_usd=cost("misplacement_cost_per_week_usd"),
-            price=price,
-            pools=len(pool_rows),
-            workers=len(workers),
-            judged_workers=len(workers) - sum(unjudged.values()),
-            unjudged_workers=sum(unjudged.values()),
-            unjudged_reasons=dict(unjudged.most_common()),
-            judged_by_evidence=dict(by_evidence.most_common()),
-            gpus=devices.devices,
-            whole_gpus=devices.whole_gpus,
-            mig_instances=devices.mig_instances,
-            mig_parent_gpus=devices.mig_parent_gpus,
-            physical_gpus=devices.physical_gpus,
-            physical_gpus_reason=devices.physical_reason,
-            unattributed_gpus=len(inventory.unattributed_gpus()),
-            misplaced_workers=len(misplaced),
-            open_findings=len(open_findings),
-            open_findings_by_kind=dict(sorted(kinds.items())),
-        ),
+        fleet=fleet_totals(pool_rows, workers, totals, kinds),
         model=ModelInfo(
             calibration=CALIBRATION_PROVENANCE.get("fitted_at", ""),
             heldout_ratio_error_p90=CALIBRATION_ACCURACY.heldout_ratio_p90,
             heldout_absolute_error_p90=CALIBRATION_ACCURACY.heldout_absolute_p90,
             changes_scored=scored,
-            realized_error_median=None if realized_error is None else round(realized_error, 4),
+            realized_error_median=realized_error,
         ),
         warnings=warnings,
         pools=pool_rows,

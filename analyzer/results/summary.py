@@ -293,6 +293,14 @@ class ModelInfo(_Model):
     )
 
 
+class Scope(_Model):
+    """The part of the fleet a partial analysis covered (``phasefit analyze --pool`` / ``--shard``)."""
+
+    pools: list[str] = Field(description="The pool keys asked for; empty: every pool of the shard.")
+    shard: list[int] | None = Field(description="[index, count], index from 0; null: no shard.")
+    description: str
+
+
 class Summary(_Model):
     """The analyzer's summary of one range (what phasefit analyze --json prints as its summary)."""
 
@@ -307,6 +315,7 @@ class Summary(_Model):
     warnings: list[str]
     pools: list[PoolSummary]
     workers: list[WorkerSummary]
+    scope: Scope | None = Field(default=None, description="Null: the analysis covered every pool.")
 
     def to_json_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready data, as the analyzer has always written it (stored, printed)."""

@@ -103,7 +103,7 @@ def test_the_typed_summary_is_the_json_summary(name: str, request: pytest.Fixtur
     assert typed.to_json_dict() == result.summary
     assert Summary.model_validate(result.summary) == typed
     assert Summary.model_validate_json(json.dumps(result.summary)) == typed
-    top = ["version", "from", "to", "bucket_s", "fleet", "model", "warnings", "pools", "workers"]
+    top = ["version", "from", "to", "bucket_s", "fleet", "model", "warnings", "pools", "workers", "scope"]
     assert list(result.summary) == top
 
 
