@@ -1,11 +1,11 @@
 """The analyzer's stored runs (``analysis_runs``, :mod:`fleet.store.analysis`) as the dashboard reads them.
 
-A run's summary is the pipeline's (:func:`analyzer.pipeline.build_summary`): fleet totals, one entry per
-pool with its segments (each a stretch of one traffic mix and one set of workers, with its lost tokens/s),
-drift events and recommended ratios, and one entry per worker. Lost tokens over time are read from the
-segments of the runs overlapping the range, newest run first (a later run's view of an hour wins), so the
-Fleet page and the weekly report read one computation. Runs are read newest first and only until the
-range is covered, so a store with thousands of runs costs a handful of summaries.
+A run's summary (:class:`analyzer.results.summary.Summary` as stored, of any version) is read through the
+tolerant views of :mod:`dashboard.stored_summary`. Lost tokens over time are read from the segments of the
+runs overlapping the range, newest run first (a later run's view of an hour wins), so the Fleet page and
+the weekly report read one computation; an hour whose segments do not know their loss is unknown, never 0.
+Runs are read newest first and only until the range is covered, so a store with thousands of runs costs a
+handful of summaries.
 """
 
 from __future__ import annotations
@@ -13,21 +13,17 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import Connection, select
 
+from dashboard.stored_summary import StoredSegment, StoredSummary
 from dashboard.views import AnalysisView, LostPoint, Scope
 from fleet.store.schema import AnalysisRunRow
 
 HOUR_S = 3600.0
 _BATCH = 8
 _MAX_RUNS = 200
-_LOST_KEYS = ("lost_tokens_per_s", "lost_tokens_per_s_low", "lost_tokens_per_s_high")
-
-
-def _parse(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+Slot = list[float | None]  # lost, low, high tokens/s
 
 
 def _runs_newest_first(connection: Connection, since: datetime, until: datetime) -> Iterator[AnalysisView]:
@@ -47,7 +43,7 @@ def _runs_newest_first(connection: Connection, since: datetime, until: datetime)
             .limit(_BATCH)
         ).all()
         for created_at, from_ts, to_ts, summary in rows:
-            yield AnalysisView(created_at=created_at, since=from_ts, until=to_ts, summary=dict(summary or {}))
+            yield AnalysisView(created_at, from_ts, to_ts, StoredSummary.read(summary))
         if len(rows) < _BATCH:
             return
         offset += _BATCH
@@ -62,7 +58,7 @@ def lost_series(connection: Connection, scope: Scope) -> list[LostPoint] | None:
     """Hourly lost tokens/s from run segments, summed over the pools in scope; None without any run."""
     first = math.floor(scope.since.timestamp() / HOUR_S) * HOUR_S
     count = max(0, math.ceil((scope.until.timestamp() - first) / HOUR_S))
-    hours: list[list[float] | None] = [None] * count
+    hours: list[Slot | None] = [None] * count
     taken = [False] * count
     seen_run = False
     for view in _runs_newest_first(connection, scope.since, scope.until):
@@ -80,26 +76,30 @@ def lost_series(connection: Connection, scope: Scope) -> list[LostPoint] | None:
     points = []
     for i, slot in enumerate(hours):
         ts = datetime.fromtimestamp(first + i * HOUR_S, tz=UTC)
-        points.append(LostPoint(ts, *slot) if slot is not None else LostPoint(ts, None, None, None))
+        points.append(LostPoint(ts, *(slot or (None, None, None))))
     return points
 
 
-def _segment_hours(view: AnalysisView, scope: Scope, first: float, count: int) -> dict[int, list[float]]:
-    """Hour index -> (lost, low, high) summed over the in-scope pools' segments of one run."""
-    out: dict[int, list[float]] = {}
+def _segment_hours(view: AnalysisView, scope: Scope, first: float, count: int) -> dict[int, Slot]:
+    """Hour index -> (lost, low, high) summed over the in-scope pools' segments of one run; a figure no
+    segment of the hour knows stays unknown."""
+    out: dict[int, Slot] = {}
     for pool in view.pools:
-        if not scope.pool_matches(pool.get("pool")):
+        if not scope.pool_matches(pool.pool):
             continue
-        for segment in pool.get("segments", []):
-            start, end = _parse(segment["start"]).timestamp(), _parse(segment["end"]).timestamp()
-            lo = max(0, math.floor((start - first) / HOUR_S))
-            hi = min(count, math.ceil((end - first) / HOUR_S))
+        for segment in pool.segments:
+            if segment.start is None or segment.end is None:  # a stretch that cannot be placed in time
+                continue
+            lo = max(0, math.floor((segment.start.timestamp() - first) / HOUR_S))
+            hi = min(count, math.ceil((segment.end.timestamp() - first) / HOUR_S))
             for i in range(lo, hi):
-                slot = out.setdefault(i, [0.0, 0.0, 0.0])
-                for j, key in enumerate(_LOST_KEYS):
-                    slot[j] += float(_number(segment.get(key)))
+                slot = out.setdefault(i, [None, None, None])
+                for j, value in enumerate(_lost(segment)):
+                    known = slot[j]
+                    if value is not None:
+                        slot[j] = value if known is None else known + value
     return out
 
 
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) else 0.0
+def _lost(segment: StoredSegment) -> tuple[float | None, float | None, float | None]:
+    return segment.lost_tokens_per_s, segment.lost_tokens_per_s_low, segment.lost_tokens_per_s_high

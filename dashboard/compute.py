@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from analyzer.report.fleet_roofline import Roof, WorkerPoint, precision_of, roofs_for, worker_point
 from analyzer.report.style import evidence_line, percent
+from dashboard.stored_summary import StoredPool, StoredSegment
 from dashboard.views import (
     AnalysisView,
     FindingView,
@@ -83,7 +83,7 @@ class Headline:
     unjudged_reasons: dict[str, int] = field(default_factory=dict)
     # Judged workers by what their verdict rests on: "profiling", "utilisation" (weaker), "engine".
     judged_by_evidence: dict[str, int] = field(default_factory=dict)
-    capacity_unknown: bool = False  # the analyzer could not estimate a pool's capacity (never shown as 0)
+    capacity_unknown: bool = False  # the run has no fleet capacity or best (never shown as 0)
 
 
 def headline(
@@ -95,29 +95,29 @@ def headline(
     present = [p for p in lost if p.lost is not None]
     total = sum(float(p.lost or 0.0) * 3600.0 for p in present) if present else None
     mean_lost = total / (3600.0 * len(present)) if total is not None and present else None
-    fleet = analysis.fleet if analysis is not None else {}
-    if fleet:
-        capacity, best = fleet.get("capacity_tokens_per_s"), fleet.get("best_tokens_per_s")
+    fleet = analysis.fleet if analysis is not None else None
+    if analysis is not None and fleet is not None:
+        capacity, best = fleet.capacity_tokens_per_s, fleet.best_tokens_per_s
         return Headline(
-            lost_output_now=fleet.get("lost_output_tokens_per_s"),
-            lost_output_low=fleet.get("lost_output_tokens_per_s_low"),
-            lost_output_high=fleet.get("lost_output_tokens_per_s_high"),
-            lost_requests_now=fleet.get("lost_requests_per_s"),
-            lost_now=fleet.get("lost_tokens_per_s"),
-            lost_low=fleet.get("lost_tokens_per_s_low"),
-            lost_high=fleet.get("lost_tokens_per_s_high"),
+            lost_output_now=fleet.lost_output_tokens_per_s,
+            lost_output_low=fleet.lost_output_tokens_per_s_low,
+            lost_output_high=fleet.lost_output_tokens_per_s_high,
+            lost_requests_now=fleet.lost_requests_per_s,
+            lost_now=fleet.lost_tokens_per_s,
+            lost_low=fleet.lost_tokens_per_s_low,
+            lost_high=fleet.lost_tokens_per_s_high,
             lost_tokens_in_range=total,
             mean_lost=mean_lost,
             efficiency=capacity / best if capacity and best else None,
-            misplaced_workers=int(fleet.get("misplaced_workers", len(misplaced))),
+            misplaced_workers=len(misplaced) if fleet.misplaced_workers is None else fleet.misplaced_workers,
             open_findings=len(open_findings),
             open_by_severity=dict(severity),
-            source=f"analyzer run of {analysis.until:%Y-%m-%d %H:%M} UTC" if analysis else "",
-            judged_workers=fleet.get("judged_workers"),
-            unjudged_workers=fleet.get("unjudged_workers"),
-            unjudged_reasons=dict(fleet.get("unjudged_reasons") or {}),
-            judged_by_evidence=dict(fleet.get("judged_by_evidence") or {}),
-            capacity_unknown=capacity is None and bool(fleet.get("capacity_unknown_pools")),
+            source=f"analyzer run of {analysis.until:%Y-%m-%d %H:%M} UTC",
+            judged_workers=fleet.judged_workers,
+            unjudged_workers=fleet.unjudged_workers,
+            unjudged_reasons=dict(fleet.unjudged_reasons),
+            judged_by_evidence=dict(fleet.judged_by_evidence),
+            capacity_unknown=capacity is None or best is None,
         )
     last = present[-1] if present else None
     return Headline(
@@ -257,23 +257,31 @@ def point_rows(view: RooflineView) -> list[dict[str, Any]]:
     return rows
 
 
-def _parse(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
-
-
-def worker_capacities(pool: dict[str, Any]) -> tuple[float, float] | None:
-    """Per-worker prefill and decode tokens/s of the pool (worker-count weighted over its SKU groups)."""
+def worker_capacities(pool: StoredPool) -> tuple[float, float] | None:
+    """Per-worker prefill and decode tokens/s of the pool (worker-count weighted over its SKU groups whose
+    counts and capacities are known)."""
     prefill = decode = weight = 0.0
-    for group in (pool.get("recommended") or {}).values():
-        n = float(group.get("prefill_now", 0) + group.get("decode_now", 0))
-        p, d = group.get("prefill_tokens_per_s_per_worker"), group.get("decode_tokens_per_s_per_worker")
-        if n and p and d:
-            prefill, decode, weight = prefill + p * n, decode + d * n, weight + n
+    for group in (pool.recommended or {}).values():
+        p, d = group.prefill_tokens_per_s_per_worker, group.decode_tokens_per_s_per_worker
+        if group.prefill_now is None or group.decode_now is None or not (p and d):
+            continue
+        n = float(group.prefill_now + group.decode_now)
+        prefill, decode, weight = prefill + p * n, decode + d * n, weight + n
     return (prefill / weight, decode / weight) if weight else None
 
 
+def best_ratio(segment: StoredSegment) -> float | None:
+    """The prefill:decode worker ratio of a segment's best placement; None where any count is unknown."""
+    prefill = decode = 0
+    for roles in (segment.best_placement or {}).values():
+        if roles.prefill is None or roles.decode is None:
+            return None
+        prefill, decode = prefill + roles.prefill, decode + roles.decode
+    return prefill / decode if decode else None
+
+
 def ratio_series(
-    traffic: Sequence[TrafficPoint], pool: dict[str, Any] | None
+    traffic: Sequence[TrafficPoint], pool: StoredPool | None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Hourly prefill:decode ratios of one pool: provisioned (workers reporting each role), what the
     traffic needed (its prompt and generated tokens at the pool's per-worker capacities) and what the
@@ -290,19 +298,12 @@ def ratio_series(
             rows.append({"ts": ts, "series": "traffic needs", "value": need_prefill / need_decode})
     changes: list[dict[str, Any]] = []
     if pool:
-        for segment in pool.get("segments", []):
-            best = segment.get("best_placement") or {}
-            prefill = sum(r.get("prefill", 0) for r in best.values())
-            decode = sum(r.get("decode", 0) for r in best.values())
-            if decode:
-                for key in ("start", "end"):
-                    rows.append(
-                        {
-                            "ts": _parse(segment[key]).isoformat(),
-                            "series": "recommended (analyzer)",
-                            "value": prefill / decode,
-                        }
-                    )
-        for event in pool.get("drift_events", []):
-            changes.append({"ts": _parse(event["start"]).isoformat(), "what": event.get("description", "")})
+        for segment in pool.segments:
+            ratio = best_ratio(segment)
+            for at in (segment.start, segment.end):
+                if ratio is not None and at is not None:
+                    rows.append({"ts": at.isoformat(), "series": "recommended (analyzer)", "value": ratio})
+        for event in pool.drift_events or []:
+            if event.start is not None:
+                changes.append({"ts": event.start.isoformat(), "what": event.description or ""})
     return rows, changes

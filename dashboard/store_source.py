@@ -10,10 +10,10 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, func, select
 
-from analyzer.pools.pool import cluster_of
 from analyzer.sources.store import rolled_up_until
 from dashboard import analysis_reads, store_series
 from dashboard.lost import lost_from_episodes
+from dashboard.records import finding_view, report_listing, worker_view
 from dashboard.views import (
     AlertView,
     AnalysisView,
@@ -26,11 +26,10 @@ from dashboard.views import (
     TrafficPoint,
     UtilisationPoint,
     WorkerActivity,
-    WorkerInfo,
 )
 from fleet.gpus import UNKNOWN_SKU_KEY, is_mig_key, mig_key
 from fleet.store.alerts import list_alert_events
-from fleet.store.findings import StoredFinding, list_findings
+from fleet.store.findings import list_findings
 from fleet.store.queries import list_gpus, list_workers, sample_time_range
 from fleet.store.reports import get_report, list_reports
 from fleet.store.schema import (
@@ -80,21 +79,7 @@ class StoreSource:
         for w in workers:
             owned = set(w.gpu_uuids or ()) | attributed.get(w.worker_id, set())
             skus = Counter(gpu_sku[u] for u in sorted(owned) if gpu_sku.get(u))
-            infos.append(
-                WorkerInfo(
-                    worker_id=w.worker_id,
-                    node=w.node,
-                    cluster=cluster_of(w.node, w.cluster),
-                    model=w.model,
-                    role=w.role,
-                    role_source=w.role_source,
-                    engine=w.engine,
-                    precision=w.precision,
-                    tp=w.tp,
-                    sku=skus.most_common(1)[0][0] if skus else None,
-                    deployment=w.deployment,
-                )
-            )
+            infos.append(worker_view(w, skus.most_common(1)[0][0] if skus else None))
         roles = {w.worker_id: w.role for w in workers}
         groups: Counter[tuple[str, str, str, bool]] = Counter()
         parents: set[str] = set()
@@ -180,9 +165,7 @@ class StoreSource:
 
     def reports(self) -> list[ReportListing]:
         with self.engine.connect() as connection:
-            return [
-                ReportListing(r.week, r.format, r.created_at, r.summary) for r in list_reports(connection)
-            ]
+            return [report_listing(r) for r in list_reports(connection)]
 
     def report_body(self, week: str) -> str | None:
         with self.engine.connect() as connection:
@@ -197,36 +180,3 @@ def _alert_in_scope(labels: dict[str, str], scope: Scope) -> bool:
     if pool is not None:
         return scope.pool_matches(pool)
     return scope.model is None or labels.get("model") in (None, scope.model)
-
-
-def finding_view(stored: StoredFinding) -> FindingView:
-    f = stored.finding
-    r = f.recommendation
-    return FindingView(
-        id=stored.id,
-        kind=f.kind.value,
-        status=f.status.value,
-        severity=f.severity.value,
-        worker_id=f.worker_id,
-        pool=f.pool,
-        gpu_sku=f.gpu_sku,
-        role=f.role.value,
-        bottleneck=f.bottleneck.value,
-        evidence=dict(f.evidence),
-        tokens_per_s=f.tokens_per_s,
-        lost_tokens_per_s=f.lost_tokens_per_s,
-        lost_tokens_per_s_low=f.lost_tokens_per_s_low,
-        lost_tokens_per_s_high=f.lost_tokens_per_s_high,
-        action=r.action if r else None,
-        action_detail=r.detail if r else "",
-        counterpart_worker_id=r.counterpart_worker_id if r else None,
-        target_sku=r.target_sku if r else None,
-        expected_gain_tokens_per_s=r.expected_gain_tokens_per_s if r else None,
-        first_seen=f.first_seen,
-        last_seen=f.last_seen,
-        resolved_at=stored.resolved_at,
-        lost_output_tokens_per_s=f.lost_output_tokens_per_s,
-        lost_output_tokens_per_s_low=f.lost_output_tokens_per_s_low,
-        lost_output_tokens_per_s_high=f.lost_output_tokens_per_s_high,
-        lost_requests_per_s=f.lost_requests_per_s,
-    )

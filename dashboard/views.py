@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dashboard.stored_summary import StoredFleet, StoredPool, StoredReportSummary, StoredSummary
+
 ALL = "All"
 
 
@@ -197,24 +199,20 @@ class TrafficPoint:
 
 @dataclass(frozen=True)
 class AnalysisView:
-    """The latest stored analyzer run inside the range (its summary as the pipeline wrote it)."""
+    """The latest stored analyzer run inside the range, its summary read through the tolerant views."""
 
     created_at: datetime
     since: datetime
     until: datetime
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: StoredSummary = field(default_factory=StoredSummary)
 
     @property
-    def pools(self) -> list[dict[str, Any]]:
-        return list(self.summary.get("pools", []))
+    def pools(self) -> list[StoredPool]:
+        return self.summary.pools
 
     @property
-    def fleet(self) -> dict[str, Any]:
-        return dict(self.summary.get("fleet", {}))
-
-    @property
-    def workers(self) -> list[dict[str, Any]]:
-        return list(self.summary.get("workers", []))
+    def fleet(self) -> StoredFleet | None:
+        return self.summary.fleet
 
 
 @dataclass(frozen=True)
@@ -235,7 +233,11 @@ class ReportListing:
     week: str
     format: str
     created_at: datetime
-    summary: dict[str, Any]
+    summary: dict[str, Any]  # as stored, for the download; read it through ``figures``
+
+    @property
+    def figures(self) -> StoredReportSummary:
+        return StoredReportSummary.model_validate(self.summary)
 
 
 def mean(values: Sequence[float | None]) -> float | None:

@@ -118,3 +118,8 @@ def chart(figure: alt.TopLevelMixin) -> None:
 
 def fmt_time(ts: datetime | None) -> str:
     return "-" if ts is None else f"{ts:%Y-%m-%d %H:%M}"
+
+
+def known(value: T | None, show: Callable[[T], str] = str) -> str:
+    """A value as ``show`` writes it, or "unknown" where the data does not say (never 0, never a blank)."""
+    return "unknown" if value is None else show(value)

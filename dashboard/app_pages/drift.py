@@ -6,8 +6,13 @@ from collections import defaultdict
 
 import streamlit as st
 
-from analyzer.report.style import si
+from analyzer.report.style import percent, si
 from dashboard import charts, compute, widgets
+
+
+def _yes_no(passed: bool) -> str:
+    return "yes" if passed else "no"
+
 
 context = widgets.page(
     "Drift",
@@ -26,26 +31,26 @@ if not by_pool:
 pool = st.selectbox("Pool", sorted(by_pool), key="dr_pool")
 traffic = widgets.served(lambda: context.reads.traffic(scope, {pool: by_pool[pool]}))
 analysis = widgets.served(lambda: context.reads.analysis(scope))
-summary = next((p for p in analysis.pools if p.get("pool") == pool), None) if analysis else None
+pool_view = next((p for p in analysis.pools if p.pool == pool), None) if analysis else None
 
-if summary is not None:
+if pool_view is not None:
     tiles = st.columns(4)
-    tiles[0].metric("Prefill:decode now", str(summary.get("prefill_decode_now") or "-"))
+    tiles[0].metric("Prefill:decode now", widgets.known(pool_view.prefill_decode_now))
     tiles[1].metric(
         "Recommended",
-        str(summary.get("prefill_decode_recommended") or "-"),
+        widgets.known(pool_view.prefill_decode_recommended),
         help="The best split of the same GPUs for the latest traffic mix (per SKU below).",
     )
-    tiles[2].metric("Bound by", str(summary.get("bound") or "-"), help="The pool that limits requests/s now.")
-    tiles[3].metric("Lost tokens/s", si(summary.get("lost_tokens_per_s")))
-    if summary.get("ratio_drift"):
+    tiles[2].metric("Bound by", widgets.known(pool_view.bound), help="The pool that limits requests/s now.")
+    tiles[3].metric("Lost tokens/s", widgets.known(pool_view.lost_tokens_per_s, si))
+    if pool_view.ratio_drift:
         st.warning("Pool-ratio drift: the provisioned prefill:decode capacity no longer matches the traffic.")
 
 if traffic:
     st.subheader("Traffic")
     widgets.chart(charts.traffic_mix(traffic))
     st.subheader("Prefill:decode ratio")
-    rows, changes = compute.ratio_series(traffic, summary)
+    rows, changes = compute.ratio_series(traffic, pool_view)
     widgets.chart(charts.ratio_over_time(rows, changes))
     st.caption(
         "'traffic needs': the hour's prompt and generated tokens at the pool's per-worker capacities (latest "
@@ -54,52 +59,53 @@ if traffic:
 elif traffic is not None:
     st.caption("No engine telemetry for this pool in the range.")
 
-if summary is not None:
-    events = summary.get("drift_events") or []
+if pool_view is not None:
     st.subheader("Change points")
-    if events:
+    if pool_view.drift_events:
         st.table(
             [
                 {
-                    "from (UTC)": e["start"].replace("T", " ").removesuffix(":00Z"),
-                    "what changed": e.get("description", ""),
-                    "magnitude": f"{float(e.get('magnitude') or 0):.0%}",
+                    "from (UTC)": widgets.known(e.start, widgets.fmt_time),
+                    "what changed": e.description or "",
+                    "magnitude": widgets.known(e.magnitude, percent),
                 }
-                for e in events
+                for e in pool_view.drift_events
             ],
             hide_index=True,
         )
+    elif pool_view.drift_events is None:
+        st.caption(
+            "Change points unknown: this analyzer run does not record them (an older summary version)."
+        )
     else:
         st.caption("No change in the traffic mix was detected in the analyzed range.")
-    per_sku = summary.get("recommended") or {}
-    if per_sku:
+    if pool_view.recommended:
         st.subheader("Recommended split per SKU group")
         st.table(
             [
                 {
                     "group": group,
-                    "prefill now": r.get("prefill_now"),
-                    "decode now": r.get("decode_now"),
-                    "prefill best": r.get("prefill_best"),
-                    "decode best": r.get("decode_best"),
-                    "prefill tok/s per worker": si(r.get("prefill_tokens_per_s_per_worker")),
-                    "decode tok/s per worker": si(r.get("decode_tokens_per_s_per_worker")),
+                    "prefill now": r.prefill_now,
+                    "decode now": r.decode_now,
+                    "prefill best": r.prefill_best,
+                    "decode best": r.decode_best,
+                    "prefill tok/s per worker": si(r.prefill_tokens_per_s_per_worker),
+                    "decode tok/s per worker": si(r.decode_tokens_per_s_per_worker),
                 }
-                for group, r in sorted(per_sku.items())
+                for group, r in sorted(pool_view.recommended.items())
             ],
             hide_index=True,
         )
-    checks = summary.get("checks") or []
-    if checks:
+    if pool_view.checks:
         with st.expander("Does disaggregation pay off here? (the analyzer's checks)"):
             st.table(
                 [
                     {
-                        "check": c["check"],
-                        "passed": {True: "yes", False: "no"}.get(c["passed"], "n/a"),
-                        "detail": c["detail"],
+                        "check": widgets.known(c.check),
+                        "passed": widgets.known(c.passed, _yes_no),
+                        "detail": c.detail or "",
                     }
-                    for c in checks
+                    for c in pool_view.checks
                 ],
                 hide_index=True,
             )

@@ -6,6 +6,7 @@ import streamlit as st
 
 from analyzer.report.style import percent, si, tokens_range
 from dashboard import charts, compute, widgets
+from fleet.contract import ActivityEvidence
 
 context = widgets.page(
     "Fleet",
@@ -22,7 +23,7 @@ analysis = widgets.served(lambda: reads.analysis(scope)) if reads.kind == "store
 head = compute.headline(analysis, findings, lost)
 
 tiles = st.columns(4)
-demand_limited = analysis is not None and bool(analysis.fleet.get("demand_limited"))
+demand_limited = analysis is not None and analysis.fleet is not None and analysis.fleet.demand_limited is True
 if head.lost_output_now is not None:
     tiles[0].metric(
         "Output capacity lost now (tok/s)" if demand_limited else "Lost output tokens/s now",
@@ -60,7 +61,12 @@ if head.unjudged_workers:
         f"{head.unjudged_workers} worker(s) could not be judged (misplaced or not is unknown for them): "
         + "; ".join(f"{reason} ({n})" for reason, n in head.unjudged_reasons.items())
     )
-weak = head.judged_by_evidence.get("utilisation", 0)
+elif analysis is not None and head.judged_workers is None:
+    st.info(
+        "Which workers the analyzer could judge is unknown: this run does not say (an older summary "
+        "version). Misplaced or not is unknown for every worker without a finding."
+    )
+weak = head.judged_by_evidence.get(ActivityEvidence.UTILISATION, 0)
 if weak:
     st.info(
         f"{weak} worker(s) were judged on utilisation counters only (no profiling fields): weaker evidence. "

@@ -27,15 +27,15 @@ if not reports:
     st.stop()
 trend = []
 for r in reports:
-    s = r.summary
+    figures = r.figures
     trend.append(
         {
             "week": r.week,
-            "lost tokens /week": si(s.get("lost_tokens_week")),
-            "placement efficiency": percent(s.get("placement_efficiency")),
-            "misplaced workers": s.get("misplaced_workers"),
-            "misplacement $/week": usd(s.get("misplacement_cost_per_week_usd")),
-            "idle $/week": usd(s.get("idle_cost_per_week_usd")),
+            "lost tokens /week": widgets.known(figures.lost_tokens_week, si),
+            "placement efficiency": widgets.known(figures.placement_efficiency, percent),
+            "misplaced workers": figures.misplaced_workers,
+            "misplacement $/week": usd(figures.misplacement_cost_per_week_usd),
+            "idle $/week": usd(figures.idle_cost_per_week_usd),
             "created": widgets.fmt_time(r.created_at),
         }
     )

@@ -12,6 +12,7 @@ from analyzer.report.fleet_roofline import intensity_span, roofs_for, worker_poi
 from dashboard import charts, compute, roofline_chart
 from dashboard.lost import lost_from_episodes
 from dashboard.store_source import StoreSource
+from dashboard.stored_summary import StoredPool
 from dashboard.views import FindingView, Scope, TrafficPoint
 from fleet.catalog import load_catalog
 from fleet.precision import Precision
@@ -37,8 +38,10 @@ def test_every_chart_is_valid_vega_lite(source: StoreSource, seeded: Seeded) -> 
     )
     analysis = source.analysis(scope)
     assert analysis is not None
-    traffic = source.traffic(scope, {analysis.pools[0]["pool"]: [w.worker_id for w in inventory.workers]})
-    rows, changes = compute.ratio_series(traffic, analysis.pools[0])
+    pool = analysis.pools[0]
+    assert pool.pool is not None
+    traffic = source.traffic(scope, {pool.pool: [w.worker_id for w in inventory.workers]})
+    rows, changes = compute.ratio_series(traffic, pool)
     utilisation = source.utilisation(scope, None)
     built = [
         charts.gpu_groups(inventory.groups),
@@ -135,7 +138,7 @@ def test_lost_tokens_from_overlapping_findings() -> None:
 
 
 def test_ratio_series() -> None:
-    pool = {
+    stored = {
         "recommended": {
             "H100-SXM/tp2": {
                 "prefill_now": 3,
@@ -154,7 +157,7 @@ def test_ratio_series() -> None:
         "drift_events": [{"start": "2026-11-23T01:00:00Z", "description": "longer prompts"}],
     }
     traffic = [TrafficPoint(T0, "c/m", 30_000, 2_000, 3, 1, 0)]
-    rows, changes = compute.ratio_series(traffic, pool)
+    rows, changes = compute.ratio_series(traffic, StoredPool.model_validate(stored))
     by_series = {r["series"]: r["value"] for r in rows}
     assert by_series["provisioned"] == 3 and by_series["recommended (analyzer)"] == 3
     assert by_series["traffic needs"] == pytest.approx(3.0)  # 3 prefill workers' worth against 1 decode

@@ -47,7 +47,7 @@ def test_reads_and_report(store_url: str, tmp_path: Path) -> None:
         lost = [p for p in source.lost_tokens(scope) if p.lost is not None]
         assert len(lost) >= 24 and all(p.low is not None and p.low <= p.lost for p in lost)
         analysis = source.analysis(scope)
-        assert analysis is not None and analysis.pools[0]["pool"] == pool
+        assert analysis is not None and analysis.pools[0].pool == pool
         alerts = source.alerts(
             Scope(seeded.start, seeded.start + timedelta(days=3))
         )  # seeded at 30 h and 62 h

@@ -8,6 +8,7 @@ from sqlalchemy import Engine
 
 from dashboard.compute import device_line, headline, scoped_groups
 from dashboard.store_source import StoreSource, device_sku
+from dashboard.stored_summary import StoredSummary
 from dashboard.views import AnalysisView, GpuGroup, Inventory, Scope, WorkerInfo
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import writing
@@ -113,14 +114,16 @@ def test_the_headline_carries_what_judged_workers_rest_on() -> None:
         created_at=datetime(2026, 1, 2, tzinfo=UTC),
         since=datetime(2026, 1, 1, tzinfo=UTC),
         until=datetime(2026, 1, 2, tzinfo=UTC),
-        summary={
-            "fleet": {
-                "judged_workers": 3,
-                "unjudged_workers": 1,
-                "judged_by_evidence": {"profiling": 1, "utilisation": 2},
-                "misplaced_workers": 2,
+        summary=StoredSummary.read(
+            {
+                "fleet": {
+                    "judged_workers": 3,
+                    "unjudged_workers": 1,
+                    "judged_by_evidence": {"profiling": 1, "utilisation": 2},
+                    "misplaced_workers": 2,
+                }
             }
-        },
+        ),
     )
     head = headline(analysis, [], [])
     assert head.judged_by_evidence == {"profiling": 1, "utilisation": 2}

@@ -1,0 +1,188 @@
+"""Tolerant views of a stored analyzer summary, named after the fields of :mod:`analyzer.results.summary`.
+
+The store keeps each run's summary as the analyzer wrote it (``Summary.to_json_dict()``), so a stored run may
+be of an older summary version, or partial. These views read what the dashboard shows and never refuse a
+run: a field the run lacks, or holds as something else (text where a number belongs), reads as unknown
+(``None``), never as 0 and never as healthy. Summaries the analyzer builds now are the strict
+:class:`analyzer.results.summary.Summary`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+
+def _number(value: object) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return int(value) if isinstance(value, float) and value.is_integer() else None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _flag(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _instant(value: object) -> datetime | None:
+    """An RFC 3339 timestamp (UTC when it names no zone), else unknown."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _counts(value: object) -> dict[str, int]:
+    counts = {str(k): _count(v) for k, v in value.items()} if isinstance(value, dict) else {}
+    return {k: n for k, n in counts.items() if n is not None}
+
+
+def _texts(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _objects(value: object) -> list[dict[str, Any]] | None:
+    """The objects of a list; None (not said) where the run holds no list."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else None
+
+
+def _all_objects(value: object) -> list[dict[str, Any]]:
+    return _objects(value) or []
+
+
+def _by_key(value: object) -> dict[str, dict[str, Any]] | None:
+    """The objects of a mapping, by key; None (not said) where the run holds no mapping."""
+    return {str(k): v for k, v in value.items() if isinstance(v, dict)} if isinstance(value, dict) else None
+
+
+def _some(value: object) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) and value else None
+
+
+Figure = Annotated[float | None, BeforeValidator(_number)]
+Count = Annotated[int | None, BeforeValidator(_count)]
+Text = Annotated[str | None, BeforeValidator(_text)]
+Flag = Annotated[bool | None, BeforeValidator(_flag)]
+Instant = Annotated[datetime | None, BeforeValidator(_instant)]
+Counts = Annotated[dict[str, int], BeforeValidator(_counts)]
+Texts = Annotated[list[str], BeforeValidator(_texts)]
+
+
+class _View(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class StoredGroupPlan(_View):
+    """One SKU/TP group of a pool's ``recommended`` (``GroupRecommendation``)."""
+
+    prefill_now: Count = None
+    decode_now: Count = None
+    prefill_best: Count = None
+    decode_best: Count = None
+    prefill_tokens_per_s_per_worker: Figure = None
+    decode_tokens_per_s_per_worker: Figure = None
+
+
+class StoredRoleCounts(_View):
+    """Workers per role on one SKU of a segment's placement (``CountsBySkuRole`` values)."""
+
+    prefill: Count = None
+    decode: Count = None
+
+
+class StoredSegment(_View):
+    """A stretch of one traffic mix and one set of workers (``SegmentSummary``)."""
+
+    start: Instant = None
+    end: Instant = None
+    lost_tokens_per_s: Figure = None
+    lost_tokens_per_s_low: Figure = None
+    lost_tokens_per_s_high: Figure = None
+    best_placement: Annotated[dict[str, StoredRoleCounts] | None, BeforeValidator(_by_key)] = None
+
+
+class StoredDrift(_View):
+    """A change point in a pool's traffic mix (``TrafficDrift``)."""
+
+    start: Instant = None
+    description: Text = None
+    magnitude: Figure = None
+
+
+class StoredCheck(_View):
+    """One rule of thumb computed for a pool (``RuleCheck``)."""
+
+    check: Text = None
+    passed: Flag = None
+    detail: Text = None
+
+
+class StoredPool(_View):
+    """One pool (``PoolSummary``); a list or mapping the run does not hold is None (not said), not empty."""
+
+    pool: Text = None
+    prefill_decode_now: Text = None
+    prefill_decode_recommended: Text = None
+    bound: Text = None
+    lost_tokens_per_s: Figure = None
+    ratio_drift: Flag = None
+    recommended: Annotated[dict[str, StoredGroupPlan] | None, BeforeValidator(_by_key)] = None
+    checks: Annotated[list[StoredCheck] | None, BeforeValidator(_objects)] = None
+    drift_events: Annotated[list[StoredDrift] | None, BeforeValidator(_objects)] = None
+    segments: Annotated[list[StoredSegment], BeforeValidator(_all_objects)] = []
+
+
+class StoredFleet(_View):
+    """Fleet totals (``FleetTotals``)."""
+
+    lost_output_tokens_per_s: Figure = None
+    lost_output_tokens_per_s_low: Figure = None
+    lost_output_tokens_per_s_high: Figure = None
+    lost_requests_per_s: Figure = None
+    lost_tokens_per_s: Figure = None
+    lost_tokens_per_s_low: Figure = None
+    lost_tokens_per_s_high: Figure = None
+    capacity_tokens_per_s: Figure = None
+    best_tokens_per_s: Figure = None
+    capacity_unknown_pools: Texts = []
+    demand_limited: Flag = None
+    misplaced_workers: Count = None
+    judged_workers: Count = None
+    unjudged_workers: Count = None
+    unjudged_reasons: Counts = {}
+    judged_by_evidence: Counts = {}
+
+
+class StoredSummary(_View):
+    """A stored run's summary (``Summary``): ``fleet`` is None where the run holds no fleet totals."""
+
+    fleet: Annotated[StoredFleet | None, BeforeValidator(_some)] = None
+    pools: Annotated[list[StoredPool], BeforeValidator(_all_objects)] = []
+
+    @classmethod
+    def read(cls, stored: object) -> StoredSummary:
+        """The view of a stored summary as the store returns it (anything that is not an object: empty)."""
+        return cls.model_validate(stored if isinstance(stored, dict) else {})
+
+
+class StoredReportSummary(_View):
+    """The figures stored next to a weekly audit report (``reports.summary``, written by
+    :meth:`analyzer.report.model.AuditReport.summary`), read as tolerantly as a run's summary."""
+
+    lost_tokens_week: Figure = None
+    placement_efficiency: Figure = None
+    misplaced_workers: Count = None
+    misplacement_cost_per_week_usd: Figure = None
+    idle_cost_per_week_usd: Figure = None

@@ -1,0 +1,177 @@
+"""The pages render a stored run of any summary version: the current one as the model says, an older one
+that lacks the fields added since, and a partial one holding the wrong types. What a run does not say shows
+as "unknown", never as 0 and never as healthy."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from analyzer.report.style import si
+from analyzer.results.summary import Summary
+from dashboard.store_source import StoreSource
+from dashboard.views import Scope
+from fleet.store.analysis import put_analysis
+from fleet.store.engine import make_engine, writing
+from fleet.store.reports import Report, put_report
+from fleet.store.schema import AnalysisRunRow
+from tests.dashboard.seed import Seeded
+from tests.dashboard.test_pages import chart_specs, inline_values, metrics, run_page
+
+LOST = 1234.0  # si(): "1.23k"
+
+
+def _copy(seeded: Seeded, folder: Path) -> str:
+    """A copy of the seeded store to add runs to (the seeded one is shared and never written)."""
+    target = folder / "phasefit.db"
+    with sqlite3.connect(seeded.url.removeprefix("sqlite:///")) as source, sqlite3.connect(target) as copy:
+        source.backup(copy)
+    return f"sqlite:///{target}"
+
+
+def _summaries(current: dict[str, Any], pool: str, start: datetime, end: datetime) -> dict[str, Any]:
+    old = {  # before the output/request units, judged counts, capacity, ratios per SKU and drift events
+        "fleet": {"lost_tokens_per_s": LOST},
+        "pools": [
+            {
+                "pool": pool,
+                "lost_tokens_per_s": LOST,
+                "prefill_decode_ratio": 0.5,
+                "segments": [{"start": start.isoformat(), "end": end.isoformat(), "lost_tokens_per_s": LOST}],
+            }
+        ],
+    }
+    partial = {
+        "fleet": {"lost_tokens_per_s": "n/a", "judged_workers": "3", "demand_limited": "yes"},
+        "pools": [
+            {
+                "pool": pool,
+                "prefill_decode_now": 7,
+                "lost_tokens_per_s": "lots",
+                "recommended": {"H100-SXM/tp2": "bad", "H200-SXM/tp2": {"prefill_now": "2", "decode_now": 3}},
+                "drift_events": [{"description": "longer prompts"}, "junk"],
+                "checks": [{"check": "kv transfer", "passed": "maybe"}],
+                "segments": [{"start": "yesterday", "end": None}, 5],
+            },
+            "not a pool",
+        ],
+    }
+    return {"current": current, "old": old, "partial": partial}
+
+
+@pytest.fixture(params=["current", "old", "partial"])
+def stored(
+    request: pytest.FixtureRequest, seeded: Seeded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, Summary, str]:
+    """The case, the seeded run's strict summary, and the URL of a store whose latest run is the case's."""
+    url = _copy(seeded, tmp_path)
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        raw = connection.execute(select(AnalysisRunRow.summary)).scalar_one()
+    current = Summary.model_validate(raw)
+    summary = _summaries(raw, current.pools[0].pool, seeded.start, seeded.end)[request.param]
+    with writing(engine) as connection:
+        put_analysis(
+            connection,
+            created_at=seeded.end + timedelta(hours=1),
+            from_ts=seeded.start,
+            to_ts=seeded.end,
+            summary=summary,
+        )
+    engine.dispose()
+    monkeypatch.setenv("PHASEFIT_DATABASE_URL", url)
+    monkeypatch.setenv("PHASEFIT_DASHBOARD_SOURCE", "store")
+    monkeypatch.delenv("PHASEFIT_CATALOG_PATH", raising=False)
+    return request.param, current, url
+
+
+def test_the_fleet_page(stored: tuple[str, Summary, str]) -> None:
+    case, current, _ = stored
+    app = run_page("fleet")
+    shown = list(metrics(app).values())
+    infos = " ".join(i.value for i in app.info)
+    fleet = current.fleet
+    assert fleet.capacity_tokens_per_s is not None and fleet.best_tokens_per_s is not None
+    expected = {
+        "current": [
+            si(fleet.lost_output_tokens_per_s),
+            f"{fleet.capacity_tokens_per_s / fleet.best_tokens_per_s:.0%}",
+        ],
+        "old": [si(LOST), "unknown"],
+        "partial": ["unknown", "unknown"],
+    }[case]
+    assert [shown[0], shown[2]] == expected
+    assert shown[3] == "3"  # misplaced workers: from the run, else its open findings
+    assert ("could judge is unknown" in infos) == (case != "current")
+
+
+def test_the_lost_tokens_over_time(stored: tuple[str, Summary, str], seeded: Seeded) -> None:
+    case, _, url = stored
+    engine = make_engine(url)
+    lost = StoreSource(engine).lost_tokens(Scope(seeded.start, seeded.end))
+    engine.dispose()
+    known = [p for p in lost if p.lost is not None]
+    assert known
+    if case == "old":  # its segment covers the range: its hours, with no range it did not state
+        assert all(p.lost == LOST and p.low is None and p.high is None for p in known)
+    else:  # the current run's own hours; the partial run places no segment in time: the earlier run's
+        assert all(p.lost != LOST and p.low is not None for p in known)
+
+
+def test_the_drift_page(stored: tuple[str, Summary, str]) -> None:
+    case, current, _ = stored
+    app = run_page("drift")
+    pool = current.pools[0]
+    assert pool.prefill_decode_now is not None and pool.prefill_decode_recommended is not None
+    expected = {
+        "current": [
+            pool.prefill_decode_now,
+            pool.prefill_decode_recommended,
+            str(pool.bound),
+            si(pool.lost_tokens_per_s),
+        ],
+        "old": ["unknown", "unknown", "unknown", si(LOST)],
+        "partial": ["unknown", "unknown", "unknown", "unknown"],
+    }[case]
+    assert list(metrics(app).values()) == expected
+    series = {row["series"] for row in inline_values(chart_specs(app)[1]) if "series" in row}
+    captions = " ".join(c.value for c in app.caption)
+    tables = [t.value for t in app.table]
+    if case == "current":
+        assert series == {"provisioned", "traffic needs", "recommended (analyzer)"}
+        assert len(tables[0]) == len(pool.drift_events)
+    elif case == "old":
+        assert series == {"provisioned"} and not tables
+        assert "Change points unknown" in captions
+    else:
+        assert series == {"provisioned"}
+        changes, groups, checks = tables
+        assert list(changes["from (UTC)"]) == ["unknown"] and list(changes["magnitude"]) == ["unknown"]
+        assert list(groups["group"]) == ["H200-SXM/tp2"] and list(groups["decode now"]) == [3]
+        assert list(checks["passed"]) == ["unknown"]
+
+
+def test_the_reports_page_reads_an_old_report_summary(
+    seeded: Seeded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = _copy(seeded, tmp_path)
+    engine = make_engine(url)
+    with writing(engine) as connection:
+        old = Report(
+            "2026-W47", "html", datetime(2026, 11, 23, tzinfo=UTC), {"misplaced_workers": "three"}, ""
+        )
+        put_report(connection, old)
+    engine.dispose()
+    monkeypatch.setenv("PHASEFIT_DATABASE_URL", url)
+    monkeypatch.setenv("PHASEFIT_DASHBOARD_SOURCE", "store")
+    trend = run_page("reports").dataframe[0].value
+    assert list(trend["week"]) == ["2026-W48", "2026-W47"]
+    week47 = trend.iloc[1]
+    assert (week47["lost tokens /week"], week47["placement efficiency"]) == ("unknown", "unknown")
+    assert trend["misplaced workers"].isna().tolist() == [False, True]  # unknown: an empty cell, not 0
+    assert trend["misplaced workers"].iloc[0] == 3
