@@ -7,7 +7,8 @@ Modules: ``traffic`` (arrivals and Azure-fitted lengths), ``physics`` (step time
 (routing, queues, operating points), ``counters`` (DCGM-definition counters), ``life`` (drift, restarts,
 collector gaps, Xid 79, idle periods), ``scenario`` (YAML), ``layout`` (nodes, GPUs, workers),
 ``fleet_sim`` (the vectorised engine), ``records`` (columns to JSON lines / records), ``truth`` and
-``placement`` (ground truth), ``planted`` (findings a scenario plants by construction), ``examine``
+``placement`` (ground truth), ``role_changes`` and ``truth_changes`` (scheduled role changes: advice
+carried out, and what each realized), ``planted`` (findings a scenario plants by construction), ``examine``
 (scoring the analyzer against the truth by counts), ``naming`` (node and worker naming styles),
 ``source`` (the streaming API), ``calibration`` (the published tables).
 
@@ -32,7 +33,8 @@ What the records say (per window):
   ``cache_config_info`` and SGLang's ``max_total_num_tokens`` report it: the budget the simulator's
   physics gives the worker and caps its batch with (``records.kv_capacity_tokens``).
 - Restarting engines send no engine sample (their GPUs report idle); a collector gap silences a whole
-  node (no GPU or engine samples).
+  node (no GPU or engine samples). A scheduled role change restarts the engine, which then reports its
+  new ``role`` under the same ``worker_id`` (an id that may name the role it started with).
 - Both carry the pool's ``cluster`` (when the scenario names one) and engine samples its ``deployment``.
   A node group with ``telemetry: basic`` reports ``source`` "dcgm" with null profiling ratios (dcgm-exporter's
   default fields), a degraded GPU ``state`` "degraded", and MIG slices ``parent_gpu_uuid``/``mig_profile``.

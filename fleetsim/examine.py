@@ -24,7 +24,7 @@ import numpy as np
 from fleet.catalog import Catalog
 from fleet.contract import Finding, FindingKind
 from fleetsim.layout import build_layout
-from fleetsim.scenario import load_scenario
+from fleetsim.scenario import Scenario, load_scenario
 from fleetsim.source import dict_batches, jsonl_batches
 from fleetsim.truth import compute_truth
 
@@ -84,36 +84,55 @@ def records_to_columns(records: Iterable[Mapping[str, Any]]) -> tuple[dict[str, 
     return gpu, engine
 
 
-def planted(scenario: str, catalog: Catalog, *, days: float, window_s: float) -> list[dict[str, Any]] | None:
+def _load(scenario: str | Scenario) -> Scenario:
+    """A scenario given as itself (e.g. ``with_role_changes``'s copy), a built-in name or a path."""
+    return scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+
+
+def planted(
+    scenario: str | Scenario, catalog: Catalog, *, days: float, window_s: float
+) -> list[dict[str, Any]] | None:
     """The findings the scenario plants by construction; None where ``fleetsim.planted`` does not exist."""
     try:
         module = importlib.import_module("fleetsim.planted")
     except ModuleNotFoundError:
         return None
-    sc = load_scenario(scenario)
+    sc = _load(scenario)
     found = module.planted_findings(sc, build_layout(sc, catalog), catalog, days=days, window_s=window_s)
     return [dict(item) for item in found]
 
 
 def simulate(
-    scenario: str, catalog: Catalog, *, days: float, window_s: float = 60.0, seed: int = 0, truth: bool = True
+    scenario: str | Scenario,
+    catalog: Catalog,
+    *,
+    days: float,
+    window_s: float = 60.0,
+    seed: int = 0,
+    truth: bool = True,
 ) -> SimRun:
-    """A built-in scenario's records as columns, with its ground truth and planted findings."""
-    sc = load_scenario(scenario)
+    """A scenario's records as columns, with its ground truth and planted findings."""
+    sc = _load(scenario)
     records = (
         r for batch in dict_batches(sc, catalog, seed=seed, days=days, window_s=window_s) for r in batch
     )
     gpu, engine = records_to_columns(records)
     report = compute_truth(sc, catalog, seed, days, window_s=window_s) if truth else {}
-    plants = planted(scenario, catalog, days=days, window_s=window_s) if truth else None
-    return SimRun(scenario, seed, days, window_s, gpu, engine, report, plants)
+    plants = planted(sc, catalog, days=days, window_s=window_s) if truth else None
+    return SimRun(sc.name, seed, days, window_s, gpu, engine, report, plants)
 
 
 def write_jsonl(
-    scenario: str, catalog: Catalog, path: Path, *, days: float, window_s: float = 60.0, seed: int = 0
+    scenario: str | Scenario,
+    catalog: Catalog,
+    path: Path,
+    *,
+    days: float,
+    window_s: float = 60.0,
+    seed: int = 0,
 ) -> int:
     """The scenario's records as a JSON-lines file (as ``phasefit sim run`` writes it); returns its size."""
-    sc = load_scenario(scenario)
+    sc = _load(scenario)
     written = 0
     with path.open("wb") as fh:
         for data in jsonl_batches(sc, catalog, seed=seed, days=days, window_s=window_s):

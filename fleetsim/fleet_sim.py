@@ -33,6 +33,7 @@ from fleetsim.pool import (
     pool_traffic,
 )
 from fleetsim.rng import STREAM_ENGINE_NOISE, STREAM_GPU_NOISE, rng_for
+from fleetsim.role_changes import RoleSchedule
 from fleetsim.scenario import Scenario
 
 FloatArray = npt.NDArray[np.float64]
@@ -85,11 +86,13 @@ class EngineColumns:
 
 @dataclass(frozen=True)
 class PoolChunk:
-    """One pool's inputs for a chunk: traffic, per-role capacities and which workers are up and routed to."""
+    """One pool's inputs for a chunk: traffic, per-role capacities, which workers are up and routed to,
+    and their roles per window where scheduled changes concern the pool (None: the layout's)."""
 
     traffic: PoolTraffic
     capacities: Capacities
     up: BoolArray
+    roles: IntArray | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ class FleetSimulation:
         self.epoch0 = self.start.timestamp()
         self.layout: FleetLayout = build_layout(scenario, catalog, roles)
         self.life = LifeEvents(scenario, self.layout, seed, self.window_s)
+        self.schedule = RoleSchedule(scenario, self.layout, self.window_s)
         self.models = tuple(PoolModel(self.layout, p.index, eff) for p in self.layout.pools)
         self.chunk_windows = chunk_windows_for(len(self.layout.gpus))
         self._gpu_worker = np.array([g.worker for g in self.layout.gpus], dtype=np.int64)
@@ -182,7 +186,8 @@ class FleetSimulation:
         if up is None:
             up = self.life.worker_up(starts)
         routed = up & ~self.life.drained(starts)
-        return PoolChunk(traffic, model.capacities(traffic), routed[:, list(model.pool.workers)])
+        roles = self.schedule.pool_roles(pool, starts)
+        return PoolChunk(traffic, model.capacities(traffic), routed[:, list(model.pool.workers)], roles)
 
     def chunks(self, n_windows: int | None = None) -> Iterator[Chunk]:
         """Chunks from the next one on, until ``n_windows`` windows (None: forever)."""
@@ -211,7 +216,9 @@ class FleetSimulation:
         flows = []
         for p, model in enumerate(self.models):
             pc = self.pool_chunk(p, index, first, count, up)
-            flow = model.flow(pc.traffic, pc.capacities, pc.up, self._states[p], window_s=self.window_s)
+            flow = model.flow(
+                pc.traffic, pc.capacities, pc.up, self._states[p], window_s=self.window_s, roles=pc.roles
+            )
             flows.append(flow)
             act = worker_activity(model, flow, pc.traffic)
             lat = latencies(model, flow, pc.traffic)

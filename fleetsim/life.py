@@ -1,6 +1,7 @@
 """Fleet life besides steady traffic: mix drift, idle periods, engine restarts, collector gaps, Xid 79.
 
-Scheduled events (drift, idle periods, listed GPU losses) come from the scenario. Random events
+Scheduled events (drift, idle periods, listed GPU losses, the restart of each scheduled role change)
+come from the scenario. Random events
 (restarts, collector gaps) are drawn per simulated day from a generator keyed by (seed, stream, day), so
 any window range can be computed on its own and the result does not depend on how time is chunked.
 Times are seconds from the scenario start; spans are half-open windows ``[start, end)``.
@@ -97,6 +98,10 @@ class LifeEvents:
             )
             self._lost += [Span(g.index, spec.at_hour * 3600.0, float(end)) for g in gpus]
         by_key = layout.worker_by_key()
+        self._switching = [  # a role change restarts the engine in its new role
+            Span(by_key[c.worker].index, c.at_hour * 3600.0, c.at_hour * 3600.0 + c.restart_minutes * 60.0)
+            for c in scenario.changes
+        ]
         self._drained = [
             Span(by_key[d.worker].index, d.at_hour * 3600.0, _end(d.at_hour, d.hours))
             for d in scenario.life.drained
@@ -170,9 +175,10 @@ class LifeEvents:
         return mask
 
     def restarting(self, window_start: FloatArray) -> BoolArray:
-        """(windows, workers): the worker's engine is restarting (down) during the window."""
+        """(windows, workers): the worker's engine is restarting (down) during the window: a random restart
+        or a scheduled role change's."""
         spans = self._spans(STREAM_RESTARTS, float(window_start[0]), float(window_start[-1]) + self._window_s)
-        return self._mask(spans, window_start, len(self._layout.workers))
+        return self._mask([*spans, *self._switching], window_start, len(self._layout.workers))
 
     def collector_gap(self, window_start: FloatArray) -> BoolArray:
         """(windows, nodes): the node's collector sends nothing for the window."""

@@ -101,7 +101,7 @@ class QueueState:
 class PoolFlow:
     """A pool's chunk: per (window, worker) operating points and per-window pool totals."""
 
-    roles: npt.NDArray[np.int64]  # (K,)
+    roles: npt.NDArray[np.int64]  # (K,), or (W, K) where roles change within the chunk
     up: BoolArray
     prompt_rate: FloatArray  # prompt tokens/s prefilled
     output_rate: FloatArray  # output tokens/s generated
@@ -229,7 +229,8 @@ class PoolModel:
         saturated: bool = False,
         roles: npt.NDArray[np.int64] | None = None,
     ) -> PoolFlow:
-        """The chunk's flow; ``roles`` (codes per worker) replaces the layout's roles (a re-simulation)."""
+        """The chunk's flow; ``roles`` (codes per worker, or per window and worker where scheduled changes
+        apply) replaces the layout's roles."""
         mix = traffic.mix
         arr = traffic.arrivals
         mean_p, mean_o = mix.mean_prompt[:, None], mix.mean_output[:, None]

@@ -146,7 +146,7 @@ class RecordBuilder:
             "deployment": [p.spec.deployment_name for p in pools],
             "kv_capacity_tokens": kv_capacity_tokens(sim),
         }
-        self._labels = _labels(sim)
+        self._labels = sim.schedule.labels(sim.epoch0) + _labels(sim)  # role changes, then labels over them
         self._gpu_objects = {k: _objects(v) for k, v in self._gpu_static.items()}
         self._engine_objects = {k: _objects(v) for k, v in self._engine_static.items()}
         self._gpu_json = {k: _objects([orjson.dumps(x) for x in v]) for k, v in self._gpu_static.items()}

@@ -1,9 +1,10 @@
 """Simulated-fleet scenarios: the YAML schema, loading and validation with errors that name the field.
 
 A scenario describes model pools (what they serve, how, and the traffic they get), node groups (GPU SKU,
-GPUs per node, and the workers each node runs for a pool) and life events (drift, idle periods,
-restarts, collector gaps, GPUs lost to Xid 79). Built-in scenarios live next to this module in
-``scenarios/*.yaml``; ``load_scenario`` takes a built-in name or a path.
+GPUs per node, and the workers each node runs for a pool), life events (drift, idle periods,
+restarts, collector gaps, GPUs lost to Xid 79) and scheduled role changes (``changes``: advice carried
+out, ``fleetsim.role_changes``). Built-in scenarios live next to this module in ``scenarios/*.yaml``;
+``load_scenario`` takes a built-in name or a path.
 """
 
 from __future__ import annotations
@@ -199,6 +200,16 @@ class LifeSpec(_Spec):
         return self
 
 
+class RoleChangeSpec(_Spec):
+    """``worker`` (its scenario key) switches to ``to_role`` at ``at_hour``: a swap in place, on the same
+    GPUs and under the same worker id; its engine is down for ``restart_minutes`` while it restarts."""
+
+    worker: WorkerKey
+    to_role: Literal["prefill", "decode"]
+    at_hour: Positive
+    restart_minutes: Annotated[float, Field(gt=0.0, le=240.0)] = 5.0
+
+
 class Scenario(_Spec):
     name: str = Field(pattern=_NAME.pattern, max_length=63)
     description: str = Field(min_length=1, max_length=300)
@@ -214,6 +225,7 @@ class Scenario(_Spec):
     nodes: list[NodeGroupSpec] = Field(min_length=1)
     labels: list[LabelSpec] = Field(default_factory=list)
     life: LifeSpec = Field(default_factory=LifeSpec)
+    changes: list[RoleChangeSpec] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -254,7 +266,64 @@ class Scenario(_Spec):
                 raise ValueError(f"pool {name!r} is colocated: its workers must all be 'mixed'")
             if pool.serving == "disaggregated" and "mixed" in have:
                 raise ValueError(f"pool {name!r} is disaggregated: it cannot run 'mixed' workers")
+        _check_changes(self)
         return self
+
+
+def worker_keys(scenario: Scenario) -> dict[str, tuple[str, WorkerRole]]:
+    """Every worker's scenario key (``<node key>/<role>-<k>``, as the layout names them) -> (pool, role)."""
+    total = sum(group.count for group in scenario.nodes)
+    width = max(2, len(str(total - 1)))
+    out: dict[str, tuple[str, WorkerRole]] = {}
+    node = 0
+    for group in scenario.nodes:
+        for _ in range(group.count):
+            for role in ("prefill", "decode", "mixed"):
+                for k in range(group.workers.get(role, 0)):
+                    out[f"{scenario.node_prefix}{node:0{width}d}/{role}-{k + 1}"] = (group.pool, role)
+            node += 1
+    return out
+
+
+def _check_changes(scenario: Scenario) -> None:
+    """Role changes name existing workers of disaggregated pools, within the run, each a real change that
+    leaves its pool both roles; a changed worker carries no role label (it would hide the change)."""
+    keys = worker_keys(scenario)
+    pools = {p.name: p for p in scenario.pools}
+    horizon = scenario.days * 24.0
+    labelled = {s.worker for s in scenario.labels if s.worker} | {
+        k for s in scenario.labels if s.node for k in keys if k.split("/")[0] == s.node
+    }
+    roles = {k: role for k, (_, role) in keys.items()}
+    busy_until: dict[str, float] = {}
+    for i, change in sorted(enumerate(scenario.changes), key=lambda item: item[1].at_hour):
+        where = f"changes[{i}]"
+        if change.worker not in keys:
+            example = next(iter(keys))
+            raise ValueError(f"{where}.worker: no worker {change.worker!r} (keys are like {example!r})")
+        pool = keys[change.worker][0]
+        if pools[pool].serving != "disaggregated":
+            raise ValueError(
+                f"{where}.worker: {change.worker} serves colocated pool {pool!r}: no phase roles"
+            )
+        if change.worker in labelled:
+            raise ValueError(
+                f"{where}.worker: {change.worker} has a role label (labels): it would hide the change"
+            )
+        if change.at_hour >= horizon:
+            raise ValueError(
+                f"{where}.at_hour: {change.at_hour:g} is not within the scenario's {horizon:g} hours"
+            )
+        if change.at_hour < busy_until.get(change.worker, 0.0):
+            raise ValueError(f"{where}.at_hour: {change.worker} is still restarting from its previous change")
+        if roles[change.worker] == change.to_role:
+            raise ValueError(f"{where}.to_role: {change.worker} already runs {change.to_role} at that hour")
+        roles[change.worker] = change.to_role
+        busy_until[change.worker] = change.at_hour + change.restart_minutes / 60.0
+        left = {role for k, role in roles.items() if keys[k][0] == pool}
+        if not {"prefill", "decode"} <= left:
+            missing = ({"prefill", "decode"} - left).pop()
+            raise ValueError(f"{where}: leaves pool {pool!r} without {missing} workers")
 
 
 def _format_error(source: str, exc: ValidationError) -> str:

@@ -1,6 +1,7 @@
 """Ground truth by re-simulation: the best placements of the same GPUs for the same traffic, and the gain.
 
-Method. For each pool and each time segment (segments split at the scenario's mix drifts), the same
+Method. For each pool and each time segment (segments split at the scenario's mix drifts and at its
+scheduled role changes: a segment's current placement is the roles its workers run then), the same
 traffic (same seed, same restarts and lost GPUs) is run through this simulator with the pool's
 prefill/decode roles re-assigned. A candidate keeps every worker on its GPUs and chooses, per SKU, how
 many of that SKU's workers run prefill (``fleetsim.placement``). Candidates are screened on the
@@ -39,7 +40,19 @@ Schema (JSON), per segment: ``pool``, ``start``, ``end``, ``current_placement`` 
 older readers ``best_placement`` and ``misplaced_workers`` (the highest-throughput equivalent, with the
 workers the group order moves: an arbitrary pick within each SKU). Top level: time-weighted sums over
 pools of the lost and noise figures, ``lost_is``, ``misplaced_workers``, ``ratio_drift``,
-``pools`` ({pool: {"name", "workers": {id: {"sku", "role"}}}}), ``drift_events``, ``gpu_lost``.
+``pools`` ({pool: {"name", "workers": {id: {"sku", "role"}}}}, the role at the start), ``drift_events``,
+``gpu_lost``, and ``changes``: what each carried-out role change realized (``fleetsim.truth_changes``
+has the method), one entry per (pool, change time) inside the run, in time order: ``pool``, ``at``,
+``window_start`` (the first window of the new placement), ``workers`` ([{"worker_id", "key", "sku",
+"from_role", "to_role", "restart_minutes"}]), ``before_placement``/``after_placement`` ({sku: {role:
+n}}), ``by_traffic`` ({"before": ..., "after": ...}: both placements re-simulated saturated on the
+traffic of the segment just before the change and of the one just after, each with ``segment``,
+``start``, ``end``, ``before_``/``after_``/``gain_`` x ``tokens_per_s``/``output_tokens_per_s``/
+``requests_per_s`` (gain = after minus before), ``noise_tokens_per_s``, ``best_tokens_per_s`` and
+``after_among_best``), ``primary`` ("after": the traffic the ``realized_*`` figures are taken on),
+``realized_gain_tokens_per_s``, ``realized_gain_output_tokens_per_s``, ``realized_gain_requests_per_s``,
+``noise_tokens_per_s``, ``beyond_noise`` (|gain| > noise), ``before_was_best`` and ``after_is_best``
+(each placement among its own segment's equivalent best).
 """
 
 from __future__ import annotations
@@ -61,6 +74,7 @@ from fleetsim.life import drift_events
 from fleetsim.placement import Groups, screen
 from fleetsim.pool import DECODE, MIXED, PREFILL, PoolModel, QueueState
 from fleetsim.scenario import Scenario
+from fleetsim.truth_changes import PlanRuns, change_events, change_report
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -90,6 +104,7 @@ class _Segment:
     first: int  # window range [first, last)
     last: int
     current: IntArray  # role codes per pool worker
+    groups: Groups | None  # the search's groups from the current roles (None: colocated)
     sample_prefill: list[FloatArray] = field(default_factory=list)  # (K,) per sampled window
     sample_decode: list[FloatArray] = field(default_factory=list)
     sample_mean: list[tuple[float, float]] = field(default_factory=list)
@@ -109,6 +124,7 @@ class _Segment:
     noise: float = 0.0
     equivalent: list[int] = field(default_factory=list)
     best_delivered: float = 0.0
+    extra: PlanRuns = field(default_factory=PlanRuns)  # placements around role changes
 
     @property
     def windows(self) -> int:
@@ -134,7 +150,7 @@ class _Truth:
         self.days = days
         self.n = self.sim.windows_in(days)
         self.segments = self._segments()
-        self.groups = {p: Groups(m, m.roles) for p, m in enumerate(self.sim.models) if not m.colocated}
+        self.events = change_events(self.sim.schedule, self.segments)
 
     def _segments(self) -> list[_Segment]:
         out = []
@@ -142,11 +158,12 @@ class _Truth:
             cuts = {0, self.n}
             for drift in model.pool.spec.drift:
                 for hours in (drift.at_hour, drift.at_hour + drift.ramp_hours):
-                    w = round(hours * 3600.0 / self.sim.window_s)
-                    if 0 < w < self.n:
-                        cuts.add(w)
-            edges = sorted(cuts)
-            out += [_Segment(p, a, b, model.roles.copy()) for a, b in itertools.pairwise(edges)]
+                    cuts.add(round(hours * 3600.0 / self.sim.window_s))
+            cuts.update(self.sim.schedule.cuts(p))
+            edges = sorted(w for w in cuts if 0 <= w <= self.n)
+            for a, b in itertools.pairwise(edges):
+                current = self.sim.schedule.roles_at(p, a)
+                out.append(_Segment(p, a, b, current, None if model.colocated else Groups(model, current)))
         return out
 
     def _pieces(self, sim: FleetSimulation) -> Iterator[tuple[int, list[PoolChunk]]]:
@@ -167,7 +184,9 @@ class _Truth:
         window = self.sim.window_s
         for first, pieces in self._pieces(self.sim):
             for p, (model, pc) in enumerate(zip(self.sim.models, pieces, strict=True)):
-                flow = model.flow(pc.traffic, pc.capacities, pc.up, states[p], window_s=window)
+                flow = model.flow(
+                    pc.traffic, pc.capacities, pc.up, states[p], window_s=window, roles=pc.roles
+                )
                 mix = pc.traffic.mix
                 for seg, sl in self._overlaps(p, first, len(pc.up)):
                     starved = (flow.kv_bound & flow.saturated & flow.up)[sl].sum(axis=0).astype(float)
@@ -224,7 +243,7 @@ class _Truth:
         equivalent set."""
         plans = []
         for seg in self.segments:
-            groups = self.groups.get(seg.pool)
+            groups = seg.groups
             if groups is None:
                 seg.candidates = [seg.current.copy()]
             else:
@@ -236,22 +255,27 @@ class _Truth:
                 )
                 seg.candidates = [groups.roles(c) for c in seg.counts]
                 seg.now = next(c for c, k in enumerate(seg.counts) if np.array_equal(k, groups.current))
-            plans.append(seg.candidates)
-        series = self._saturated(self.sim, plans)
-        for seg, runs in zip(self.segments, series, strict=True):
-            seg.means = np.array([r.mean(axis=0) for r in runs])
+            plans.append(seg.candidates + seg.extra.plans)
+        series = []
+        for seg, runs in zip(self.segments, self._saturated(self.sim, plans), strict=True):
+            k = len(seg.candidates)
+            series.append(runs[:k])
+            seg.extra.runs, seg.extra.seeds = runs[k:], [[] for _ in seg.extra.plans]
+            seg.means = np.array([r.mean(axis=0) for r in runs[:k]])
             seg.top = int(np.argmax(seg.means[:, 0]))
         choices = [self._choices(i, seg) for i, seg in enumerate(self.segments)]
         chosen = [[float(r[:, 0].mean()) for r in runs] for runs in self._saturated(self.sim, choices)]
-        pair = [[seg.candidates[seg.now], seg.candidates[seg.top]] for seg in self.segments]
+        pair = [[seg.candidates[seg.now], seg.candidates[seg.top], *seg.extra.plans] for seg in self.segments]
         spread: list[list[list[float]]] = [[[], []] for _ in self.segments]
         for k in range(1, NOISE_SEEDS + 1):
             sim = FleetSimulation(
                 self.scenario, self.catalog, self.seed + k, window_s=self.sim.window_s, start=self.start
             )
             for i, runs in enumerate(self._saturated(sim, pair)):
-                for j, r in enumerate(runs):
+                for j, r in enumerate(runs[:2]):
                     spread[i][j].append(float(r[:, 0].mean()))
+                for j, r in enumerate(runs[2:]):
+                    self.segments[i].extra.seeds[j].append(float(r[:, 0].mean()))
         for i, (seg, runs) in enumerate(zip(self.segments, series, strict=True)):
             assert seg.means is not None
             sigmas = [0.0]
@@ -270,7 +294,7 @@ class _Truth:
 
     def _choices(self, i: int, seg: _Segment) -> list[IntArray]:
         """The highest candidate's counts per SKU on ``CHOICES`` other random picks of the workers."""
-        groups = self.groups.get(seg.pool)
+        groups = seg.groups
         if groups is None:
             return []
         rng = np.random.default_rng([self.seed, 104_729, i])
@@ -320,7 +344,7 @@ class _Truth:
 
     def _moves(self, seg: _Segment, c: int) -> list[tuple[int, FindingKind]]:
         """(pool worker index, kind) of every role change from the current placement to candidate c."""
-        groups = self.groups.get(seg.pool)
+        groups = seg.groups
         if groups is None or c == seg.now:
             return []
         model = self.sim.models[seg.pool]
@@ -517,6 +541,16 @@ class _Truth:
                 if e.start_s < horizon
             ],
             "gpu_lost": lost_gpus,
+            "changes": change_report(
+                self.events,
+                self.segments,
+                layout,
+                restart_minutes=[c.restart_minutes for c in self.scenario.changes],
+                placement=lambda p, roles: self._placement(self.sim.models[p], roles),
+                time=self._time,
+                at=lambda at_s: rfc3339(self.sim.epoch0 + at_s),
+                batches=BATCHES,
+            ),
         }
 
 
