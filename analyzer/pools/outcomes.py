@@ -45,6 +45,11 @@ class OutcomeParams:
     no_change_share: float = tunable(
         0.02, "A realized change within this share of the pool's capacity is no change (the noise floor)."
     )
+    transition_hours: float = tunable(
+        4.0,
+        "A segment shorter than this between two others is a transition (restarts, roles changing one "
+        "by one): a change is judged from the longer segment before it to the one after.",
+    )
 
 
 def _iso(epoch: float) -> str:
@@ -144,7 +149,13 @@ def _outcome(
         delivered_output_tokens_per_s_after=_num(after.mix.output_rate),
         hours_after=round(hours, 2),
     )
-    return _judge(outcome, rate_before * tokens, p)
+    judged = _judge(outcome, rate_before * tokens, p)
+    if pb.demand_limited and pa.demand_limited and judged.verdict in {v.value for v in SCORED}:
+        # Neither segment saturated: delivered tokens followed demand, and what was realized is the model's
+        # capacity calibrated on each segment's telemetry, not an observed throughput.
+        caveat = "; the pool served its demand before and after: realized is calibrated capacity, not served"
+        judged = judged.model_copy(update={"reason": judged.reason + caveat})
+    return judged
 
 
 def _judge(o: ChangeOutcome, capacity: float, p: OutcomeParams) -> ChangeOutcome:
@@ -182,9 +193,12 @@ def _judge(o: ChangeOutcome, capacity: float, p: OutcomeParams) -> ChangeOutcome
 def change_outcomes(
     segments: Sequence[SegmentAnalysis], workers: Sequence[str], p: OutcomeParams | None = None
 ) -> list[ChangeOutcome]:
-    """Every role change between consecutive segments, judged; then a recommendation left standing."""
+    """Every role change between settled segments, judged; then a recommendation left standing."""
     params = p or OutcomeParams()
-    out = [o for a, b in itertools.pairwise(segments) if (o := _outcome(a, b, workers, params)) is not None]
+    settled = [
+        s for i, s in enumerate(segments) if s.hours >= params.transition_hours or i == len(segments) - 1
+    ]
+    out = [o for a, b in itertools.pairwise(settled) if (o := _outcome(a, b, workers, params)) is not None]
     out += _standing(segments, params)
     return out
 

@@ -109,3 +109,17 @@ def test_a_recommendation_left_standing_is_reported_as_not_carried_out() -> None
     assert standing.verdict == Verdict.NOT_CARRIED_OUT and standing.hours_after == 48.0
     assert standing.recommended_tokens_per_s is not None and standing.recommended_tokens_per_s > 0
     assert change_outcomes(segments[:1], WORKERS, OutcomeParams(min_hours_after=30.0)) == []
+
+
+def test_a_short_transition_between_two_settled_segments_is_looked_through() -> None:
+    before = _segment(INVERTED, 0, 48)
+    assert before.placement is not None
+    target = _as_recommended(before.placement)
+    halfway = dict(INVERTED)  # the restarts: some workers already moved, the others not yet
+    first = next(iter(sorted(r for r in target if target[r] != INVERTED[r])))
+    halfway[first] = target[first]
+    transition = _segment(halfway, 48, 1)
+    after = _segment(target, 49, 48)
+    outcomes = [o for o in change_outcomes([before, transition, after], WORKERS) if o.moved]
+    assert len(outcomes) == 1 and outcomes[0].verdict == Verdict.AS_PREDICTED
+    assert len(outcomes[0].moved) == len(before.placement.changes)
