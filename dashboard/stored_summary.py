@@ -129,6 +129,27 @@ class StoredCheck(_View):
     detail: Text = None
 
 
+class StoredMoved(_View):
+    """A worker a change of the split moved (``MovedWorker``)."""
+
+    worker_id: Text = None
+    from_role: Text = None
+    to_role: Text = None
+
+
+class StoredChange(_View):
+    """A change of the pool's split and what followed (``ChangeOutcome``)."""
+
+    at: Instant = None
+    moved: Annotated[list[StoredMoved], BeforeValidator(_all_objects)] = []
+    followed: Text = None
+    verdict: Text = None
+    reason: Text = None
+    predicted_output_tokens_per_s: Figure = None
+    realized_output_tokens_per_s: Figure = None
+    realized_to_predicted: Figure = None
+
+
 class StoredPool(_View):
     """One pool (``PoolSummary``); a list or mapping the run does not hold is None (not said), not empty."""
 
@@ -142,6 +163,7 @@ class StoredPool(_View):
     checks: Annotated[list[StoredCheck] | None, BeforeValidator(_objects)] = None
     drift_events: Annotated[list[StoredDrift] | None, BeforeValidator(_objects)] = None
     segments: Annotated[list[StoredSegment], BeforeValidator(_all_objects)] = []
+    changes: Annotated[list[StoredChange] | None, BeforeValidator(_objects)] = None
 
 
 class StoredFleet(_View):
@@ -165,11 +187,19 @@ class StoredFleet(_View):
     judged_by_evidence: Counts = {}
 
 
+class StoredModel(_View):
+    """The model's record in the run (``ModelInfo``): changes scored, realized-versus-predicted error."""
+
+    changes_scored: Count = None
+    realized_error_median: Figure = None
+
+
 class StoredSummary(_View):
     """A stored run's summary (``Summary``): ``fleet`` is None where the run holds no fleet totals."""
 
     fleet: Annotated[StoredFleet | None, BeforeValidator(_some)] = None
     pools: Annotated[list[StoredPool], BeforeValidator(_all_objects)] = []
+    model: Annotated[StoredModel | None, BeforeValidator(_some)] = None
 
     @classmethod
     def read(cls, stored: object) -> StoredSummary:

@@ -79,6 +79,32 @@ if pool_view is not None:
         )
     else:
         st.caption("No change in the traffic mix was detected in the analyzed range.")
+    st.subheader("Did the changes pay off?")
+    if pool_view.changes:
+        st.table(
+            [
+                {
+                    "from (UTC)": widgets.known(c.at, widgets.fmt_time),
+                    "workers moved": ", ".join(f"{m.worker_id} {m.from_role}->{m.to_role}" for m in c.moved)
+                    or "-",
+                    "followed": widgets.known(c.followed),
+                    "predicted output tok/s": widgets.known(c.predicted_output_tokens_per_s, si),
+                    "realized output tok/s": widgets.known(c.realized_output_tokens_per_s, si),
+                    "realized / predicted": widgets.known(c.realized_to_predicted, percent),
+                    "verdict": widgets.known(c.verdict),
+                }
+                for c in pool_view.changes
+            ],
+            hide_index=True,
+        )
+        st.caption(
+            "Predicted: the model's gain for the split adopted, at the time. Realized: the capacity the pool "
+            "showed afterwards against before, both at the traffic mix before the change."
+        )
+    elif pool_view.changes is None:
+        st.caption("Changes unknown: this analyzer run does not record them (an older summary version).")
+    else:
+        st.caption("No change of this pool's prefill/decode split in the analyzed range.")
     if pool_view.recommended:
         st.subheader("Recommended split per SKU group")
         st.table(

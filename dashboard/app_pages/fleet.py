@@ -78,6 +78,13 @@ if demand_limited:
         "The fleet was demand-limited: the loss is idle capacity and money, not undelivered tokens "
         "(the best placement would serve the same traffic with fewer GPUs busy)."
     )
+model = analysis.summary.model if analysis is not None else None
+if model is not None and model.changes_scored:
+    st.caption(
+        f"Did the changes pay off: {model.changes_scored} change(s) of a split scored in this range, median "
+        f"realized-versus-predicted error {widgets.known(model.realized_error_median, percent)} (per pool on "
+        "the Drift page)."
+    )
 
 st.subheader("Lost tokens/s (total prompt + output)")
 if any(p.lost is not None for p in lost):

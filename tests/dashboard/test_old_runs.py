@@ -142,6 +142,12 @@ def test_the_drift_page(stored: tuple[str, Summary, str]) -> None:
     series = {row["series"] for row in inline_values(chart_specs(app)[1]) if "series" in row}
     captions = " ".join(c.value for c in app.caption)
     tables = [t.value for t in app.table]
+    if case == "current":  # the seeded fleet's recommendation stood all along: said plainly
+        (changes,) = [t for t in tables if "verdict" in t.columns]
+        assert list(changes["verdict"]) == [c.verdict for c in pool.changes] == ["not carried out"]
+        tables = [t for t in tables if "verdict" not in t.columns]
+    else:
+        assert "Changes unknown" in captions
     if case == "current":
         assert series == {"provisioned", "traffic needs", "recommended (analyzer)"}
         assert len(tables[0]) == len(pool.drift_events)
@@ -175,3 +181,44 @@ def test_the_reports_page_reads_an_old_report_summary(
     assert (week47["lost tokens /week"], week47["placement efficiency"]) == ("unknown", "unknown")
     assert trend["misplaced workers"].isna().tolist() == [False, True]  # unknown: an empty cell, not 0
     assert trend["misplaced workers"].iloc[0] == 3
+
+
+def test_the_drift_page_shows_whether_a_change_paid_off(
+    seeded: Seeded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = _copy(seeded, tmp_path)
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        raw = connection.execute(select(AnalysisRunRow.summary)).scalar_one()
+    change = {
+        "at": seeded.start.isoformat(),
+        "moved": [{"worker_id": "node00/decode-1", "from_role": "decode", "to_role": "prefill"}, "junk"],
+        "followed": "as recommended",
+        "verdict": "made things worse",
+        "reason": "predicted +1,000 tokens/s, realized -200",
+        "predicted_output_tokens_per_s": 400.0,
+        "realized_output_tokens_per_s": "n/a",
+        "realized_to_predicted": -0.2,
+    }
+    raw["pools"][0]["changes"] = [change]
+    raw["model"] = {**raw["model"], "changes_scored": 1, "realized_error_median": 1.2}
+    with writing(engine) as connection:
+        put_analysis(
+            connection,
+            created_at=seeded.end + timedelta(hours=1),
+            from_ts=seeded.start,
+            to_ts=seeded.end,
+            summary=raw,
+        )
+    engine.dispose()
+    monkeypatch.setenv("PHASEFIT_DATABASE_URL", url)
+    monkeypatch.setenv("PHASEFIT_DASHBOARD_SOURCE", "store")
+    monkeypatch.delenv("PHASEFIT_CATALOG_PATH", raising=False)
+    tables = [t.value for t in run_page("drift").table]
+    (changes,) = [t for t in tables if "verdict" in t.columns]
+    assert list(changes["workers moved"]) == ["node00/decode-1 decode->prefill"]
+    assert list(changes["verdict"]) == ["made things worse"]
+    assert list(changes["realized output tok/s"]) == ["unknown"]  # never 0
+    assert list(changes["realized / predicted"]) == ["-20%"]
+    fleet_captions = " ".join(c.value for c in run_page("fleet").caption)
+    assert "1 change(s) of a split scored" in fleet_captions and "120%" in fleet_captions
