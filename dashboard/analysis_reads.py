@@ -1,7 +1,7 @@
 """The analyzer's stored runs (``analysis_runs``, :mod:`fleet.store.analysis`) as the dashboard reads them.
 
 A run's summary (:class:`analyzer.results.summary.Summary` as stored, of any version) is read through the
-tolerant views of :mod:`dashboard.stored_summary`. Lost tokens over time are read from the segments of the
+tolerant views of :mod:`fleet.store.stored_summary`. Lost tokens over time are read from the segments of the
 runs overlapping the range, newest run first (a later run's view of an hour wins), so the Fleet page and
 the weekly report read one computation; an hour whose segments do not know their loss is unknown, never 0.
 Runs are read newest first and only until the range is covered, so a store with thousands of runs costs a
@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Connection, select
 
-from dashboard.stored_summary import StoredSegment, StoredSummary
 from dashboard.views import AnalysisView, LostPoint, Scope
 from fleet.store.schema import AnalysisRunRow
+from fleet.store.stored_summary import StoredSegment, StoredSummary
 
 HOUR_S = 3600.0
 _BATCH = 8

@@ -12,7 +12,6 @@ from typing import Any
 
 from analyzer.report.fleet_roofline import Roof, WorkerPoint, precision_of, roofs_for, worker_point
 from analyzer.report.style import evidence_line, percent
-from dashboard.stored_summary import StoredPool, StoredSegment
 from dashboard.views import (
     AnalysisView,
     FindingView,
@@ -26,6 +25,7 @@ from dashboard.views import (
 )
 from fleet.catalog import Catalog
 from fleet.gpus import is_mig_key
+from fleet.store.stored_summary import StoredPool, StoredSegment
 
 MISPLACEMENT_KINDS = frozenset(
     {"decode-on-low-bandwidth", "prefill-on-high-bandwidth", "capacity-on-small-memory", "role-drift"}

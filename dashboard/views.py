@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dashboard.stored_summary import StoredFleet, StoredPool, StoredReportSummary, StoredSummary
+from fleet.store.stored_summary import StoredFleet, StoredPool, StoredReportSummary, StoredSummary
 
 ALL = "All"
 

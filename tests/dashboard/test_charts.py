@@ -12,11 +12,11 @@ from analyzer.report.fleet_roofline import intensity_span, roofs_for, worker_poi
 from dashboard import charts, compute, roofline_chart
 from dashboard.lost import lost_from_episodes
 from dashboard.store_source import StoreSource
-from dashboard.stored_summary import StoredPool
 from dashboard.views import FindingView, Scope, TrafficPoint
 from fleet.catalog import load_catalog
 from fleet.precision import Precision
 from fleet.store.engine import make_engine
+from fleet.store.stored_summary import StoredPool
 from tests.dashboard.seed import Seeded
 
 T0 = datetime(2026, 11, 23, tzinfo=UTC)

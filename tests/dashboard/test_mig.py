@@ -8,10 +8,10 @@ from sqlalchemy import Engine
 
 from dashboard.compute import device_line, headline, scoped_groups
 from dashboard.store_source import StoreSource, device_sku
-from dashboard.stored_summary import StoredSummary
 from dashboard.views import AnalysisView, GpuGroup, Inventory, Scope, WorkerInfo
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import writing
+from fleet.store.stored_summary import StoredSummary
 from fleet.store.writer import write_samples
 from tests.fleet.store_factories import engine_sample, gpu_sample
 

@@ -14,8 +14,8 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from analyzer.results import summary as strict
-from dashboard import stored_summary as views
 from fleet.contract import Role
+from fleet.store import stored_summary as views
 from fleet.store.engine import make_engine
 from fleet.store.reports import list_reports
 from fleet.store.schema import AnalysisRunRow
@@ -79,7 +79,7 @@ def test_no_dashboard_module_reads_data_by_a_string_key() -> None:
         for line, receiver, key in string_keyed_reads(path.read_text()):
             if (module, receiver) not in OPEN_MAPS:
                 offending.append(f"dashboard/{module}:{line}: {receiver}[{key!r}]")
-    assert not offending, "read these through dashboard.stored_summary or typed records: " + ", ".join(
+    assert not offending, "read these through fleet.store.stored_summary or typed records: " + ", ".join(
         offending
     )
 
