@@ -141,7 +141,9 @@ _CHILD = textwrap.dedent(
     with engine.connect() as connection:
         data = read_input(connection, start, end)
     read = time.perf_counter()
-    result = analyze(data, load_catalog(), AnalyzerParams(clusters=args["clusters"]))
+    result = analyze(
+        data, load_catalog(), AnalyzerParams(clusters=args["clusters"]), processes=args.get("processes", 1)
+    )
     analysed = time.perf_counter()
     with writing(engine) as connection:
         write_result(connection, result, now=datetime.now(UTC))
@@ -180,25 +182,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--raw-60s", action="store_true", help="also simulate at 60 s windows and read raw samples"
     )
+    parser.add_argument(
+        "--processes", type=int, nargs="*", default=[1], help="analyse with each of these process counts"
+    )
     args = parser.parse_args(argv)
     rows = []
     for gpus in args.gpus:
         with tempfile.TemporaryDirectory(prefix="pf-scale-") as folder:
             prepared = prepare(gpus, Path(folder), 3600.0, rollups=True)
-            figures = analyse(prepared)
-            rows.append(
-                {
-                    "gpus": gpus,
-                    "windows": "3600 s (= the hourly rollups of a 60 s week)",
-                    "read": "rollups",
-                    **{k: prepared[k] for k in ("records", "simulate_s", "ingest_s", "rollup_s")},
-                    **figures,
-                }
-            )
-            print(
-                f"{gpus} GPUs (rollups): {figures['total_s']:.1f} s, {figures['peak_rss_mb']:.0f} MB",
-                file=sys.stderr,
-            )
+            for processes in args.processes:
+                figures = analyse({**prepared, "processes": processes})
+                rows.append(
+                    {
+                        "gpus": gpus,
+                        "windows": "3600 s (= the hourly rollups of a 60 s week)",
+                        "read": f"rollups, {processes} process(es)",
+                        **{k: prepared[k] for k in ("records", "simulate_s", "ingest_s", "rollup_s")},
+                        **figures,
+                    }
+                )
+                print(
+                    f"{gpus} GPUs (rollups, {processes} process(es)): {figures['total_s']:.1f} s, "
+                    f"{figures['peak_rss_mb']:.0f} MB",
+                    file=sys.stderr,
+                )
         if args.raw_60s and gpus <= 1024:
             with tempfile.TemporaryDirectory(prefix="pf-scale-raw-") as folder:
                 prepared = prepare(gpus, Path(folder), 60.0, rollups=False)
@@ -241,16 +248,17 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                 )
     print(
-        "| GPUs | windows | read from | GPU-hours read | analysis (read + analyse + write) | peak RSS "
-        "| findings |"
+        "| GPUs | windows | read from | GPU-hours read | analysis (read + analyse + write) | per 1,000 "
+        "GPU-hours | peak RSS | findings |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
+        per_k = 1000.0 * r["total_s"] / r["gpu_bucket_rows"] if r["gpu_bucket_rows"] else float("nan")
         print(
             f"| {r['gpus']:,} | {r['windows']} | {r['read']} | {r['gpu_bucket_rows']:,} "
             f"| {r['total_s']:.1f} s "
-            f"({r['read_s']:.1f} + {r['analyze_s']:.1f} + {r['write_s']:.1f}) | {r['peak_rss_mb']:,.0f} MB "
-            f"| {r['findings']} |"
+            f"({r['read_s']:.1f} + {r['analyze_s']:.1f} + {r['write_s']:.1f}) | {per_k * 1000:.0f} ms "
+            f"| {r['peak_rss_mb']:,.0f} MB | {r['findings']} |"
         )
     print("\nPreparation (not part of the analysis):")
     for r in rows:

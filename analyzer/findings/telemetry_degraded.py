@@ -45,7 +45,7 @@ def detect(inputs: FindingInputs, p: DegradedParams) -> list[Finding]:
     silent = (grid.gpu_s <= 0) & (grid.engine_s > 0)
     evidence = np.zeros(grid.shape, dtype=np.int8)
     rows = {w: i for i, w in enumerate(bottlenecks.workers)}
-    order = np.array([rows.get(w, -1) for w in grid.workers])
+    order = np.array([rows.get(w, -1) for w in grid.workers], dtype=np.int64)
     valid = order >= 0
     evidence[valid] = bottlenecks.evidence[order[valid]]
     basic = evidence == EVIDENCE.index(ActivityEvidence.UTILISATION)

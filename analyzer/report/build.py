@@ -18,16 +18,19 @@ import orjson
 from sqlalchemy import Connection, func, select
 
 from analyzer.pipeline import AnalysisInput, AnalysisResult, AnalyzerParams, analyze
+from analyzer.pools.selection import PoolSelection
 from analyzer.report.change_record import PoolChange, changes_since, running_accuracy
 from analyzer.report.coverage import data_quality, roofline_points, sku_hours
 from analyzer.report.fleet_roofline import roofs_for
 from analyzer.report.model import PRICE_NOT_SET, AuditReport, DriftEvent, FollowUp, WeekFigures
 from analyzer.report.sections import actions_of, hourly_lost, pool_rows, ratio_points, verdict
 from analyzer.results.summary import SegmentSummary, Summary
-from analyzer.sources.store import read_input
+from analyzer.results.totals import merge
+from analyzer.sources.store import read_input, shard_summaries
 from fleet.catalog import Catalog
-from fleet.contract import FindingKind, FindingStatus
+from fleet.contract import Finding, FindingKind, FindingStatus
 from fleet.store.alerts import list_alert_events
+from fleet.store.findings import list_findings
 from fleet.store.reports import check_week, list_reports
 from fleet.store.schema import EngineSample1hRow, EngineSampleRow, GpuSample1hRow, GpuSampleRow, table_of
 
@@ -78,17 +81,18 @@ def _data_span(connection: Connection, since: datetime, until: datetime) -> tupl
 
 @dataclass(frozen=True)
 class WeekAnalysis:
+    """A week's telemetry and what the analyzer concluded over it (one run, or shards merged)."""
+
     week: str
     since: datetime
     until: datetime
     data: AnalysisInput
-    result: AnalysisResult
+    summary: Summary
+    findings: list[Finding]
 
 
-def analyse_week(
-    connection: Connection, week: str, catalog: Catalog, params: AnalyzerParams | None = None
-) -> WeekAnalysis | None:
-    """The analyzer run over the hours of the week that hold telemetry; None without any."""
+def week_input(connection: Connection, week: str) -> tuple[datetime, datetime, AnalysisInput] | None:
+    """The week's bounds and its telemetry over the hours that hold any; None without any."""
     since, until = week_bounds(week)
     span = _data_span(connection, since, until)
     if span is None:
@@ -96,7 +100,47 @@ def analyse_week(
     data = read_input(connection, *span)
     if not data.inventory.workers or not data.gpu_buckets["ts"]:
         return None
-    return WeekAnalysis(week, since, until, data, analyze(data, catalog, params))
+    return since, until, data
+
+
+def analyse_week(
+    connection: Connection,
+    week: str,
+    catalog: Catalog,
+    params: AnalyzerParams | None = None,
+    selection: PoolSelection | None = None,
+) -> tuple[WeekAnalysis, AnalysisResult] | None:
+    """The analyzer run over the hours of the week that hold telemetry; None without any."""
+    found = week_input(connection, week)
+    if found is None:
+        return None
+    since, until, data = found
+    result = analyze(data, catalog, params, selection=selection)
+    return WeekAnalysis(week, since, until, data, result.typed_summary, result.findings), result
+
+
+def merged_week(connection: Connection, week: str, shards: int) -> WeekAnalysis | None:
+    """The week from the stored runs of its ``shards`` shards (``phasefit report --shard``), merged; None
+    without telemetry. A shard that has not run is an error that names it."""
+    found = week_input(connection, week)
+    if found is None:
+        return None
+    since, until, data = found
+    start, end = datetime.fromtimestamp(data.start, tz=UTC), datetime.fromtimestamp(data.end, tz=UTC)
+    parts = shard_summaries(connection, start, end, shards)
+    missing = [i for i in range(shards) if i not in parts]
+    if missing:
+        raise ReportError(
+            f"{week}: shard(s) {', '.join(str(i) for i in missing)} of {shards} have not stored a run over "
+            f"{start:%Y-%m-%d %H:%M}..{end:%Y-%m-%d %H:%M}: run phasefit report --week {week} "
+            f"--shard I/{shards} for each"
+        )
+    summary = merge([parts[i] for i in range(shards)])
+    pools = {p.pool for p in summary.pools}
+    findings = [
+        s.finding for s in list_findings(connection, since=start, until=end) if s.finding.pool in pools
+    ]
+    return WeekAnalysis(week, since, until, data, summary, findings)
 
 
 def _parse(text: str) -> datetime:
@@ -124,7 +168,7 @@ def _segment_total(summary: Summary, figure: Figure, end: float) -> float | None
 
 
 def week_figures(w: WeekAnalysis) -> WeekFigures:
-    summary = w.result.typed_summary
+    summary = w.summary
     fleet = summary.fleet
     end = w.data.end
     hours = (end - w.data.start) / 3600.0
@@ -207,10 +251,10 @@ def fingerprint(data: AnalysisInput) -> str:
     return digest.hexdigest()[:16]
 
 
-def _drift_events(result: AnalysisResult, alerts: Sequence[Any]) -> list[DriftEvent]:
-    ratio_findings = {f.pool: f for f in result.findings if f.kind is FindingKind.POOL_RATIO_DRIFT and f.pool}
+def _drift_events(w: WeekAnalysis, alerts: Sequence[Any]) -> list[DriftEvent]:
+    ratio_findings = {f.pool: f for f in w.findings if f.kind is FindingKind.POOL_RATIO_DRIFT and f.pool}
     out = []
-    for pool in result.typed_summary.pools:
+    for pool in w.summary.pools:
         for event in pool.drift_events:
             at = _parse(event.start)
             became = []
@@ -223,7 +267,7 @@ def _drift_events(result: AnalysisResult, alerts: Sequence[Any]) -> list[DriftEv
                 if a.labels.get("pool") == pool.pool and abs((a.starts_at - at).total_seconds()) <= 6 * 3600
             ]
             out.append(DriftEvent(at, pool.pool, event.description, event.magnitude, ", ".join(became)))
-    for f in result.findings:
+    for f in w.findings:
         if f.kind is FindingKind.ROLE_DRIFT and f.worker_id:
             out.append(
                 DriftEvent(
@@ -238,7 +282,7 @@ def _drift_events(result: AnalysisResult, alerts: Sequence[Any]) -> list[DriftEv
     return sorted(out, key=lambda e: (e.at, e.pool, e.what))
 
 
-def _follow_up(this: AnalysisResult, last: AnalysisResult | None) -> list[FollowUp]:
+def _follow_up(this: WeekAnalysis, last: WeekAnalysis | None) -> list[FollowUp]:
     if last is None:
         return []
     now = {
@@ -273,15 +317,40 @@ def _changes(
     this: WeekAnalysis,
     last: WeekAnalysis | None,
     params: AnalyzerParams | None,
+    sharded: bool = False,
 ) -> list[PoolChange]:
     """Changes of a split since last week began, judged with all the traffic seen since: one analysis over
-    both weeks, so a change made late last week is scored on this week's traffic."""
-    if last is None:
-        return changes_since(this.result.typed_summary, this.since)
+    both weeks, so a change made late last week is scored on this week's traffic. A sharded audit analyses
+    nothing itself: it reports the changes its shards saw this week."""
+    if last is None or sharded:
+        return changes_since(this.summary, this.since)
     start = datetime.fromtimestamp(last.data.start, tz=UTC)
     end = datetime.fromtimestamp(this.data.end, tz=UTC)
     both = analyze(read_input(connection, start, end), catalog, params)
     return changes_since(both.typed_summary, last.since)
+
+
+def _weeks(
+    connection: Connection, week: str, catalog: Catalog, params: AnalyzerParams | None, shards: int | None
+) -> tuple[WeekAnalysis, WeekAnalysis | None]:
+    """This week (analysed here, or merged from its shards) and the week before where it has telemetry
+    (from its shards when they all ran, else not compared)."""
+    if shards is None:
+        found = analyse_week(connection, week, catalog, params)
+        last_found = analyse_week(connection, previous_week(week), catalog, params)
+        this, last = (found[0] if found else None), (last_found[0] if last_found else None)
+    else:
+        this = merged_week(connection, week, shards)
+        try:
+            last = merged_week(connection, previous_week(week), shards)
+        except ReportError:
+            last = None
+    if this is None:
+        since, until = week_bounds(week)
+        raise ReportError(
+            f"no telemetry between {since:%Y-%m-%d} and {until:%Y-%m-%d} ({week}): nothing to audit"
+        )
+    return this, last
 
 
 def build_audit(
@@ -291,29 +360,25 @@ def build_audit(
     *,
     params: AnalyzerParams | None = None,
     version: str = "",
+    shards: int | None = None,
 ) -> AuditReport:
-    """Everything the week's audit says, from the store (see the module docstring)."""
-    this = analyse_week(connection, week, catalog, params)
-    if this is None:
-        since, until = week_bounds(week)
-        raise ReportError(
-            f"no telemetry between {since:%Y-%m-%d} and {until:%Y-%m-%d} ({week}): nothing to audit"
-        )
-    last = analyse_week(connection, previous_week(week), catalog, params)
-    result, summary = this.result, this.result.typed_summary
+    """Everything the week's audit says, from the store (see the module docstring). With ``shards``, the
+    week and the week before come from their shards' stored runs, merged, instead of an analysis here."""
+    this, last = _weeks(connection, week, catalog, params, shards)
+    summary = this.summary
     alerts = [
         s.event
         for s in list_alert_events(connection, since=this.since, limit=10_000)
         if s.event.starts_at < this.until
     ]
     previous_keys = (
-        {(f.kind.value, f.worker_id or f.pool or "fleet") for f in last.result.findings} if last else set()
+        {(f.kind.value, f.worker_id or f.pool or "fleet") for f in last.findings} if last else set()
     )
-    actions, considered, appendix = actions_of(result.findings, previous_keys)
+    actions, considered, appendix = actions_of(this.findings, previous_keys)
     workers = summary.workers
     misplaced_episodes = {
         f.worker_id: (f.first_seen, f.last_seen)
-        for f in result.findings
+        for f in this.findings
         if f.worker_id and f.kind in MISPLACEMENT and f.status is FindingStatus.OPEN
     }
     points = roofline_points(
@@ -337,7 +402,7 @@ def build_audit(
         else PRICE_NOT_SET
     )
     figures = week_figures(this)
-    changes = _changes(connection, catalog, this, last, params)
+    changes = _changes(connection, catalog, this, last, params, sharded=shards is not None)
     stored = [r.summary for r in list_reports(connection, limit=None) if r.week != week]
     return AuditReport(
         week=week,
@@ -350,13 +415,13 @@ def build_audit(
         actions=actions,
         considered=considered,
         pools=pool_rows(summary.pools),
-        drift_events=_drift_events(result, alerts),
-        follow_up=_follow_up(result, last.result if last else None),
+        drift_events=_drift_events(this, alerts),
+        follow_up=_follow_up(this, last),
         quality=data_quality(this.data, catalog),
         roofs=roofs_for(catalog, sorted({(p.sku, p.precision) for p in points})),
         points=points,
         hourly_lost=hourly_lost(summary, this.data.end),
-        hourly_lost_last_week=hourly_lost(last.result.typed_summary, last.data.end, shift=timedelta(days=7))
+        hourly_lost_last_week=hourly_lost(last.summary, last.data.end, shift=timedelta(days=7))
         if last
         else [],
         ratios=ratio_points(summary),

@@ -15,13 +15,21 @@ from sqlalchemy import BigInteger, Connection, Float, case, func, literal, selec
 
 from analyzer.pipeline import AnalysisInput, AnalysisResult
 from analyzer.pools.pool import GpuSpec, Inventory, WorkerSpec
+from analyzer.results.summary import Summary
 from analyzer.telemetry.grid import BUCKET_S, ENGINE_BUCKET_COLUMNS, GPU_BUCKET_COLUMNS
 from fleet.contract import FindingStatus, Role
 from fleet.store.analysis import put_analysis
 from fleet.store.engine import is_sqlite
 from fleet.store.findings import finding_subject, resolve_findings, upsert_findings
 from fleet.store.queries import engine_rollups, gpu_rollups, list_gpus, list_workers
-from fleet.store.schema import EngineSample1hRow, EngineSampleRow, GpuSample1hRow, GpuSampleRow, table_of
+from fleet.store.schema import (
+    AnalysisRunRow,
+    EngineSample1hRow,
+    EngineSampleRow,
+    GpuSample1hRow,
+    GpuSampleRow,
+    table_of,
+)
 
 _HOUR = timedelta(hours=1)
 
@@ -247,3 +255,30 @@ def store_summary(connection: Connection, summary: dict[str, Any], *, now: datet
         to_ts=datetime.fromisoformat(summary["to"].replace("Z", "+00:00")),
         summary=summary,
     )
+
+
+def shard_summaries(
+    connection: Connection, start: datetime, end: datetime, shards: int
+) -> dict[int, Summary]:
+    """Shard index -> the latest stored run of that shard of ``shards`` over exactly [start, end)."""
+    table = table_of(AnalysisRunRow)
+    rows = connection.execute(
+        select(table.c.summary)
+        .where(table.c.from_ts <= start + _HOUR, table.c.to_ts >= end - _HOUR)
+        .order_by(table.c.created_at, table.c.id)
+    )
+    bounds = (_iso(start), _iso(end))
+    out: dict[int, Summary] = {}
+    for (raw,) in rows:
+        scope = raw.get("scope") if isinstance(raw, dict) else None
+        shard = scope.get("shard") if isinstance(scope, dict) else None
+        if not (isinstance(shard, list) and len(shard) == 2 and shard[1] == shards):
+            continue
+        if (raw.get("from"), raw.get("to")) != bounds:
+            continue
+        out[int(shard[0])] = Summary.model_validate(raw)  # later runs of a shard replace earlier ones
+    return out
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -52,6 +52,23 @@ def report(
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the report's summary figures as JSON on stdout.")
     ] = False,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            help="Analyse one shard of the week's pools, INDEX/COUNT from 0 (an indexed Job's "
+            "JOB_COMPLETION_INDEX/completions), and store its findings and run; no report is built.",
+        ),
+    ] = None,
+    shards: Annotated[
+        int | None,
+        typer.Option(
+            "--shards",
+            min=1,
+            help="Build the report from the stored runs of the week's COUNT shards (phasefit report "
+            "--shard), merged, instead of analysing the week here.",
+        ),
+    ] = None,
 ) -> None:
     """Build the weekly placement audit from the store, store it, and write it to --out.
 
@@ -65,7 +82,14 @@ def report(
 
         die(f"--format must be html or md, not {fmt!r}")
     chosen = week or last_complete_week(datetime.now(UTC))
-    rendered, written = make_report(chosen, database_url=database_url, out=out, fmt=fmt)
+    if shard is not None:
+        if shards is not None:
+            raise typer.BadParameter(
+                "--shard analyses one shard; --shards merges them: give one", param_hint="--shard"
+            )
+        analyse_shard(chosen, shard, database_url=database_url, json_output=json_output)
+        return
+    rendered, written = make_report(chosen, database_url=database_url, out=out, fmt=fmt, shards=shards)
     if json_output:
         emit_json({**rendered.summary, "files": [str(p) for p in written]})
         return
@@ -89,7 +113,7 @@ def _percent(value: float | None) -> str:
 
 
 def make_report(
-    week: str, *, database_url: str | None, out: Path | None, fmt: str = "html"
+    week: str, *, database_url: str | None, out: Path | None, fmt: str = "html", shards: int | None = None
 ) -> tuple[Rendered, list[Path]]:
     """Build the audit of ``week`` from the store, store it in the reports table, write it under ``out``."""
     from sqlalchemy.exc import SQLAlchemyError
@@ -116,7 +140,12 @@ def make_report(
         catalog = load_catalog(settings.catalog_path)
         with engine.connect() as connection:
             audit = build_audit(
-                connection, week, catalog, params=AnalyzerSettings().params(), version=__version__
+                connection,
+                week,
+                catalog,
+                params=AnalyzerSettings().params(),
+                version=__version__,
+                shards=shards,
             )
         rendered = render(audit)
         with writing(engine) as connection:
@@ -134,3 +163,47 @@ def make_report(
         except OSError as exc:
             die(f"cannot write the report into {out}: {exc.strerror or exc}")
     return rendered, written
+
+
+def analyse_shard(week: str, shard: str, *, database_url: str | None, json_output: bool) -> None:
+    """Analyse one shard of the week's pools over the hours the report reads, and store the run."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from analyzer.pools.selection import PoolSelection, SelectionError
+    from analyzer.report.build import analyse_week
+    from analyzer.settings import AnalyzerSettings
+    from analyzer.sources.store import write_result
+    from fleet.catalog import CatalogError, load_catalog
+    from fleet.store.engine import writing
+    from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
+    from fleet.store.reports import check_week
+    from phasefit.cli.db import die, load_settings, open_engine, say
+
+    try:
+        check_week(week)
+        selection = PoolSelection.parse(shard=shard)
+    except (ValueError, SelectionError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--shard") from None
+    settings = load_settings(database_url)
+    engine = open_engine(settings)
+    try:
+        ensure_schema(engine, create_if_empty=False)
+        catalog = load_catalog(settings.catalog_path)
+        with engine.connect() as connection:
+            found = analyse_week(connection, week, catalog, AnalyzerSettings().params(), selection)
+        if found is None:
+            die(f"no telemetry in {week}: nothing to analyse")
+        _, result = found
+        with writing(engine) as connection:
+            write_result(connection, result, now=datetime.now(UTC), whole_fleet=False)
+    except (SchemaNotCurrentError, CatalogError, SelectionError) as exc:
+        die(str(exc))
+    except SQLAlchemyError as exc:
+        die(f"the store failed: {exc}")
+    finally:
+        engine.dispose()
+    pools = [p.pool for p in result.typed_summary.pools]
+    if json_output:
+        emit_json({"week": week, "shard": shard, "pools": pools, "findings": len(result.findings)})
+    else:
+        say(f"{week} shard {shard}: {len(pools)} pool(s), {len(result.findings)} finding(s); run stored")

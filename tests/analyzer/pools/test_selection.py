@@ -69,3 +69,9 @@ def test_several_processes_give_the_serial_result(data: AnalysisInput) -> None:
     parallel = analyze(data, CATALOG, PARAMS, processes=2)
     assert parallel.summary == serial.summary
     assert [f.model_dump() for f in parallel.findings] == [f.model_dump() for f in serial.findings]
+
+
+def test_a_shard_without_pools_is_an_empty_analysis_not_a_crash(data: AnalysisInput) -> None:
+    result = analyze(data, CATALOG, PARAMS, selection=PoolSelection(shard=(7, 8)))
+    assert result.typed_summary.pools == [] and result.findings == []
+    assert result.typed_summary.fleet.workers == 0 and result.typed_summary.fleet.gpus == 0
