@@ -15,6 +15,7 @@ from analyzer.model.deployment import Deployment, DeploymentError, default_kv_pr
 from fleet.catalog import Catalog
 from fleet.contract import Role
 from fleet.gpus import GpuSku, unknown_sku
+from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.models import ModelArch
 from fleet.precision import Precision, parse_precision
 
@@ -22,45 +23,9 @@ DEFAULT_CLUSTER = "default"
 
 
 @dataclass(frozen=True)
-class WorkerSpec:
-    """A serving worker as last reported."""
-
-    worker_id: str
-    node: str
-    engine: str
-    model: str
-    role: Role
-    role_source: str
-    precision: str | None
-    tp: int | None  # None: neither the engine nor its GPUs said (never defaulted)
-    gpu_uuids: tuple[str, ...]
-    cluster: str | None = None
-    deployment: str | None = None
-    kv_capacity_tokens: int | None = None  # as the engine reports it (None: not reported)
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """A GPU (or MIG instance) as last reported; ``sku`` is the catalog key (None where the store did not
-    resolve it). A MIG instance names its physical GPU (``parent_gpu_uuid``) and profile where the source
-    said them."""
-
-    gpu_uuid: str
-    node: str
-    gpu_name: str
-    sku: str | None
-    worker_id: str | None
-    source: str
-    state: str
-    cluster: str | None = None
-    parent_gpu_uuid: str | None = None
-    mig_profile: str | None = None
-
-
-@dataclass(frozen=True)
 class Inventory:
-    workers: tuple[WorkerSpec, ...]
-    gpus: tuple[GpuSpec, ...]
+    workers: tuple[WorkerRecord, ...]
+    gpus: tuple[GpuRecord, ...]
 
     @property
     def worker_ids(self) -> tuple[str, ...]:
@@ -72,7 +37,7 @@ class Inventory:
         mapping.update({g.gpu_uuid: g.worker_id for g in self.gpus if g.worker_id is not None})
         return mapping
 
-    def unattributed_gpus(self) -> tuple[GpuSpec, ...]:
+    def unattributed_gpus(self) -> tuple[GpuRecord, ...]:
         owned = self.gpu_worker()
         return tuple(g for g in self.gpus if g.gpu_uuid not in owned)
 
@@ -92,7 +57,7 @@ def inventory_from_samples(
     workers = []
     for worker_id, i in sorted(_latest(engine_columns, "worker_id").items()):
         workers.append(
-            WorkerSpec(
+            WorkerRecord(
                 worker_id=worker_id,
                 node=str(engine_columns["node"][i]),
                 engine=str(engine_columns["engine"][i]),
@@ -108,7 +73,7 @@ def inventory_from_samples(
             )
         )
     gpus = [
-        GpuSpec(
+        GpuRecord(
             gpu_uuid=uuid,
             node=str(gpu_columns["node"][i]),
             gpu_name=str(gpu_columns["gpu_name"][i]),
@@ -199,7 +164,7 @@ class Pool:
         return self.group_of(row).sku
 
 
-def gpu_sku(gpu: GpuSpec, catalog: Catalog) -> GpuSku:
+def gpu_sku(gpu: GpuRecord, catalog: Catalog) -> GpuSku:
     """The SKU of one reported device: the stored key where the catalog knows it, else its name resolved.
 
     A MIG instance (it names a profile, or its name carries one) resolves to its MIG SKU, never to its
@@ -213,7 +178,7 @@ def gpu_sku(gpu: GpuSpec, catalog: Catalog) -> GpuSku:
     return catalog.gpus.resolve(gpu.gpu_name, gpu.mig_profile)
 
 
-def is_mig_instance(gpu: GpuSpec, catalog: Catalog) -> bool:
+def is_mig_instance(gpu: GpuRecord, catalog: Catalog) -> bool:
     """Whether a device is a MIG instance: it says so (parent or profile) or its name resolves to one."""
     return gpu.parent_gpu_uuid is not None or gpu.mig_profile is not None or gpu_sku(gpu, catalog).is_mig
 
@@ -223,7 +188,7 @@ def is_mig_instance(gpu: GpuSpec, catalog: Catalog) -> bool:
 NO_GPU_REPORTED = unknown_sku("no GPU reported", "no GPU of the worker is known to phasefit")
 
 
-def worker_sku(worker: WorkerSpec, gpus: Mapping[str, GpuSpec], catalog: Catalog) -> GpuSku:
+def worker_sku(worker: WorkerRecord, gpus: Mapping[str, GpuRecord], catalog: Catalog) -> GpuSku:
     """The SKU most of a worker's GPUs resolve to (the catalog's explicit unknown where none does)."""
     keys: Counter[str] = Counter()
     resolved: dict[str, GpuSku] = {}
@@ -307,7 +272,7 @@ def build_pools(
 ) -> list[Pool]:
     """Group the inventory's workers (those with a grid row) into pools and SKU/TP groups."""
     gpus = {g.gpu_uuid: g for g in inventory.gpus}
-    by_pool: dict[tuple[str, str, str], list[WorkerSpec]] = {}
+    by_pool: dict[tuple[str, str, str], list[WorkerRecord]] = {}
     for worker in inventory.workers:
         if worker.worker_id in rows:
             cluster = cluster_of(worker.node, worker.cluster, clusters)
@@ -381,7 +346,7 @@ def build_pools(
     return pools
 
 
-def _pool_precision(workers: Sequence[WorkerSpec], notes: list[str]) -> Precision | None:
+def _pool_precision(workers: Sequence[WorkerRecord], notes: list[str]) -> Precision | None:
     spelled = Counter(w.precision for w in workers if w.precision)
     if not spelled:
         notes.append("no worker reports its precision: assumed bf16")

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from analyzer.model.deployment import Deployment
-from analyzer.pools.pool import Pool, WorkerSpec
+from analyzer.pools.pool import Pool
 from fleet.catalog import Catalog, EngineSettings
+from fleet.inventory import WorkerRecord
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class ReportedBudgets:
 
     @classmethod
     def from_workers(
-        cls, pools: Iterable[Pool], workers: Mapping[int, WorkerSpec], catalog: Catalog
+        cls, pools: Iterable[Pool], workers: Mapping[int, WorkerRecord], catalog: Catalog
     ) -> ReportedBudgets:
         """From the pools' SKU groups and each grid row's worker as the inventory reports it; each worker's
         engine resolves through the catalog's ``engines:`` (its default engine where unknown)."""

@@ -14,10 +14,11 @@ from typing import Any
 from sqlalchemy import BigInteger, Connection, Float, case, func, literal, select, type_coerce
 
 from analyzer.pipeline import AnalysisInput, AnalysisResult
-from analyzer.pools.pool import GpuSpec, Inventory, WorkerSpec
+from analyzer.pools.pool import Inventory
 from analyzer.results.summary import Summary
 from analyzer.telemetry.grid import BUCKET_S, ENGINE_BUCKET_COLUMNS, GPU_BUCKET_COLUMNS
 from fleet.contract import FindingStatus, Role
+from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store.analysis import put_analysis
 from fleet.store.engine import is_sqlite
 from fleet.store.findings import finding_subject, resolve_findings, upsert_findings
@@ -50,7 +51,7 @@ def _floor(moment: datetime, bucket_s: float) -> datetime:
 def read_inventory(connection: Connection, since: datetime, until: datetime) -> Inventory:
     """Workers and GPUs seen in [since, until) (as last reported)."""
     workers = tuple(
-        WorkerSpec(
+        WorkerRecord(
             worker_id=w.worker_id,
             node=w.node,
             engine=w.engine,
@@ -68,7 +69,7 @@ def read_inventory(connection: Connection, since: datetime, until: datetime) -> 
         if w.last_seen >= since and w.first_seen < until
     )
     gpus = tuple(
-        GpuSpec(
+        GpuRecord(
             gpu_uuid=g.gpu_uuid,
             node=g.node,
             gpu_name=g.gpu_name,

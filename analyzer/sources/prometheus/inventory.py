@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from analyzer.pipeline import AnalysisInput, input_from_samples
-from analyzer.pools.pool import GpuSpec, Inventory, WorkerSpec
+from analyzer.pools.pool import Inventory
 from analyzer.sources.prometheus.fleet import PrometheusFleet
 from analyzer.telemetry.frames import ROLES, STATES
 from analyzer.telemetry.grid import BUCKET_S
 from fleet.contract import TelemetrySource
+from fleet.inventory import GpuRecord, WorkerRecord
 
 UNKNOWN = "unknown"
 
@@ -25,7 +26,7 @@ UNKNOWN = "unknown"
 def inventory(fleet: PrometheusFleet) -> Inventory:
     """Workers and GPUs as last seen in the range (a GPU reassigned between pods: its latest pod)."""
     workers = tuple(
-        WorkerSpec(
+        WorkerRecord(
             worker_id=w.worker_id,
             node=w.node,
             engine=w.engine,
@@ -41,9 +42,9 @@ def inventory(fleet: PrometheusFleet) -> Inventory:
         )
         for w in fleet.workers
     )
-    latest: dict[str, GpuSpec] = {}
+    latest: dict[str, GpuRecord] = {}
     for gpu in sorted((g for g in fleet.gpus if g.windows), key=lambda g: g.last_seen or 0.0):
-        latest[gpu.gpu_uuid] = GpuSpec(
+        latest[gpu.gpu_uuid] = GpuRecord(
             gpu_uuid=gpu.gpu_uuid,
             node=gpu.node,
             gpu_name=gpu.gpu_name,

@@ -18,10 +18,11 @@ from analyzer.model.kv_budget import (
     trtllm_bench_settings,
 )
 from analyzer.model.moe import kv_bytes_per_token_slot
-from analyzer.pools.pool import Inventory, SkuGroup, WorkerSpec, build_pools
+from analyzer.pools.pool import Inventory, SkuGroup, build_pools
 from analyzer.pools.reported_budgets import PeerKey, ReportedBudgets
 from fleet.catalog import CatalogError, load_catalog
 from fleet.contract import Role
+from fleet.inventory import WorkerRecord
 from fleet.models import weight_bytes
 
 CATALOG = load_catalog()
@@ -132,8 +133,8 @@ def test_a_reported_budget_in_tokens() -> None:
         KvBudget(10.0, 11.0, 12.0, BudgetSource.MODELLED, "")
 
 
-def _worker(worker_id: str, uuids: tuple[str, ...], tokens: int | None, engine: str = "vllm") -> WorkerSpec:
-    return WorkerSpec(
+def _worker(worker_id: str, uuids: tuple[str, ...], tokens: int | None, engine: str = "vllm") -> WorkerRecord:
+    return WorkerRecord(
         worker_id=worker_id,
         node=worker_id.split("/", maxsplit=1)[0],
         engine=engine,
@@ -149,7 +150,7 @@ def _worker(worker_id: str, uuids: tuple[str, ...], tokens: int | None, engine: 
 
 
 def test_budgets_the_fleet_reports_are_kept_per_row_and_pooled_by_peer() -> None:
-    from analyzer.pools.pool import GpuSpec
+    from fleet.inventory import GpuRecord
 
     specs = [
         _worker("n1/a", ("g1", "g2"), 410_000),
@@ -157,7 +158,7 @@ def test_budgets_the_fleet_reports_are_kept_per_row_and_pooled_by_peer() -> None
         _worker("n2/a", ("g5", "g6"), 390_000),
     ]
     gpus = tuple(
-        GpuSpec(f"g{i}", "n1" if i <= 4 else "n2", "NVIDIA H100 80GB HBM3", None, None, "dcgm", "ok")
+        GpuRecord(f"g{i}", "n1" if i <= 4 else "n2", "NVIDIA H100 80GB HBM3", None, None, "dcgm", "ok")
         for i in range(1, 7)
     )
     inventory = Inventory(tuple(specs), gpus)

@@ -9,18 +9,11 @@ import pytest
 from analyzer.model.deployment import make_deployment
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
 from analyzer.pools.capacity import PoolCalibration, group_capacity
-from analyzer.pools.pool import (
-    GpuSpec,
-    Inventory,
-    SkuGroup,
-    WorkerSpec,
-    build_pools,
-    device_counts,
-    gpu_sku,
-)
+from analyzer.pools.pool import Inventory, SkuGroup, build_pools, device_counts, gpu_sku
 from analyzer.pools.split_search import candidates, place
 from fleet.catalog import load_catalog
 from fleet.contract import FindingKind, Role
+from fleet.inventory import GpuRecord, WorkerRecord
 from tests.analyzer.synthetic import H100, H100_1G, H200, Fleet, Worker, workers
 
 CATALOG = load_catalog()
@@ -28,16 +21,18 @@ ISL, OSL = 1300.0, 900.0
 PARENT = "GPU-7f3c-parent"
 
 
-def _worker(worker_id: str, uuids: tuple[str, ...], tp: int | None = None) -> WorkerSpec:
-    return WorkerSpec(
+def _worker(worker_id: str, uuids: tuple[str, ...], tp: int | None = None) -> WorkerRecord:
+    return WorkerRecord(
         worker_id, "n0", "vllm", "meta-llama/Llama-3.1-8B-Instruct", Role.DECODE, "engine", "bf16", tp, uuids
     )
 
 
 def _mig(
     uuid: str, name: str, profile: str | None, *, sku: str | None = None, parent: str | None = PARENT
-) -> GpuSpec:
-    return GpuSpec(uuid, "n0", name, sku, None, "nvml-gpm", "ok", parent_gpu_uuid=parent, mig_profile=profile)
+) -> GpuRecord:
+    return GpuRecord(
+        uuid, "n0", name, sku, None, "nvml-gpm", "ok", parent_gpu_uuid=parent, mig_profile=profile
+    )
 
 
 def test_workers_on_mig_instances_form_groups_sized_on_their_slice() -> None:
@@ -54,7 +49,7 @@ def test_workers_on_mig_instances_form_groups_sized_on_their_slice() -> None:
             _mig("MIG-b", "NVIDIA H100 80GB HBM3 MIG 3g.40gb", "3g.40gb", sku="H100-SXM/3g.40gb"),
             _mig("MIG-c", "NVIDIA H100 80GB HBM3", "3g.40gb"),
             _mig("MIG-d", "NVIDIA H100 80GB HBM3 MIG 3g.40gb", "3g.40gb", sku="H100-SXM"),
-            GpuSpec("GPU-e", "n0", "NVIDIA H200", "H200-SXM", None, "nvml-gpm", "ok"),
+            GpuRecord("GPU-e", "n0", "NVIDIA H200", "H200-SXM", None, "nvml-gpm", "ok"),
         ),
     )
     (pool,) = build_pools(inventory, {w: i for i, w in enumerate("abcde")}, CATALOG)
@@ -187,8 +182,8 @@ def test_device_counts_tell_instances_by_name_when_the_source_says_nothing_else(
     inventory = Inventory(
         (),
         (
-            GpuSpec("MIG-1", "n", "NVIDIA H200 MIG 1g.18gb", None, None, "prometheus", "ok"),
-            GpuSpec("GPU-2", "n", "NVIDIA H200", None, None, "prometheus", "ok"),
+            GpuRecord("MIG-1", "n", "NVIDIA H200 MIG 1g.18gb", None, None, "prometheus", "ok"),
+            GpuRecord("GPU-2", "n", "NVIDIA H200", None, None, "prometheus", "ok"),
         ),
     )
     counts = device_counts(inventory, CATALOG)

@@ -4,9 +4,7 @@ import pytest
 
 from analyzer.pools.pool import (
     DEFAULT_CLUSTER,
-    GpuSpec,
     Inventory,
-    WorkerSpec,
     build_pools,
     cluster_of,
     inventory_from_samples,
@@ -14,6 +12,7 @@ from analyzer.pools.pool import (
 )
 from fleet.catalog import load_catalog
 from fleet.contract import Role
+from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.precision import Precision
 from tests.analyzer.synthetic import H100, H200, Fleet, Worker, workers
 
@@ -79,12 +78,12 @@ def test_pools_group_workers_by_sku_and_tp() -> None:
 def test_unknown_models_gpus_and_precisions_are_reported_not_guessed() -> None:
     inventory = Inventory(
         workers=(
-            WorkerSpec("a1/w", "a1", "vllm", "acme/Mystery-9B", Role.DECODE, "engine", "fp7", 1, ("g1",)),
-            WorkerSpec("a2/w", "a2", "vllm", "acme/Mystery-9B", Role.PREFILL, "engine", None, 1, ("g2",)),
+            WorkerRecord("a1/w", "a1", "vllm", "acme/Mystery-9B", Role.DECODE, "engine", "fp7", 1, ("g1",)),
+            WorkerRecord("a2/w", "a2", "vllm", "acme/Mystery-9B", Role.PREFILL, "engine", None, 1, ("g2",)),
         ),
         gpus=(
-            GpuSpec("g1", "a1", "NVIDIA Quantum GPU 9000", None, "a1/w", "dcgm", "ok"),
-            GpuSpec("g2", "a2", H100, "H100-SXM", "a2/w", "dcgm", "ok"),
+            GpuRecord("g1", "a1", "NVIDIA Quantum GPU 9000", None, "a1/w", "dcgm", "ok"),
+            GpuRecord("g2", "a2", H100, "H100-SXM", "a2/w", "dcgm", "ok"),
         ),
     )
     (pool,) = build_pools(inventory, {"a1/w": 0, "a2/w": 1}, CATALOG)
@@ -101,10 +100,10 @@ def _inventory(*entries: tuple[str, str, str | None, str | None]) -> Inventory:
     model = "meta-llama/Llama-3.1-70B-Instruct"
     return Inventory(
         workers=tuple(
-            WorkerSpec(w, node, "vllm", model, Role.DECODE, "engine", "fp8", 1, (f"g-{w}",), cluster, dep)
+            WorkerRecord(w, node, "vllm", model, Role.DECODE, "engine", "fp8", 1, (f"g-{w}",), cluster, dep)
             for w, node, cluster, dep in entries
         ),
-        gpus=tuple(GpuSpec(f"g-{w}", node, H100, "H100-SXM", w, "dcgm", "ok") for w, node, _, _ in entries),
+        gpus=tuple(GpuRecord(f"g-{w}", node, H100, "H100-SXM", w, "dcgm", "ok") for w, node, _, _ in entries),
     )
 
 
