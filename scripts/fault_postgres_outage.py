@@ -4,8 +4,9 @@ with Retry-After (never 500), collectors spool, and after PostgreSQL returns not
 - PostgreSQL: a PRIVATE throwaway cluster (initdb + pg_ctl on a free port, as the postgres user when run as
   root), never the machine's shared server, which other people use. The outage is
   ``pg_ctl stop -m immediate`` (a crash, no clean shutdown), then ``pg_ctl start`` after ``--outage`` seconds.
-- Service: `phasefit serve` (one process) with a collector token; collectors as in fault_kill_ingest.py (the
-  real spool and shipper).
+- Service: `phasefit serve` with a collector token, one process or ``--workers N`` behind one port (each
+  process meets the outage on its own connections); collectors as in fault_kill_ingest.py (the real spool
+  and shipper).
 - During the outage a probe posts a small batch and reads /readyz every second: every answer must be 503
   with Retry-After. After restart: seconds until the first probe is stored, and until the spools drained.
 - Then the store is compared with what the collectors generated (count and checksum of gpu and engine
@@ -13,6 +14,7 @@ with Retry-After (never 500), collectors spool, and after PostgreSQL returns not
 
     .venv/bin/python scripts/fault_postgres_outage.py                   # 64 collectors, 60 s outage
     .venv/bin/python scripts/fault_postgres_outage.py --outage 10       # a quick look
+    .venv/bin/python scripts/fault_postgres_outage.py --workers 2       # two service processes
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ def main() -> int:
     parser.add_argument("--before", type=float, default=10.0, help="seconds of load before the outage")
     parser.add_argument("--outage", type=float, default=60.0, help="seconds PostgreSQL is down")
     parser.add_argument("--drain-timeout", type=float, default=240.0)
+    parser.add_argument("--workers", type=int, default=1, help="service processes (phasefit serve --workers)")
     args = parser.parse_args()
     postgres = PrivatePostgres()
     try:
@@ -91,13 +94,14 @@ def run(args: argparse.Namespace, postgres: PrivatePostgres, workdir: Path) -> i
     token = secrets.token_hex(32)
     port = free_port()
     service = ServiceProcess({"PHASEFIT_DATABASE_URL": postgres.url, "PHASEFIT_INGEST_TOKENS": token}, port,
-                             workdir / "service.log")  # fmt: skip
+                             workdir / "service.log", workers=args.workers)  # fmt: skip
     service.start()
     fleet = CollectorFleet(
         f"http://127.0.0.1:{port}", token, args.collectors, args.interval, workdir / "spools"
     )
-    print(f"{args.collectors} collectors, {args.collectors * 100 / args.interval:,.0f} samples/s generated, "
-          f"into a private PostgreSQL on port {postgres.port}")  # fmt: skip
+    rate = args.collectors * 100 / args.interval
+    print(f"{args.collectors} collectors, {rate:,.0f} samples/s generated, into a private PostgreSQL on port "
+          f"{postgres.port}; {args.workers} service process(es)")  # fmt: skip
     fleet.start()
     seq = 0
     probes = Ledger()  # what the probes got stored (answered 200)

@@ -214,10 +214,18 @@ def serve_command(port: int, *extra: str) -> list[str]:
 
 
 class ServiceProcess:
-    """``phasefit serve`` in a subprocess (its own process group, so a SIGKILL takes its workers too)."""
+    """``phasefit serve`` in a subprocess (its own process group, so a SIGKILL takes its workers too).
 
-    def __init__(self, env: dict[str, str], port: int, log_path: Path, *extra: str) -> None:
-        self.env, self.port, self.log_path, self.extra = env, port, log_path, extra
+    With ``workers`` above 1 it runs ``--workers N`` with the processes' metric files in ``log_path``'s
+    folder (``PROMETHEUS_MULTIPROC_DIR``), and :meth:`kill_worker` kills one worker process, which uvicorn's
+    supervisor (the parent, :attr:`pid`) replaces."""
+
+    def __init__(self, env: dict[str, str], port: int, log_path: Path, *extra: str, workers: int = 1) -> None:
+        self.env, self.port, self.log_path, self.extra = dict(env), port, log_path, extra
+        self.workers = workers
+        if workers > 1:
+            self.extra = (*extra, "--workers", str(workers))
+            self.env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(log_path.parent / "service-metrics"))
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> None:
@@ -230,10 +238,11 @@ class ServiceProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the service exited ({self.process.returncode}); see {self.log_path}")
-            url = f"http://127.0.0.1:{self.port}/healthz"
-            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as answer:
-                if answer.status == 200:
-                    return
+            if self.workers == 1 or len(self.worker_pids()) == self.workers:
+                url = f"http://127.0.0.1:{self.port}/healthz"
+                with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1) as answer:
+                    if answer.status == 200:
+                        return
             time.sleep(0.2)
         raise RuntimeError(f"the service did not answer /healthz within {timeout_s} s; see {self.log_path}")
 
@@ -245,6 +254,54 @@ class ServiceProcess:
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
+
+    def worker_pids(self) -> list[int]:
+        """The live uvicorn worker processes (children of the service spawned by multiprocessing)."""
+        if self.process is None or self.workers == 1:
+            return []
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text(encoding="ascii", errors="replace")
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            fields = stat.rpartition(")")[2].split()
+            if fields[0] != "Z" and int(fields[1]) == self.process.pid and b"spawn_main" in cmdline:
+                found.append(int(entry.name))
+        return sorted(found)
+
+    def kill_worker(self, sig: int) -> int:
+        """Send ``sig`` to one worker process (the youngest); returns its pid."""
+        pids = self.worker_pids()
+        if not pids:
+            raise RuntimeError(f"no worker process of the service {self.pid} found")
+        os.kill(pids[-1], sig)
+        return pids[-1]
+
+    def metric(self, name: str) -> float | None:
+        """One unlabelled sample of the service's /metrics (every process's, added up), or None."""
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            sample, _, value = line.partition(" ")
+            if sample == name:
+                return float(value)
+        return None
+
+    def replaced(self, killed: int) -> bool:
+        """Whether ``workers`` processes run again without ``killed`` and /metrics counts them all
+        (``phasefit_service_processes``)."""
+        pids = self.worker_pids()
+        if len(pids) != self.workers or killed in pids:
+            return False
+        return self.metric("phasefit_service_processes") == self.workers
 
 
 def _as_postgres(argv: list[str]) -> list[str]:
@@ -333,7 +390,8 @@ class CollectorFleet:
         from collector.spool import Spool
         from fleet.clock import SystemClock
 
-        logging.getLogger("collector.shipper").setLevel(logging.ERROR)  # retries are expected here
+        for name in ("collector.shipper", "collector.failures"):  # retries are expected here
+            logging.getLogger(name).setLevel(logging.ERROR)
         self.interval_s = interval_s
         self.stop_generating = threading.Event()
         self.stop_shipping = threading.Event()

@@ -2,8 +2,11 @@
 
 A plain command function; the CLI registers it with ``app.command()(serve)``. Settings come from the
 environment (``PHASEFIT_*``, see ``phasefit.service.settings``); the flags below override a few. They are
-checked here, before uvicorn starts, so a bad setup exits non-zero with a clear message; uvicorn then builds
-the app in each worker process with :func:`phasefit.service.app.app_from_environment`.
+checked here, before uvicorn starts, so a bad setup exits non-zero with a clear message (2 for several
+processes on SQLite, 1 otherwise); uvicorn then builds the app in each worker process with
+:func:`phasefit.service.app.app_from_environment`. With ``--workers N`` (or ``PHASEFIT_SERVICE_WORKERS``)
+above 1, uvicorn supervises N processes on the one port and restarts one that dies, and the folder their
+metrics share is prepared here (:mod:`phasefit.service.processes`).
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from phasefit.cli.db import DatabaseUrl
 from phasefit.cli.output import fail, human
+
+if TYPE_CHECKING:
+    from phasefit.service.settings import ServiceSettings
 
 _LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 
@@ -36,8 +42,15 @@ def serve(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8000,
     workers: Annotated[
-        int, typer.Option(min=1, max=64, help="uvicorn worker processes (each one is a whole service).")
-    ] = 1,
+        int | None,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Service processes on this port (uvicorn workers, each a whole service sharing the store; "
+            "more than one needs PostgreSQL). Default: PHASEFIT_SERVICE_WORKERS, else 1.",
+            show_default=False,
+        ),
+    ] = None,
     dev: Annotated[
         bool,
         typer.Option("--dev", help="Development mode (the demo): no tokens needed. Loopback addresses only."),
@@ -62,11 +75,12 @@ def serve(
     Collector tokens come from PHASEFIT_INGEST_TOKENS_FILE (one NAME:SHA256HEX or plain token per line,
     re-read when it changes) or PHASEFIT_INGEST_TOKENS; without one the service refuses to start unless
     --dev. The store is PHASEFIT_DATABASE_URL (PostgreSQL in production, an SQLite file for the demo).
+    --workers N runs N processes on the port, sharing the store (PostgreSQL only) and adding up their
+    /metrics; admission and per-token limits are per process.
     """
     import uvicorn
-    from pydantic import ValidationError
 
-    from phasefit.service.settings import ServiceSettings
+    from phasefit.service import processes as metric_files
 
     if dev and not is_loopback(host):
         fail(
@@ -78,27 +92,58 @@ def serve(
         os.environ["PHASEFIT_DEV"] = "true"
     if database_url:
         os.environ["PHASEFIT_DATABASE_URL"] = database_url
+    if workers is not None:  # the workers read their settings from the environment too
+        os.environ["PHASEFIT_SERVICE_WORKERS"] = str(workers)
     # The settings refuse open reads on a network address; they must know the address to do so.
     os.environ["PHASEFIT_SERVICE_BIND_HOST"] = host
-    try:
-        settings = ServiceSettings()
-    except ValidationError as exc:
-        fail("; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()))
-        raise  # unreachable: fail() exits
+    settings = _settings()
     if settings.dev and not is_loopback(host):
         fail(f"PHASEFIT_DEV serves without credentials and is refused on {host}: bind 127.0.0.1")
     console = human()
-    console.print(f"phasefit service on {host}:{port} ({workers} worker(s))", markup=False)
-    uvicorn.run(
-        "phasefit.service.app:app_from_environment",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level=log_level,
-        access_log=access_log,
-        ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
-        ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
-        server_header=False,
-        timeout_graceful_shutdown=10,
+    processes = settings.workers
+    console.print(
+        f"phasefit service on {host}:{port} ({processes} process{'es' if processes > 1 else ''})",
+        markup=False,
     )
+    made = metric_files.prepare(processes)  # before uvicorn spawns the workers
+    try:
+        uvicorn.run(
+            "phasefit.service.app:app_from_environment",
+            factory=True,
+            host=host,
+            port=port,
+            workers=processes,
+            log_level=log_level,
+            access_log=access_log,
+            ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
+            ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+            server_header=False,
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        metric_files.remove(made)
+
+
+def _settings() -> ServiceSettings:
+    """The settings from the environment, or exit: 2 for several processes on SQLite, 1 otherwise."""
+    from pydantic import ValidationError
+
+    from phasefit.service.settings import MultiprocessStoreError, ServiceSettings
+
+    try:
+        return ServiceSettings()
+    except ValidationError as exc:
+        errors = exc.errors()
+        usage = any(isinstance(e.get("ctx", {}).get("error"), MultiprocessStoreError) for e in errors)
+        fail("; ".join(_message(error) for error in errors), code=2 if usage else 1)
+        raise  # unreachable: fail() exits
+
+
+def _message(error: Any) -> str:
+    """A settings error in words, naming the variable unless the message already does."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "value_error" or not error["loc"]:
+        return message
+    name = str(error["loc"][0])
+    variable = name if name.startswith("PHASEFIT_") else f"PHASEFIT_{name.upper()}"
+    return f"{variable}: {message}"

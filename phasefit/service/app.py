@@ -9,6 +9,11 @@ Read access (``settings.read_mode``) guards the query API, ``/metrics``, ``/open
 ``/redoc`` alike; only ``/healthz`` and ``/readyz`` (probes), ingest and the Alertmanager receiver (their
 own credentials) are outside it. A client that goes away before its body arrived is answered (to no one)
 with 499, counted in ``phasefit_service_client_disconnects_total`` and logged in one line.
+
+With ``phasefit serve --workers N`` each worker process builds its own app from the environment
+(:func:`app_from_environment`); on an empty PostgreSQL the first to take the migration lock creates the
+schema and the others find it at head. What they share, and ``/metrics`` over all of them:
+:mod:`phasefit.service.processes`.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -38,6 +44,7 @@ from fleet.store.engine import make_engine
 from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
 from fleet.store.rows import INT32_MAX
 from phasefit import __version__
+from phasefit.service import processes
 from phasefit.service.analyzer_gauges import AnalyzerCollector
 from phasefit.service.batches import BatchValidator
 from phasefit.service.deps import ReadAuth
@@ -74,7 +81,7 @@ def create_app(
     owns_engine = engine is None
     engine = engine if engine is not None else service_engine(settings)
     registry = registry if registry is not None else CollectorRegistry()
-    state = _state(settings, engine, clock, registry)
+    state = _state(settings, engine, clock, registry, processes.files_directory())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -127,12 +134,24 @@ def service_engine(settings: ServiceSettings) -> Engine:
 
 
 def _state(
-    settings: ServiceSettings, engine: Engine, clock: Clock, registry: CollectorRegistry
+    settings: ServiceSettings,
+    engine: Engine,
+    clock: Clock,
+    registry: CollectorRegistry,
+    metric_files: Path | None,
 ) -> ServiceState:
+    """With ``metric_files`` (several processes) the metrics go to files and ``/metrics`` serves every
+    process's; else to ``registry``, which ``/metrics`` serves."""
     metrics = ServiceMetrics(registry)
-    registry.register(AnalyzerCollector(engine))
+    if metric_files is not None:
+        registry = processes.exposition_registry(metric_files)
+    registry.register(AnalyzerCollector(engine))  # read from the store by whichever process is scraped
     sqlite = engine.dialect.name == "sqlite"
-    gate = WriteGate(max_pending=settings.max_pending_ingests, retry_after_s=settings.retry_after_s)
+    gate = WriteGate(
+        max_pending=settings.max_pending_ingests,
+        retry_after_s=settings.retry_after_s,
+        on_change=metrics.ingest_pending.inc,
+    )
     token_slots = TokenSlots(limit=settings.ingest_limit_per_token, retry_after_s=settings.retry_after_s)
     cache = SeriesCache(refresh_s=settings.dimension_refresh_s)
     cardinality = CardinalityGuard(settings.max_new_series_per_token_per_hour, clock.monotonic)
@@ -149,10 +168,9 @@ def _state(
         unavailable=partial(_unavailable, engine),
         monotonic=clock.monotonic,
         observe=metrics.write_seconds.observe,
+        on_queued=metrics.ingest_queued.inc,
+        on_writing=metrics.ingest_writing.inc,
     )
-    metrics.ingest_pending.set_function(lambda: gate.pending)
-    metrics.ingest_writing.set_function(lambda: writer.writing)
-    metrics.ingest_queued.set_function(lambda: writer.queued)
     password = settings.alertmanager_password_value()
     basic = (
         BasicCredential(settings.alertmanager_username, hashlib.sha256(password.encode()).digest())
@@ -335,6 +353,9 @@ def app_from_environment() -> FastAPI:
     """The uvicorn factory of ``phasefit serve``: settings from the environment (``PHASEFIT_*``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # /readyz checks the revision on every probe
+    metric_files = processes.files_directory()
+    if metric_files is not None:
+        processes.start_process(metric_files)  # before the first metric of this process is made
     app = create_app(ServiceSettings())
     tune_gc_for_serving()
     return app

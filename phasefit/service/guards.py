@@ -7,6 +7,11 @@
   has been read whole (within its deadline, under its size limit), so a slow body never holds a slot; one
   more gets 429 with ``Retry-After`` instead of joining an unbounded queue. (The write queue behind it,
   :class:`phasefit.service.writes.BatchWriter`, is bounded in size and in waiting time the same way.)
+
+Every count here is one service process's: with ``phasefit serve --workers N`` (or replicas) each process
+admits its own ``max_pending`` and gives each token its own ``limit`` and cardinality budget. The per-token
+limit protects the process's own admission slots, so it is per process by design; docs/deploy.md says
+what the others add up to.
 """
 
 from __future__ import annotations
@@ -63,12 +68,20 @@ class TokenSlots:
                 del self._held[token]
 
 
-class WriteGate:
-    """Admission of ingest requests (used from the event loop only)."""
+def _ignore(_: float) -> None:
+    return None
 
-    def __init__(self, *, max_pending: int, retry_after_s: int) -> None:
+
+class WriteGate:
+    """Admission of ingest requests in this process (used from the event loop only); ``on_change`` is told
+    each change of ``pending`` (+1, -1: the pending-requests gauge)."""
+
+    def __init__(
+        self, *, max_pending: int, retry_after_s: int, on_change: Callable[[float], None] = _ignore
+    ) -> None:
         self.max_pending = max_pending
         self.retry_after_s = retry_after_s
+        self.on_change = on_change
         self.pending = 0
 
     @asynccontextmanager
@@ -76,10 +89,12 @@ class WriteGate:
         if self.pending >= self.max_pending:
             raise OverloadedError(f"{self.pending} ingest requests already in progress", self.retry_after_s)
         self.pending += 1
+        self.on_change(1)
         try:
             yield
         finally:
             self.pending -= 1
+            self.on_change(-1)
 
 
 class CardinalityExceededError(Exception):

@@ -4,6 +4,8 @@
 Everything is registered on the app's own ``CollectorRegistry`` (injected, never the global one), so two
 apps in one process (tests) never share a series. Own metrics are prefixed ``phasefit_service_``; the
 analyzer's gauges use the names agreed in the team brief (:mod:`phasefit.service.analyzer_gauges`).
+The gauges are moved with ``inc``/``dec`` where their quantity changes and summed over the live processes
+(``livesum``), so they read the same whether one process serves or several (:mod:`.processes`).
 """
 
 from __future__ import annotations
@@ -108,17 +110,27 @@ class ServiceMetrics:
             "phasefit_service_ingest_pending_requests",
             "Ingest requests admitted and not yet answered.",
             registry=registry,
+            multiprocess_mode="livesum",
         )
         self.ingest_writing = Gauge(
             "phasefit_service_ingest_writing_groups",
             "Store transactions of ingest batches in progress (each may hold several batches).",
             registry=registry,
+            multiprocess_mode="livesum",
         )
         self.ingest_queued = Gauge(
             "phasefit_service_ingest_queued_batches",
             "Validated ingest batches waiting for a writer.",
             registry=registry,
+            multiprocess_mode="livesum",
         )
+        self.processes = Gauge(
+            "phasefit_service_processes",
+            "Service processes serving this address (phasefit serve --workers), each counted while alive.",
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.processes.set(1)
 
 
 class RequestMetricsMiddleware:

@@ -2,9 +2,10 @@
 
 Refused outside development mode (``--dev``, the demo): no ingest token at all, read access guarded by
 tokens that do not exist, open reads on a non-loopback address unless explicitly accepted, a token file that
-does not parse, a per-token ingest limit that would let one token take every admission slot. Development
-mode itself is refused on a non-loopback address. Tokens are kept only as SHA-256 digests
-(:mod:`phasefit.service.tokens`); the values of secret settings are never logged.
+does not parse, a per-token ingest limit that would let one token take every admission slot, several
+service processes on an SQLite store. Development mode itself is refused on a non-loopback address. Tokens
+are kept only as SHA-256 digests (:mod:`phasefit.service.tokens`); the values of secret settings are never
+logged.
 
 Read access is closed by default wherever the service is reachable from the network: unset, it is
 ``token`` unless ``bind_host`` (``PHASEFIT_SERVICE_BIND_HOST``, the address given to ``phasefit serve
@@ -26,6 +27,22 @@ from phasefit.service.tokens import TokenFormatError, parse_tokens, read_token_f
 MiB = 1024 * 1024
 ReadMode = Literal["open", "token"]
 _LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+
+
+class MultiprocessStoreError(ValueError):
+    """More than one service process on a store that has one writer (SQLite)."""
+
+
+def multiprocess_store_problem(workers: int, database_url: str) -> str | None:
+    """Why ``workers`` service processes cannot share ``database_url``, or None when they can."""
+    if workers <= 1 or not database_url.startswith("sqlite"):
+        return None
+    return (
+        f"{workers} service processes (--workers / PHASEFIT_SERVICE_WORKERS) need PostgreSQL: SQLite has one "
+        "writer in at a time, so the processes would wait on each other's lock and answer 503 past "
+        "PHASEFIT_SQLITE_BUSY_TIMEOUT_MS. Set "
+        "PHASEFIT_DATABASE_URL (or --database-url) to a postgresql+psycopg:// URL, or run one process"
+    )
 
 
 def is_loopback(host: str) -> bool:
@@ -65,6 +82,17 @@ class ServiceSettings(Settings):
         "uvicorn). Any address but loopback makes token reads the default and refuses open reads and "
         "development mode. Unset, it is taken for loopback (serve's default): set it wherever the service "
         "listens on the network (the container image and the Kubernetes Deployment do).",
+    )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        validation_alias=AliasChoices("PHASEFIT_SERVICE_WORKERS"),
+        description="Service processes `phasefit serve` runs on its one port (uvicorn workers; --workers "
+        "overrides it), each a whole service sharing the store: more than one needs PostgreSQL. /metrics "
+        "adds up every process's counters (prometheus-client's multiprocess mode, in "
+        "PROMETHEUS_MULTIPROC_DIR or a private temporary folder); admission, per-token and cardinality "
+        "limits, the writer threads and the connection pool are per process (docs/deploy.md).",
     )
     read_access: ReadMode | None = Field(
         default=None,
@@ -136,30 +164,31 @@ class ServiceSettings(Settings):
         default=10_000,
         ge=1,
         description="Cardinality guard: most GPUs plus workers new to the store that one token may create "
-        "in a sliding hour (429 with Retry-After beyond it). Counted per service process.",
+        "in a sliding hour (429 with Retry-After beyond it). Counted per service process: with N processes "
+        "and R replicas one token may create up to N x R times this.",
     )
     write_concurrency: int = Field(
         default=1,
         ge=1,
         le=64,
-        description="Writer threads; each commits the batches queued meanwhile in one transaction "
-        "(SQLite: 1). One is fastest next to a local PostgreSQL: more threads contend with the event "
-        "loop for the interpreter lock; consider 2-4 when PostgreSQL is a slow network hop away.",
+        description="Writer threads per service process; each commits the batches queued meanwhile in one "
+        "transaction (SQLite: 1). One is fastest next to a local PostgreSQL: more threads contend with the "
+        "event loop for the interpreter lock; consider 2-4 when PostgreSQL is a slow network hop away.",
     )
     max_pending_ingests: int = Field(
         default=256,
         ge=1,
-        description="Ingest requests admitted at the same time, each once its body has arrived whole "
-        "(validating, waiting or writing); more get 429 with Retry-After. A body still arriving holds no "
-        "admission slot.",
+        description="Ingest requests one service process admits at the same time, each once its body has "
+        "arrived whole (validating, waiting or writing); more get 429 with Retry-After. A body still "
+        "arriving holds no admission slot.",
     )
     max_pending_ingests_per_token: int | None = Field(
         default=None,
         ge=1,
-        description="Ingest requests one token may have in progress at once, its body still arriving "
-        "included (429 with Retry-After beyond it), so one holder cannot take every slot. Unset: a quarter "
-        "of max_pending_ingests (64 by default). A DaemonSet's shared token sends one request per node at "
-        "a time.",
+        description="Ingest requests one token may have in progress at once in one service process, its "
+        "body still arriving included (429 with Retry-After beyond it), so one holder cannot take every "
+        "slot. Unset: a quarter of max_pending_ingests (64 by default). A DaemonSet's shared token sends one "
+        "request per node at a time.",
     )
     body_timeout_s: float = Field(
         default=30.0,
@@ -175,7 +204,8 @@ class ServiceSettings(Settings):
         default=60.0,
         ge=0,
         description="How stale the last_seen of GPUs, workers and nodes may get before a batch rewrites it "
-        "(changed attributes are always written at once).",
+        "(changed attributes are written at once; each service process remembers only its own writes, so "
+        "with several processes an attribute that changes and changes back may wait this long).",
     )
     retry_after_s: int = Field(default=2, ge=1, description="Retry-After of a 429 (overload).")
     store_retry_after_s: int = Field(default=5, ge=1, description="Retry-After of a 503 (store unavailable).")
@@ -207,6 +237,9 @@ class ServiceSettings(Settings):
 
     @model_validator(mode="after")
     def _refuse_unsafe(self) -> Self:
+        problem = multiprocess_store_problem(self.workers, self.database_url)
+        if problem is not None:
+            raise MultiprocessStoreError(problem)
         try:
             ingest = self._count_tokens(self.ingest_tokens_file, self.ingest_tokens, "ingest")
             read = self._count_tokens(self.read_tokens_file, self.read_tokens, "read")

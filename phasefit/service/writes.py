@@ -7,6 +7,9 @@ A batch upserts only the rows whose attributes changed, that this process has no
 steady fleet's write to two statements per batch, and ``last_seen`` in those tables accurate to
 ``refresh_s``. The ids this process has not seen cost one lookup: those the store does not hold either are
 what the batch would create, and they are reserved against the token's hourly budget before any write.
+Several processes (``phasefit serve --workers``, replicas) each keep their own cache: one that did not write
+a row writes it again (an idempotent upsert), and one that wrote attributes another has since changed
+rewrites them only when its batch differs from its own last write or ``refresh_s`` has passed.
 
 In the same transaction, before anything is written (:mod:`phasefit.service.claims`): a node-bound token's
 batch is refused (403) when it names a GPU or worker the store holds on a node outside the token's patterns
@@ -169,6 +172,8 @@ class BatchWriter:
     group that fails for any reason but an unavailable store is retried batch by batch, so one batch can
     never fail another. The queue is bounded (:meth:`submit` raises :class:`OverloadedError` when it is
     full) and a batch that waited longer than ``max_wait_s`` is refused with 429 rather than written late.
+    ``on_queued`` and ``on_writing`` are told each change (+n, -n) of the queue and of the transactions in
+    progress (the service's gauges).
     """
 
     def __init__(
@@ -185,6 +190,8 @@ class BatchWriter:
         unavailable: Callable[[BaseException], bool],
         monotonic: Callable[[], float],
         observe: Callable[[float], None] | None = None,
+        on_queued: Callable[[float], None] | None = None,
+        on_writing: Callable[[float], None] | None = None,
         max_group_rows: int = 20_000,
     ) -> None:
         self.engine = engine
@@ -195,6 +202,8 @@ class BatchWriter:
         self.unavailable = unavailable
         self.monotonic = monotonic
         self.observe = observe
+        self.on_queued = on_queued or _ignore
+        self.on_writing = on_writing or _ignore
         self.max_group_rows = max_group_rows
         self._queue: queue.Queue[_Pending | None] = queue.Queue(maxsize=max_queued)
         self._workers: list[threading.Thread] = []
@@ -227,6 +236,7 @@ class BatchWriter:
             raise OverloadedError(
                 f"{self._queue.maxsize} batches already wait for the store", self.retry_after_s
             ) from None
+        self.on_queued(1)
 
     def close(self) -> None:
         with self._lock:
@@ -263,6 +273,7 @@ class BatchWriter:
                     break
                 group.append(item)
                 rows += len(item.batch)
+            self.on_queued(-len(group))
             live = [item for item in group if not self._expired(item)]
             if live:
                 self._write_group(live)
@@ -277,6 +288,7 @@ class BatchWriter:
     def _write_group(self, group: list[_Pending]) -> None:
         started = time.perf_counter()
         self.writing += 1
+        self.on_writing(1)
         try:
             outcomes = self._transaction(group)
         except BaseException as exc:
@@ -286,6 +298,7 @@ class BatchWriter:
                 outcomes = [self._one(item) for item in group]  # isolate whatever failed the group
         finally:
             self.writing -= 1
+            self.on_writing(-1)
         if self.observe is not None:
             self.observe(time.perf_counter() - started)
         for item, outcome in zip(group, outcomes, strict=True):
@@ -414,6 +427,10 @@ class BatchWriter:
         claimed.update("gpu:" + uuid for uuid in new_gpus)
         claimed.update("worker:" + worker for worker in new_workers)
         return reservation
+
+
+def _ignore(_: float) -> None:
+    return None
 
 
 def _settle(item: _Pending, outcome: WriteCounts | BaseException) -> None:

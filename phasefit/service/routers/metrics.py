@@ -1,7 +1,8 @@
 """``GET /metrics``: the service's own health and, computed per scrape, the analyzer's conclusions.
 
 Everything is on the app's own ``CollectorRegistry`` (injected, never the global one), so two apps in one
-process (tests) never share a series.
+process (tests) never share a series. With several service processes on one port the registry reads every
+process's metric files instead (:mod:`phasefit.service.processes`), so any process answers for all.
 """
 
 from __future__ import annotations

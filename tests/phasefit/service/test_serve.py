@@ -20,7 +20,8 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> tuple[typer.Typer, list[dict[str, An
     names = ("PHASEFIT_DEV", "PHASEFIT_INGEST_TOKENS", "PHASEFIT_INGEST_TOKENS_FILE", "PHASEFIT_DATABASE_URL")
     for name in (*names, "PHASEFIT_SERVICE_TOKENS_FILE", "PHASEFIT_READ_ACCESS", "PHASEFIT_READ_TOKENS",
                  "PHASEFIT_READ_TOKENS_FILE", "PHASEFIT_SERVICE_BIND_HOST",
-                 "PHASEFIT_SERVICE_ALLOW_OPEN_READS_ON_NETWORK"):  # fmt: skip
+                 "PHASEFIT_SERVICE_ALLOW_OPEN_READS_ON_NETWORK", "PHASEFIT_SERVICE_WORKERS",
+                 "PROMETHEUS_MULTIPROC_DIR"):  # fmt: skip
         monkeypatch.setenv(name, "")  # recorded, so whatever serve() exports is undone after the test
         monkeypatch.delenv(name)
     runs: list[dict[str, Any]] = []
@@ -61,7 +62,7 @@ def test_tokens_allow_a_routable_address_and_the_factory_builds_the_app(
     monkeypatch.setattr("phasefit.service.app.tune_gc_for_serving", lambda: tuned.append(True))
     monkeypatch.setenv("PHASEFIT_INGEST_TOKENS", "a-plain-token-0123456789")
     monkeypatch.setenv("PHASEFIT_READ_TOKENS", "a-read-token-0123456789")  # reads are closed on 0.0.0.0
-    url = f"sqlite:///{tmp_path / 'db'}"
+    url = "postgresql+psycopg://phasefit@db.invalid/phasefit"  # several processes need PostgreSQL
     result = CliRunner().invoke(app, ["--host", "0.0.0.0", "--workers", "2", "--database-url", url])
     assert result.exit_code == 0, result.output
     assert runs[0]["workers"] == 2
