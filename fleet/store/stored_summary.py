@@ -154,6 +154,9 @@ class StoredPool(_View):
     """One pool (``PoolSummary``); a list or mapping the run does not hold is None (not said), not empty."""
 
     pool: Text = None
+    model: Text = None
+    lost_output_tokens_per_s: Figure = None
+    lost_requests_per_s: Figure = None
     prefill_decode_now: Text = None
     prefill_decode_recommended: Text = None
     bound: Text = None

@@ -20,12 +20,13 @@ instead of a failed scrape.
   ``phasefit_fleet_lost_tokens_per_second`` (secondary);
 - ``phasefit_fleet_judged_workers`` and ``phasefit_fleet_unjudged_workers{reason}``: workers whose
   bottleneck was (not) measured, so a quiet fleet nobody could judge does not pass for a healthy one;
+- ``phasefit_change_realized_to_predicted_ratio{pool}``: the latest scored change of the pool's split,
+  realized over predicted; ``phasefit_changes_scored``: how many the latest run scored;
 - ``phasefit_analyzer_last_run_timestamp_seconds`` (0 when the analyzer has never run, so staleness alerts).
 
-A stored run may be of any summary version, or partial: the figures are read through
-:class:`fleet.store.analysis.AnalysisSummary` and, beyond it, through small tolerant views named after the
-summary's own fields (:mod:`analyzer.results.summary`): a figure a run did not store, or stored as something
-other than a number, reads as unknown.
+A stored run may be of any summary version, or partial: the figures are read through the tolerant views
+the dashboard reads too (:mod:`fleet.store.stored_summary`, named after :mod:`analyzer.results.summary`'s
+fields): a figure a run did not store, or stored as something other than a number, reads as unknown.
 """
 
 from __future__ import annotations
@@ -33,17 +34,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated
 
 from prometheus_client.core import GaugeMetricFamily, Metric
-from pydantic import BaseModel, BeforeValidator, ConfigDict
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleet.contract import Finding, FindingKind, FindingStatus
-from fleet.store.analysis import AnalysisSummary, PoolSummary, latest_analysis_run
+from fleet.store.analysis import AnalysisSummary, latest_analysis_run
 from fleet.store.findings import StoredFinding, list_findings
 from fleet.store.queries import list_workers
+from fleet.store.stored_summary import StoredGroupPlan, StoredPool, StoredSummary
 
 log = logging.getLogger(__name__)
 
@@ -57,71 +57,9 @@ MAX_OPEN_FINDINGS = 200_000
 WorkerKey = tuple[str, str, str, str, str]  # pool, worker, sku, role, model
 
 
-def _float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _counts(value: object) -> dict[str, float]:
-    if not isinstance(value, dict):
-        return {}
-    return {str(k): float(v) for k, v in value.items() if _float(v) is not None}
-
-
-def _text(value: object) -> str:
-    return str(value or "")
-
-
-Figure = Annotated[float | None, BeforeValidator(_float)]
-
-
-class StoredGroupPlan(BaseModel):
-    """A stored pool's SKU/TP group: workers per role now and in the best plan (summary ``recommended``)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    prefill_now: Figure = None
-    decode_now: Figure = None
-    prefill_best: Figure = None
-    decode_best: Figure = None
-
-
-def _groups(value: object) -> dict[str, object]:
-    return value if isinstance(value, dict) else {}
-
-
-class StoredPoolFigures(BaseModel):
-    """A stored pool's figures the gauges read beyond ``fleet.store.analysis.PoolSummary``, by the names of
-    :class:`analyzer.results.summary.PoolSummary`."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    model: Annotated[str, BeforeValidator(_text)] = ""
-    lost_output_tokens_per_s: Figure = None
-    lost_requests_per_s: Figure = None
-    recommended: Annotated[dict[str, StoredGroupPlan], BeforeValidator(_groups)] = {}
-
-
-class StoredFleetFigures(BaseModel):
-    """A stored run's fleet totals the gauges read, by the names of
-    :class:`analyzer.results.summary.FleetTotals`."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    lost_output_tokens_per_s: Figure = None
-    lost_requests_per_s: Figure = None
-    judged_workers: Figure = None
-    unjudged_reasons: Annotated[dict[str, float], BeforeValidator(_counts)] = {}
-
-
-def pool_figures(pool: PoolSummary) -> StoredPoolFigures:
-    return StoredPoolFigures.model_validate(pool.model_extra or {})
-
-
-def fleet_figures(summary: AnalysisSummary | None) -> StoredFleetFigures:
-    fleet = (summary.model_extra or {}).get("fleet") if summary is not None else None
-    return StoredFleetFigures.model_validate(fleet if isinstance(fleet, dict) else {})
+def stored_view(summary: AnalysisSummary | None) -> StoredSummary:
+    """The run's summary through the tolerant views the dashboard reads too (empty without a run)."""
+    return StoredSummary.read(summary.model_dump(mode="json") if summary is not None else None)
 
 
 @dataclass
@@ -145,6 +83,10 @@ class Conclusions:
     judged_workers: float | None = None
     unjudged_workers: dict[str, float] = field(default_factory=dict)  # reason -> workers
     last_run: float = 0.0
+    change_ratio: dict[str, float] = field(
+        default_factory=dict
+    )  # pool -> realized / predicted, latest scored
+    changes_scored: float | None = None
 
 
 def conclude(
@@ -154,7 +96,9 @@ def conclude(
     out = Conclusions()
     open_findings = [s.finding for s in findings if s.finding.status is FindingStatus.OPEN]
     drifting: set[str] = set()
-    pool_models = {p.pool: pool_figures(p).model for p in (summary.pools if summary is not None else [])}
+    view = stored_view(summary)
+    pools: dict[str, StoredPool] = {p.pool: p for p in view.pools if p.pool}
+    pool_models = {name: p.model for name, p in pools.items() if p.model}
     for finding in open_findings:
         pool = finding.pool or ""
         if finding.kind is FindingKind.POOL_RATIO_DRIFT and finding.pool is not None:
@@ -178,15 +122,21 @@ def conclude(
         for summary_pool in summary.pools:
             name = summary_pool.pool
             covered.add(name)
-            figures = pool_figures(summary_pool)
+            figures = pools.get(name, StoredPool())
             _put(out.pool_lost, name, summary_pool.lost_tokens_per_s)
             _put(out.pool_lost_output, name, figures.lost_output_tokens_per_s)
             _put(out.pool_lost_requests, name, figures.lost_requests_per_s)
+            scored = [
+                c for c in figures.changes or [] if c.realized_to_predicted is not None and c.at is not None
+            ]
+            if scored:
+                latest = max(scored, key=lambda c: c.at or 0)
+                _put(out.change_ratio, name, latest.realized_to_predicted)
             _put(out.pool_capacity, name, summary_pool.capacity_tokens_per_s)
             _put(out.pool_ratio, name, summary_pool.prefill_decode_ratio)
             _put(out.pool_recommended_ratio, name, summary_pool.recommended_prefill_decode_ratio)
             out.pool_drift[name] = 1.0 if summary_pool.ratio_drift else 0.0
-            out.pool_workers.update(_plan(name, figures.recommended))
+            out.pool_workers.update(_plan(name, figures.recommended or {}))
     elif findings:
         out.last_run = max(s.updated_at.timestamp() for s in findings)
     for target, by_pool in fallback:
@@ -195,20 +145,24 @@ def conclude(
                 target[pool] = lost
     for pool in drifting - covered:
         out.pool_drift[pool] = 1.0
-    fleet = fleet_figures(summary)
+    fleet = view.fleet
+    if view.model is not None and view.model.changes_scored is not None:
+        out.changes_scored = float(view.model.changes_scored)
     if summary is not None and summary.fleet_lost_tokens_per_s is not None:
         out.fleet_lost = summary.fleet_lost_tokens_per_s
     else:
         unpooled = sum(lost for key, lost in out.worker_lost.items() if not key[0])
         out.fleet_lost = sum(out.pool_lost.values()) + unpooled
-    out.fleet_lost_output = fleet.lost_output_tokens_per_s
+    out.fleet_lost_output = fleet.lost_output_tokens_per_s if fleet else None
     if out.fleet_lost_output is None and out.pool_lost_output:
         out.fleet_lost_output = sum(out.pool_lost_output.values())
-    out.fleet_lost_requests = fleet.lost_requests_per_s
+    out.fleet_lost_requests = fleet.lost_requests_per_s if fleet else None
     if out.fleet_lost_requests is None and out.pool_lost_requests:
         out.fleet_lost_requests = sum(out.pool_lost_requests.values())
-    out.judged_workers = fleet.judged_workers
-    out.unjudged_workers = dict(fleet.unjudged_reasons)
+    out.judged_workers = (
+        None if fleet is None or fleet.judged_workers is None else float(fleet.judged_workers)
+    )
+    out.unjudged_workers = {k: float(v) for k, v in fleet.unjudged_reasons.items()} if fleet else {}
     return out
 
 
@@ -404,6 +358,21 @@ def families(c: Conclusions) -> Iterator[Metric]:
     for reason, count in sorted(c.unjudged_workers.items()):
         unjudged.add_metric([reason], count)
     yield unjudged
+    ratio = GaugeMetricFamily(
+        "phasefit_change_realized_to_predicted_ratio",
+        "The latest scored change of the pool's prefill/decode split: realized over predicted gain (1: as "
+        "predicted, below 0: it made things worse); no series where no change was scored.",
+        labels=["pool"],
+    )
+    for pool, value in sorted(c.change_ratio.items()):
+        ratio.add_metric([pool], value)
+    yield ratio
+    scored = GaugeMetricFamily(
+        "phasefit_changes_scored", "Changes of a split the latest analyzer run scored against its prediction."
+    )
+    if c.changes_scored is not None:
+        scored.add_metric([], c.changes_scored)
+    yield scored
     yield GaugeMetricFamily(
         "phasefit_analyzer_last_run_timestamp_seconds",
         "When the analyzer last finished a run (POSIX seconds; 0 if never).",

@@ -9,10 +9,12 @@ from sqlalchemy import Engine
 
 from analyzer.pipeline import analyze, input_from_samples
 from analyzer.results.summary import FleetTotals, PoolSummary
+from analyzer.results.summary import Summary as StrictSummary
 from fleet.catalog import load_catalog
 from fleet.store.analysis import AnalysisSummary, latest_analysis, put_analysis
 from fleet.store.engine import writing
-from phasefit.service.analyzer_gauges import StoredFleetFigures, StoredPoolFigures, conclude, fleet_figures
+from fleet.store.stored_summary import StoredFleet, StoredPool, StoredSummary
+from phasefit.service.analyzer_gauges import conclude, stored_view
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
 NOW = datetime(2026, 3, 2, 13, 0, tzinfo=UTC)
@@ -28,8 +30,10 @@ def _stored(engine: Engine, summary: dict[str, Any]) -> AnalysisSummary:
 
 
 def test_the_views_name_only_fields_the_summary_has() -> None:
-    assert set(StoredPoolFigures.model_fields) <= set(PoolSummary.model_fields)
-    assert set(StoredFleetFigures.model_fields) <= set(FleetTotals.model_fields)
+    """The gauges read through the dashboard's tolerant views: one declaration of a stored run."""
+    assert set(StoredPool.model_fields) <= set(PoolSummary.model_fields)
+    assert set(StoredFleet.model_fields) <= set(FleetTotals.model_fields)
+    assert set(StoredSummary.model_fields) <= set(StrictSummary.model_fields)
 
 
 def test_a_current_summary_reads_as_its_typed_figures(sqlite_engine: Engine) -> None:
@@ -63,5 +67,23 @@ def test_figures_that_are_not_numbers_read_as_unknown(sqlite_engine: Engine) -> 
     assert conclusions.pool_lost_output == {} and conclusions.pool_lost_requests == {}
     assert conclusions.fleet_lost_output is None and conclusions.judged_workers is None
     assert conclusions.unjudged_workers == {"b": 1.0}
-    assert fleet_figures(_stored(sqlite_engine, {"fleet": ["not", "a", "mapping"]})) == StoredFleetFigures()
-    assert fleet_figures(None) == StoredFleetFigures()
+    assert stored_view(_stored(sqlite_engine, {"fleet": ["not", "a", "mapping"]})).fleet is None
+    assert stored_view(None) == StoredSummary()
+
+
+def test_the_latest_scored_change_of_each_pool_is_its_ratio(sqlite_engine: Engine) -> None:
+    def change(at: str, ratio: object) -> dict[str, object]:
+        return {"at": at, "verdict": "paid off in part", "realized_to_predicted": ratio}
+
+    pools = [
+        {
+            "pool": "c/a",
+            "changes": [change("2026-03-01T00:00:00Z", 0.6), change("2026-03-02T00:00:00Z", 0.9)],
+        },
+        {"pool": "c/b", "changes": [change("2026-03-01T00:00:00Z", None)]},  # not scored: no series
+        {"pool": "c/c", "changes": "junk"},
+    ]
+    summary = _stored(sqlite_engine, {"pools": pools, "model": {"changes_scored": 2}})
+    conclusions = conclude([], {}, summary)
+    assert conclusions.change_ratio == {"c/a": 0.9} and conclusions.changes_scored == 2.0
+    assert conclude([], {}, None).changes_scored is None
