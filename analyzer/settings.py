@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from analyzer.findings.recommend import RecommendParams
 from analyzer.pipeline import AnalyzerParams
+from analyzer.planning.standing import StandingWhatIf
 from analyzer.sources.prometheus.labels import DEFAULT_CLUSTER_LABEL, DEFAULT_DEPLOYMENT_LABELS
 from analyzer.sources.prometheus.split import (
     DEFAULT_MAX_POINTS,
@@ -70,6 +71,12 @@ class AnalyzerSettings(BaseSettings):
         description="Any threshold of the analysis by its path (JSON, e.g. "
         '{"findings.underutilised.below": 0.35}); the paths, defaults and meanings are listed under '
         '"Analyzer thresholds" below. Applied after the named settings above.',
+    )
+    report_what_if: list[StandingWhatIf] = Field(
+        default_factory=list,
+        description='The weekly report\'s standing what-ifs (JSON list, e.g. [{"pool": "east/llama-70b", '
+        '"add": ["H200-SXM:16"]}, {"replace": ["H100-SXM:H200-SXM:8"]}]): each re-solved on the week\'s '
+        "analysis and shown under the pools.",
     )
     prometheus_max_points_per_series: int = Field(
         default=DEFAULT_MAX_POINTS,

@@ -18,6 +18,7 @@ import orjson
 from sqlalchemy import Connection, func, select
 
 from analyzer.pipeline import AnalysisInput, AnalysisResult, AnalyzerParams, analyze
+from analyzer.planning.standing import StandingWhatIf, evaluate
 from analyzer.pools.selection import PoolSelection
 from analyzer.report.change_record import PoolChange, changes_since, running_accuracy
 from analyzer.report.coverage import data_quality, roofline_points, sku_hours
@@ -332,13 +333,15 @@ def _changes(
 
 def _weeks(
     connection: Connection, week: str, catalog: Catalog, params: AnalyzerParams | None, shards: int | None
-) -> tuple[WeekAnalysis, WeekAnalysis | None]:
+) -> tuple[WeekAnalysis, WeekAnalysis | None, AnalysisResult | None]:
     """This week (analysed here, or merged from its shards) and the week before where it has telemetry
-    (from its shards when they all ran, else not compared)."""
+    (from its shards when they all ran, else not compared); and this week's analysis, where it ran here."""
+    result: AnalysisResult | None = None
     if shards is None:
         found = analyse_week(connection, week, catalog, params)
         last_found = analyse_week(connection, previous_week(week), catalog, params)
         this, last = (found[0] if found else None), (last_found[0] if last_found else None)
+        result = found[1] if found else None
     else:
         this = merged_week(connection, week, shards)
         try:
@@ -350,7 +353,7 @@ def _weeks(
         raise ReportError(
             f"no telemetry between {since:%Y-%m-%d} and {until:%Y-%m-%d} ({week}): nothing to audit"
         )
-    return this, last
+    return this, last, result
 
 
 def build_audit(
@@ -361,10 +364,11 @@ def build_audit(
     params: AnalyzerParams | None = None,
     version: str = "",
     shards: int | None = None,
+    what_ifs: Sequence[StandingWhatIf] = (),
 ) -> AuditReport:
     """Everything the week's audit says, from the store (see the module docstring). With ``shards``, the
     week and the week before come from their shards' stored runs, merged, instead of an analysis here."""
-    this, last = _weeks(connection, week, catalog, params, shards)
+    this, last, result = _weeks(connection, week, catalog, params, shards)
     summary = this.summary
     alerts = [
         s.event
@@ -434,4 +438,8 @@ def build_audit(
         appendix=appendix,
         changes=changes,
         accuracy=running_accuracy(changes, stored),
+        what_ifs=evaluate(
+            what_ifs, result.pools if result else [], catalog, (params or AnalyzerParams()).pool
+        ),
+        sharded=shards is not None,
     )

@@ -12,6 +12,7 @@ from analyzer.report.figures import Chart
 from analyzer.report.model import Action, AuditReport
 from analyzer.report.parts import pool_blocks, quality_blocks, tiles, week_table
 from analyzer.report.payoff import payoff_blocks
+from analyzer.report.standing_what_if import what_if_blocks
 from analyzer.report.style import output_range, output_rate, percent, requests_rate, tokens_rate
 
 TOP_ACTIONS = 15
@@ -165,6 +166,7 @@ def blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
         )
     )
     out += pool_blocks(report, charts)
+    out += what_if_blocks(report.what_ifs, report.sharded)
     out.append(Heading(2, "5. Drift events"))
     out.append(
         Table(

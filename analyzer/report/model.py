@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from analyzer.planning.standing import WhatIfRow
 from analyzer.report.change_record import SCORED_KEY, Accuracy, PoolChange, scored_records
 from analyzer.report.fleet_roofline import Roof, WorkerPoint
 from analyzer.results.summary import GroupRecommendation, ModelInfo, RuleCheck
@@ -227,6 +228,8 @@ class AuditReport:
     appendix: list[Action] = field(default_factory=list)
     changes: list[PoolChange] = field(default_factory=list)  # of a split, since last week began
     accuracy: Accuracy = field(default_factory=lambda: Accuracy(0, None))
+    what_ifs: list[WhatIfRow] = field(default_factory=list)  # the operator's standing what-ifs, answered
+    sharded: bool = False  # merged from shards' stored runs
 
     def summary(self) -> dict[str, Any]:
         """The figures stored next to the report (reports.summary) and served by the API."""

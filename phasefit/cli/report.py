@@ -139,13 +139,15 @@ def make_report(
         ensure_schema(engine, create_if_empty=False)
         catalog = load_catalog(settings.catalog_path)
         with engine.connect() as connection:
+            analyzer_settings = AnalyzerSettings()
             audit = build_audit(
                 connection,
                 week,
                 catalog,
-                params=AnalyzerSettings().params(),
+                params=analyzer_settings.params(),
                 version=__version__,
                 shards=shards,
+                what_ifs=analyzer_settings.report_what_if,
             )
         rendered = render(audit)
         with writing(engine) as connection:
