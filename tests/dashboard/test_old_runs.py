@@ -5,6 +5,7 @@ as "unknown", never as 0 and never as healthy."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -69,25 +70,42 @@ def stored(
     request: pytest.FixtureRequest, seeded: Seeded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[str, Summary, str]:
     """The case, the seeded run's strict summary, and the URL of a store whose latest run is the case's."""
-    url = _copy(seeded, tmp_path)
+    raw: dict[str, Any] = {}
+
+    def case(seeded_run: dict[str, Any]) -> dict[str, Any]:
+        raw.update(seeded_run)
+        pool = Summary.model_validate(seeded_run).pools[0].pool
+        return _summaries(seeded_run, pool, seeded.start, seeded.end)[request.param]
+
+    url = _store_with_run(seeded, tmp_path, monkeypatch, case)
+    return request.param, Summary.model_validate(raw), url
+
+
+def _store_with_run(
+    seeded: Seeded,
+    folder: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    summary_of: Callable[[dict[str, Any]], dict[str, Any]],
+) -> str:
+    """A copy of the seeded store whose latest run is ``summary_of(the seeded run's summary)``, and the
+    dashboard pointed at it."""
+    url = _copy(seeded, folder)
     engine = make_engine(url)
     with engine.connect() as connection:
         raw = connection.execute(select(AnalysisRunRow.summary)).scalar_one()
-    current = Summary.model_validate(raw)
-    summary = _summaries(raw, current.pools[0].pool, seeded.start, seeded.end)[request.param]
     with writing(engine) as connection:
         put_analysis(
             connection,
             created_at=seeded.end + timedelta(hours=1),
             from_ts=seeded.start,
             to_ts=seeded.end,
-            summary=summary,
+            summary=summary_of(raw),
         )
     engine.dispose()
     monkeypatch.setenv("PHASEFIT_DATABASE_URL", url)
     monkeypatch.setenv("PHASEFIT_DASHBOARD_SOURCE", "store")
     monkeypatch.delenv("PHASEFIT_CATALOG_PATH", raising=False)
-    return request.param, current, url
+    return url
 
 
 def test_the_fleet_page(stored: tuple[str, Summary, str]) -> None:
@@ -186,10 +204,6 @@ def test_the_reports_page_reads_an_old_report_summary(
 def test_the_drift_page_shows_whether_a_change_paid_off(
     seeded: Seeded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = _copy(seeded, tmp_path)
-    engine = make_engine(url)
-    with engine.connect() as connection:
-        raw = connection.execute(select(AnalysisRunRow.summary)).scalar_one()
     change = {
         "at": seeded.start.isoformat(),
         "moved": [{"worker_id": "node00/decode-1", "from_role": "decode", "to_role": "prefill"}, "junk"],
@@ -200,20 +214,13 @@ def test_the_drift_page_shows_whether_a_change_paid_off(
         "realized_output_tokens_per_s": "n/a",
         "realized_to_predicted": -0.2,
     }
-    raw["pools"][0]["changes"] = [change]
-    raw["model"] = {**raw["model"], "changes_scored": 1, "realized_error_median": 1.2}
-    with writing(engine) as connection:
-        put_analysis(
-            connection,
-            created_at=seeded.end + timedelta(hours=1),
-            from_ts=seeded.start,
-            to_ts=seeded.end,
-            summary=raw,
-        )
-    engine.dispose()
-    monkeypatch.setenv("PHASEFIT_DATABASE_URL", url)
-    monkeypatch.setenv("PHASEFIT_DASHBOARD_SOURCE", "store")
-    monkeypatch.delenv("PHASEFIT_CATALOG_PATH", raising=False)
+
+    def with_change(raw: dict[str, Any]) -> dict[str, Any]:
+        raw["pools"][0]["changes"] = [change]
+        raw["model"] = {**raw["model"], "changes_scored": 1, "realized_error_median": 1.2}
+        return raw
+
+    _store_with_run(seeded, tmp_path, monkeypatch, with_change)
     tables = [t.value for t in run_page("drift").table]
     (changes,) = [t for t in tables if "verdict" in t.columns]
     assert list(changes["workers moved"]) == ["node00/decode-1 decode->prefill"]
