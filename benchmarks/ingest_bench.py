@@ -6,7 +6,10 @@ Generates N gpu_sample records for G GPUs (default 1,000,000 and 1,024) as JSONL
   a store already at the head revision;
 - raw SQLite: Python's sqlite3 `executemany` of the same rows as plain, pre-built tuples, in one
   transaction, into the same schema (what the store can do at best, with no parsing or validation);
-- raw PostgreSQL: `psql -c "\\copy gpu_samples ... FROM file.csv"` of the same rows into the same schema.
+- raw PostgreSQL: `psql -c "\\copy raw_gpu_samples ... FROM file.csv"` of the same rows into the same schema.
+
+The raw baselines load the rows as the store keeps them (``raw_gpu_samples``: integer GPU and worker keys,
+enumeration codes), with the keys registered beforehand, untimed: they do no work ours does not.
 
 It prints samples/s, the ratio ours/raw per store and the CLI's peak RSS (its own, and the peak of the
 sum over it and its parsing processes, polled every 50 ms). Goal: ratio >= 0.5 on both stores, peak RSS
@@ -43,7 +46,9 @@ from sqlalchemy.engine import make_url
 
 from fleet.store.columns import to_epoch_us
 from fleet.store.engine import make_engine
+from fleet.store.lean import RAW_GPU_COLUMNS, lean_gpu_rows
 from fleet.store.migrate import upgrade
+from fleet.store.partitions import ensure_partitions
 from fleet.store.rows import GPU_SAMPLE_COLUMNS
 
 START = datetime(2026, 1, 5, tzinfo=UTC)
@@ -83,12 +88,52 @@ def samples(records: int, gpus: int) -> Iterator[dict[str, Any]]:
         yield sample(i, gpus, rng)
 
 
+def gpu_keys(gpus: int) -> dict[str, int]:
+    """The keys the raw baselines register for the GPUs (ours assigns its own)."""
+    return {f"GPU-{gpu:08x}-5d1c-4e2a-9b7f-{gpu:012x}": gpu + 1 for gpu in range(gpus)}
+
+
+def worker_keys(gpus: int) -> dict[str, int]:
+    return {f"worker-{worker:04d}": worker + 1 for worker in range(gpus // 2 + 1)}
+
+
+def raw_rows(records: int, gpus: int, *, epoch_us: bool) -> list[tuple[Any, ...]]:
+    """The generated records as ``raw_gpu_samples`` rows (what ours stores for them)."""
+    evidence = {"activity_evidence": "profiling"}  # what the store derives: sm/tensor/dram are set
+    rows: list[tuple[Any, ...]] = [
+        tuple({**evidence, **r}.get(c) for c in GPU_SAMPLE_COLUMNS) for r in samples(records, gpus)
+    ]
+    if epoch_us:
+        rows = [(row[0], to_epoch_us(row[1]), *row[2:]) for row in rows]
+    return lean_gpu_rows(rows, gpu_keys(gpus), worker_keys(gpus))
+
+
+def register_keys(url: str, gpus: int) -> None:
+    """The raw baselines' keys, stored before their (timed) load."""
+    engine = make_engine(url)
+    try:
+        with engine.begin() as connection:
+            for table, column, keys in (
+                ("gpu_keys", "gpu_uuid", gpu_keys(gpus)),
+                ("worker_keys", "worker_id", worker_keys(gpus)),
+            ):
+                connection.execute(
+                    text(f"INSERT INTO {table} (id, {column}) VALUES (:id, :name)"),
+                    [{"id": key, "name": name} for name, key in keys.items()],
+                )
+    finally:
+        engine.dispose()
+
+
 def generate(path: Path, csv_path: Path, records: int, gpus: int) -> None:
-    with path.open("wb") as jsonl, csv_path.open("w", newline="") as raw_csv:
-        writer = csv.writer(raw_csv)
+    with path.open("wb") as jsonl:
         for record in samples(records, gpus):
             jsonl.write(orjson.dumps(record) + b"\n")
-            writer.writerow("" if record[c] is None else record[c] for c in GPU_SAMPLE_COLUMNS)
+    with csv_path.open("w", newline="") as raw_csv:
+        csv.writer(raw_csv).writerows(
+            ("" if value is None else value for value in row)
+            for row in raw_rows(records, gpus, epoch_us=False)
+        )
 
 
 def status_kb(pid: int, field: str) -> int:
@@ -160,17 +205,15 @@ def run_ours(store: str, url: str, path: Path, records: int, jobs: int | None) -
 
 
 def run_raw_sqlite(db: Path, records: int, gpus: int) -> Run:
-    rows = [
-        tuple(to_epoch_us(r[c]) if c == "ts" else r[c] for c in GPU_SAMPLE_COLUMNS)
-        for r in samples(records, gpus)
-    ]
+    register_keys(f"sqlite:///{db}", gpus)
+    rows = raw_rows(records, gpus, epoch_us=True)
     connection = sqlite3.connect(db, isolation_level=None)
     connection.execute("PRAGMA journal_mode=WAL")
-    placeholders = ", ".join("?" * len(GPU_SAMPLE_COLUMNS))
+    placeholders = ", ".join("?" * len(RAW_GPU_COLUMNS))
     started = time.perf_counter()
     connection.execute("BEGIN")
     connection.executemany(
-        f"INSERT INTO gpu_samples ({', '.join(GPU_SAMPLE_COLUMNS)}) VALUES ({placeholders})", rows
+        f"INSERT INTO raw_gpu_samples ({', '.join(RAW_GPU_COLUMNS)}) VALUES ({placeholders})", rows
     )
     connection.execute("COMMIT")
     seconds = time.perf_counter() - started
@@ -178,9 +221,10 @@ def run_raw_sqlite(db: Path, records: int, gpus: int) -> Run:
     return Run("sqlite", "raw sqlite3 executemany", records, seconds)
 
 
-def run_raw_postgres(url: str, csv_path: Path, records: int) -> Run:
+def run_raw_postgres(url: str, csv_path: Path, records: int, gpus: int) -> Run:
+    register_keys(url, gpus)
     libpq = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    copy = f"\\copy gpu_samples ({', '.join(GPU_SAMPLE_COLUMNS)}) FROM '{csv_path}' WITH (FORMAT csv)"
+    copy = f"\\copy raw_gpu_samples ({', '.join(RAW_GPU_COLUMNS)}) FROM '{csv_path}' WITH (FORMAT csv)"
     started = time.perf_counter()
     subprocess.run(["psql", "-q", "-v", "ON_ERROR_STOP=1", "-d", libpq, "-c", copy], check=True)
     return Run("postgresql", "raw psql \\copy", records, time.perf_counter() - started)
@@ -195,9 +239,11 @@ def count(url: str) -> int:
         engine.dispose()
 
 
-def fresh_store(url: str) -> str:
+def fresh_store(url: str, days: int = 0) -> str:
+    """A store at the head revision, with day partitions (PostgreSQL) for the records' ``days``."""
     engine = make_engine(url)
     upgrade(engine)
+    ensure_partitions(engine, START, days_ahead=days)
     engine.dispose()
     return url
 
@@ -256,14 +302,16 @@ def main() -> None:
         for db in (ours_db, raw_db):
             assert count(f"sqlite:///{db}") == args.records, f"{db} does not hold every record"
         if not args.skip_postgres:
-            runs += bench_postgres(args.postgres_url, jsonl, csv_path, args.records, args.jobs)
+            runs += bench_postgres(args.postgres_url, jsonl, csv_path, args.records, args.gpus, args.jobs)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     report(runs)
 
 
-def bench_postgres(admin_url: str, jsonl: Path, csv_path: Path, records: int, jobs: int | None) -> list[Run]:
+def bench_postgres(
+    admin_url: str, jsonl: Path, csv_path: Path, records: int, gpus: int, jobs: int | None
+) -> list[Run]:
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     names = [f"pf_bench_{uuid.uuid4().hex[:8]}_{kind}" for kind in ("ours", "raw")]
     urls = [make_url(admin_url).set(database=name).render_as_string(hide_password=False) for name in names]
@@ -271,12 +319,13 @@ def bench_postgres(admin_url: str, jsonl: Path, csv_path: Path, records: int, jo
         with admin.connect() as connection:
             for name in names:
                 connection.execute(text(f'CREATE DATABASE "{name}"'))
+        days = (records // gpus * 60) // 86_400 + 1  # 60-s windows
         for url in urls:
-            fresh_store(url)
+            fresh_store(url, days)
         print("postgresql: phasefit ingest ...")
         ours = run_ours("postgresql", urls[0], jsonl, records, jobs)
         print("postgresql: raw psql \\copy ...")
-        raw = run_raw_postgres(urls[1], csv_path, records)
+        raw = run_raw_postgres(urls[1], csv_path, records, gpus)
         for url in urls:
             assert count(url) == records, f"{url} does not hold every record"
         return [ours, raw]

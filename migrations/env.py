@@ -7,6 +7,7 @@ from alembic import context
 from sqlalchemy import Connection, pool
 
 from fleet.store.engine import make_engine
+from fleet.store.partitions import compared_by_autogenerate
 from fleet.store.schema import Base
 
 config = context.config
@@ -19,6 +20,7 @@ def _run(connection: Connection) -> None:
         target_metadata=target_metadata,
         compare_type=True,
         render_as_batch=connection.dialect.name == "sqlite",  # SQLite barely supports ALTER
+        include_object=compared_by_autogenerate,  # partitions and reading views are not drift
     )
     with context.begin_transaction():
         context.run_migrations()

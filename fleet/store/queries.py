@@ -26,7 +26,10 @@ from fleet.store.schema import (
     GpuSample1hRow,
     GpuSample1mRow,
     GpuSampleRow,
+    RawEngineSampleRow,
+    RawGpuSampleRow,
     WorkerRow,
+    is_view,
 )
 
 Columns = dict[str, list[Any]]
@@ -204,7 +207,7 @@ def sample_time_range(
     """First and last raw sample timestamps over both sample tables (only those before ``before`` when
     given: a sample stamped in the future by a skewed clock must not move a default range), or None."""
     bounds = []
-    for row_type in (GpuSampleRow, EngineSampleRow):
+    for row_type in (RawGpuSampleRow, RawEngineSampleRow):  # the tables: their key leads with ts
         statement = select(func.min(row_type.ts), func.max(row_type.ts))
         if before is not None:
             statement = statement.where(row_type.ts < before)
@@ -247,8 +250,17 @@ def get_worker(connection: Connection, worker_id: str) -> WorkerInfo | None:
 
 
 def table_counts(connection: Connection) -> dict[str, int]:
-    """Row count of every phasefit table, in dependency order."""
+    """Row count of every phasefit table, in dependency order; raw samples under their views' names
+    (``gpu_samples``, ``engine_samples``), the tables that store them (``raw_*``) not repeated."""
     return {
-        table.name: int(connection.execute(select(func.count()).select_from(table)).scalar_one())
+        table.name: int(connection.execute(select(func.count()).select_from(_counted(table))).scalar_one())
         for table in Base.metadata.sorted_tables
+        if "rows_of" not in table.info
     }
+
+
+def _counted(table: Table) -> Table:
+    """What to count for ``table``: a sample view's rows are its raw table's (no join to count through)."""
+    if is_view(table):
+        return next(t for t in Base.metadata.tables.values() if t.info.get("rows_of") == table.name)
+    return table

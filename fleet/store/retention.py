@@ -1,21 +1,27 @@
 """Raw-sample retention and rollups (``phasefit db prune``).
 
 ``PHASEFIT_RAW_RETENTION_DAYS`` (default 14, :class:`fleet.settings.Settings.raw_retention_days`) is how
-many days of raw ``gpu_samples`` / ``engine_samples`` the store keeps. Before raw rows go, they are rolled
-up per minute and per hour (``*_1m`` / ``*_1h`` tables: averages of ratios and gauges over the non-null
-samples, sums of tokens and preemptions, maxima of memory, queue and latency quantiles, sample counts);
-rollups are never pruned, so reads over weeks use them.
+many days of raw samples the store keeps. Before raw rows go, they are rolled up per minute and per hour
+(``*_1m`` / ``*_1h`` tables: averages of ratios and gauges over the non-null samples, sums of tokens and
+preemptions, maxima of memory, queue and latency quantiles, sample counts); rollups are never pruned, so
+reads over weeks use them.
 
-A prune run:
+A prune run, in one transaction:
 
 1. recomputes the rollup buckets of every complete hour from the last rolled-up hour minus a look-back
    (24 h by default, so late samples that collectors replayed from their spool are counted) up to the
    start of the current hour; ``full=True`` recomputes from the oldest raw sample instead;
-2. deletes raw samples older than ``now - retention_days`` (rounded down to the hour, so no bucket is cut).
+2. expires raw samples older than ``now - retention_days``, rounded down to the hour on SQLite (rows are
+   deleted) and to the UTC day on PostgreSQL, where whole day partitions are dropped (so PostgreSQL keeps
+   between ``retention_days`` and one day more). Rows the ``DEFAULT`` partition holds past the cutoff are
+   deleted. Before any raw row goes, each of its hours is checked: the hourly rollups must count exactly
+   the raw rows of that hour, and an hour where they do not (a sample that arrived after its hour was
+   rolled up and past the look-back) is rolled up again first. Raw samples never go un-rolled-up.
 
-Both happen in one transaction. Run it from cron or a Kubernetes CronJob, e.g. hourly.
-Future work (DESIGN.md, Scale): on PostgreSQL, daily partitions of the raw tables would turn step 2 into
-dropping whole partitions.
+On PostgreSQL a day partition is checked under a ``SHARE`` lock of its own (a sample for that day waits,
+samples of other days do not); the drops come last and hold ``ACCESS EXCLUSIVE`` on the raw tables until the
+prune commits: moments, once a day. Run it from cron or a Kubernetes CronJob, e.g. hourly; ``phasefit db
+prune`` also creates the next days' partitions (:func:`fleet.store.partitions.ensure_partitions`).
 """
 
 from __future__ import annotations
@@ -31,16 +37,22 @@ from sqlalchemy import (
     Engine,
     Table,
     case,
+    column,
     delete,
     func,
     insert,
     literal_column,
     select,
+    table,
+    text,
     type_coerce,
 )
 from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.expression import TableClause
 
+from fleet.store.columns import UtcDateTime, from_epoch_us
 from fleet.store.engine import is_sqlite, writing
+from fleet.store.partitions import Partition, drop_partition, floor_day, list_partitions
 from fleet.store.schema import (
     EngineSample1hRow,
     EngineSample1mRow,
@@ -48,6 +60,8 @@ from fleet.store.schema import (
     GpuSample1hRow,
     GpuSample1mRow,
     GpuSampleRow,
+    RawEngineSampleRow,
+    RawGpuSampleRow,
     table_of,
 )
 
@@ -61,7 +75,17 @@ class PruneResult:
     cutoff: datetime  # raw samples before this were deleted
     rolled_up_until: datetime  # rollups are complete up to this hour
     rollup_rows: dict[str, int] = field(default_factory=dict)  # rows (re)written per rollup table
-    deleted: dict[str, int] = field(default_factory=dict)  # raw rows deleted per table
+    deleted: dict[str, int] = field(default_factory=dict)  # raw rows deleted per table (view name)
+    dropped_partitions: tuple[str, ...] = ()  # PostgreSQL day partitions dropped
+
+
+@dataclass(frozen=True)
+class Expired:
+    """What :func:`expire_raw_samples` did to one raw table."""
+
+    rows: int = 0  # raw rows gone (dropped with their partition or deleted)
+    dropped_partitions: tuple[str, ...] = ()
+    rollup_rows: dict[str, int] = field(default_factory=dict)  # rollup rows rewritten for stale hours
 
 
 def floor_hour(moment: datetime) -> datetime:
@@ -143,10 +167,26 @@ def _replace(
 
 
 _Rollup = Callable[[Connection, Table, datetime, datetime, str], int]
-_FAMILIES: tuple[tuple[Table, _Rollup, dict[str, Table]], ...] = (
-    (table_of(GpuSampleRow), _gpu_rollup, {"1m": table_of(GpuSample1mRow), "1h": table_of(GpuSample1hRow)}),
-    (
+
+
+@dataclass(frozen=True)
+class _Family:
+    view: Table  # what rollups read (keys and text)
+    raw: Table  # what stores the rows (time bounds, deletes, partitions)
+    rollup: _Rollup
+    targets: dict[str, Table]
+
+
+_FAMILIES = (
+    _Family(
+        table_of(GpuSampleRow),
+        table_of(RawGpuSampleRow),
+        _gpu_rollup,
+        {"1m": table_of(GpuSample1mRow), "1h": table_of(GpuSample1hRow)},
+    ),
+    _Family(
         table_of(EngineSampleRow),
+        table_of(RawEngineSampleRow),
         _engine_rollup,
         {"1m": table_of(EngineSample1mRow), "1h": table_of(EngineSample1hRow)},
     ),
@@ -165,11 +205,20 @@ def refresh_rollups(
     if unknown:
         raise ValueError(f"unknown rollup resolution(s) {sorted(unknown)}; known: {sorted(_WIDTHS)}")
     return {
-        target.name: rollup(connection, target, start, end, resolution)
-        for _raw, rollup, targets in _FAMILIES
-        for resolution, target in targets.items()
+        target.name: family.rollup(connection, target, start, end, resolution)
+        for family in _FAMILIES
+        for resolution, target in family.targets.items()
         if resolution in resolutions
     }
+
+
+def retention_cutoff(connection: Connection, now: datetime, retention_days: int) -> datetime:
+    """Where raw samples end: ``now - retention_days`` rounded down to the hour (SQLite) or to the UTC day
+    (PostgreSQL: whole day partitions go)."""
+    if retention_days < 1:
+        raise ValueError("retention_days must be at least 1")
+    cutoff = floor_hour(now - timedelta(days=retention_days))
+    return cutoff if is_sqlite(connection) else floor_day(cutoff)
 
 
 def apply_retention(
@@ -180,24 +229,149 @@ def apply_retention(
     full: bool = False,
     lookback: timedelta = DEFAULT_LOOKBACK,
 ) -> PruneResult:
-    """Roll up complete hours, then delete raw samples older than the retention (module docstring)."""
+    """Roll up complete hours, then expire raw samples older than the retention (module docstring)."""
     if retention_days < 1:
         raise ValueError("retention_days must be at least 1")
     end = floor_hour(now)
-    cutoff = floor_hour(now - timedelta(days=retention_days))
     rollup_rows: dict[str, int] = {}
-    deleted: dict[str, int] = {}
     with writing(engine) as connection:
-        for raw, rollup, targets in _FAMILIES:
-            earliest = connection.execute(select(func.min(raw.c.ts))).scalar_one()
+        cutoff = retention_cutoff(connection, now, retention_days)
+        for family in _FAMILIES:
+            earliest = connection.execute(select(func.min(family.raw.c.ts))).scalar_one()
             if earliest is not None:
                 start = floor_hour(earliest)
-                done = connection.execute(select(func.max(targets["1h"].c.bucket))).scalar_one()
+                done = connection.execute(select(func.max(family.targets["1h"].c.bucket))).scalar_one()
                 if done is not None and not full:
                     start = max(start, done - lookback)
-                for resolution, target in targets.items():
+                for resolution, target in family.targets.items():
                     rollup_rows[target.name] = (
-                        rollup(connection, target, start, end, resolution) if start < end else 0
+                        family.rollup(connection, target, start, end, resolution) if start < end else 0
                     )
-            deleted[raw.name] = int(connection.execute(delete(raw).where(raw.c.ts < cutoff)).rowcount)
-    return PruneResult(cutoff, end, rollup_rows, deleted)
+        expired = expire_raw_samples(connection, cutoff)
+    for result in expired.values():
+        for name, count in result.rollup_rows.items():
+            rollup_rows[name] = rollup_rows.get(name, 0) + count
+    deleted = {name: result.rows for name, result in expired.items()}
+    dropped = tuple(name for result in expired.values() for name in result.dropped_partitions)
+    return PruneResult(cutoff, end, rollup_rows, deleted, dropped)
+
+
+def expire_raw_samples(connection: Connection, cutoff: datetime) -> dict[str, Expired]:
+    """Step 2 of a prune on its own (per view name), in the caller's transaction: check the rollups of
+    every hour before ``cutoff`` that still has raw rows, roll up again those that miss some, then drop the
+    day partitions that end by ``cutoff`` (PostgreSQL) and delete the raw rows left before it.
+
+    PostgreSQL: each expired partition is locked ``SHARE`` while it is checked (a sample for that old day
+    waits; samples of other days do not), and only the drops, all at the end, take ``ACCESS EXCLUSIVE`` on
+    the raw tables, until the caller commits. Rows of the ``DEFAULT`` partition are checked without a lock:
+    one committed between the count and the delete makes the counts differ, and the whole expiry fails
+    (rolled back; the next prune does it)."""
+    expired: dict[str, Expired] = {}
+    drops: list[Partition] = []
+    for family in _FAMILIES:
+        rows = 0
+        dropped: list[str] = []
+        rewritten: dict[str, int] = {}
+        partitions = [] if is_sqlite(connection) else list_partitions(connection, family.raw.name)
+        if not partitions:  # SQLite (or a PostgreSQL raw table someone left unpartitioned)
+            rows += _delete_before(connection, family, family.raw, cutoff, rewritten)
+        for partition in partitions:
+            stored = _relation(partition.name)
+            if partition.start is None or partition.end is None:
+                rows += _delete_before(connection, family, stored, cutoff, rewritten)
+            elif partition.end <= cutoff:
+                connection.execute(text(f"LOCK TABLE {partition.name} IN SHARE MODE"))
+                rows += _ensure_rolled_up(
+                    connection, family, stored, partition.start, partition.end, rewritten
+                )
+                drops.append(partition)
+                dropped.append(partition.name)
+        expired[family.view.name] = Expired(rows, tuple(dropped), rewritten)
+    for partition in drops:
+        drop_partition(connection, partition)
+    return expired
+
+
+def _relation(name: str) -> TableClause:
+    """A partition, as much of it as expiry reads: its time column."""
+    return table(name, column("ts", UtcDateTime()))
+
+
+def _delete_before(
+    connection: Connection,
+    family: _Family,
+    stored: Table | TableClause,
+    cutoff: datetime,
+    rewritten: dict[str, int],
+) -> int:
+    """Delete the rows of ``stored`` before ``cutoff`` once their hours are rolled up; how many."""
+    ts = stored.c.ts
+    earliest = connection.execute(select(func.min(ts)).where(ts < cutoff)).scalar_one()
+    if earliest is None:
+        return 0
+    counted = _ensure_rolled_up(connection, family, stored, floor_hour(earliest), cutoff, rewritten)
+    deleted = int(connection.execute(delete(stored).where(ts < cutoff)).rowcount)
+    if deleted != counted:
+        raise RuntimeError(
+            f"{stored.name}: {counted} rows counted before {cutoff.isoformat()} but {deleted} to delete "
+            "(written meanwhile): nothing was expired, the next prune will"
+        )
+    return deleted
+
+
+def _ensure_rolled_up(
+    connection: Connection,
+    family: _Family,
+    stored: Table | TableClause,
+    start: datetime,
+    end: datetime,
+    rewritten: dict[str, int],
+) -> int:
+    """Rows of ``stored`` (the raw table, or one of its partitions) in [start, end), after rolling up again
+    every hour whose hourly rollups do not count exactly its raw rows (hours without raw rows are left
+    alone: their rows went in an earlier prune). Only the hours ``stored`` has rows in are compared: on
+    PostgreSQL a partition holds every raw row of its hours (a day), and so does ``DEFAULT`` of the hours
+    it has rows in (a day's rows leave it when the day gets a partition).
+
+    Raw rows of an hour are only ever added (never deleted) until their whole hour goes, so the rollups of
+    the hours from the first raw row on count at most the raw rows: equal totals mean every hour is
+    complete, and one ``count(*)`` (an index-only scan of the time key) settles the usual case."""
+    ts, hourly = stored.c.ts, family.targets["1h"]
+    first = connection.execute(select(func.min(ts)).where(ts >= start, ts < end)).scalar_one()
+    if first is None:
+        return 0
+    start = max(start, floor_hour(first))
+    total = int(connection.execute(select(func.count()).where(ts >= start, ts < end)).scalar_one())
+    counted = connection.execute(
+        select(func.sum(hourly.c.samples)).where(hourly.c.bucket >= start, hourly.c.bucket < end)
+    ).scalar_one()
+    if counted is not None and int(counted) == total:
+        return total
+    hour = _bucket(connection, ts, "1h")
+    counts = {
+        _instant(bucket): int(count)
+        for bucket, count in connection.execute(
+            select(hour, func.count()).where(ts >= start, ts < end).group_by(hour)
+        )
+    }
+    rolled = {
+        _instant(bucket): int(samples)
+        for bucket, samples in connection.execute(
+            select(hourly.c.bucket, func.sum(hourly.c.samples))
+            .where(hourly.c.bucket >= start, hourly.c.bucket < end)
+            .group_by(hourly.c.bucket)
+        )
+    }
+    for bucket, count in counts.items():
+        if rolled.get(bucket) != count:
+            for resolution, target in family.targets.items():
+                written = family.rollup(connection, target, bucket, bucket + _WIDTHS["1h"], resolution)
+                rewritten[target.name] = rewritten.get(target.name, 0) + written
+    return sum(counts.values())
+
+
+def _instant(value: Any) -> datetime:
+    """An hour as a UTC datetime: a stored bucket, or one computed in SQL (microseconds on SQLite)."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC)
+    return from_epoch_us(int(value))

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from fleet.contract import EngineSample, GpuSample, activity_evidence
+from fleet.store import codes
 
 TimeEncoding = Literal["epoch_us", "datetime"]
 INT64_MAX = 2**63 - 1
@@ -39,6 +40,7 @@ _ENGINE_BIG_INTS = (
     "requests_waiting",
     "preemptions",
 )
+_EVIDENCE = codes.encoder(codes.EVIDENCE, nullable=True)  # the evidence values raw rows can hold, and None
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -120,20 +122,25 @@ class RowBatch:
             worker_id = values["worker_id"]
             if worker_id is not None and "\x00" in worker_id:
                 raise RowValueError("worker_id", "contains a NUL character")
+            state, source, evidence = values["state"]._value_, values["source"]._value_, _evidence(record)
+            if state not in codes.STATE or source not in codes.SOURCE or evidence not in _EVIDENCE:
+                raise _uncoded(("state", state), ("source", source), ("activity_evidence", evidence))
             self.gpu_rows.append((
                 values["gpu_uuid"], ts_value, values["window_s"], worker_id, values["sm_active"],
                 values["tensor_active"], values["dram_active"], values["gpu_util"], values["mem_used_bytes"],
                 values["power_w"], values["sm_clock_mhz"], values["nvlink_tx_bytes"],
                 values["nvlink_rx_bytes"], values["pcie_tx_bytes"], values["pcie_rx_bytes"],
-                values["state"]._value_, values["source"]._value_, values["gr_engine_active"],
-                values["mem_copy_util"], _evidence(record),
+                state, source, values["gr_engine_active"], values["mem_copy_util"], evidence,
             ))  # fmt: skip
             _remember(self._latest_gpu, values["gpu_uuid"], ts, values, tag, key_field="gpu_uuid")
         else:
             _check_ints(values, _ENGINE_BIG_INTS)
+            role, role_source = values["role"]._value_, values["role_source"]._value_
+            if role not in codes.ROLE or role_source not in codes.ROLE_SOURCE:
+                raise _uncoded(("role", role), ("role_source", role_source))
             self.engine_rows.append((
-                values["worker_id"], ts_value, values["window_s"], values["role"]._value_,
-                values["role_source"]._value_, values["prompt_tokens"], values["generation_tokens"],
+                values["worker_id"], ts_value, values["window_s"], role, role_source,
+                values["prompt_tokens"], values["generation_tokens"],
                 values["requests_running"], values["requests_waiting"], values["kv_cache_usage"],
                 values["preemptions"], values["ttft_p50_s"], values["ttft_p99_s"], values["tpot_p50_s"],
                 values["tpot_p99_s"],
@@ -190,6 +197,15 @@ class RowBatch:
     def _fold_node(self, node: str, first: datetime, last: datetime) -> None:
         span = self.nodes.get(node)
         self.nodes[node] = (first, last) if span is None else (min(span[0], first), max(span[1], last))
+
+
+def _uncoded(*named: tuple[str, str | None]) -> RowValueError:
+    """The error for the first of ``named`` (field, value) the raw tables have no code for."""
+    for name, value in named:
+        known = codes.GPU_COLUMNS.get(name) or codes.ENGINE_COLUMNS[name]
+        if value is not None and value not in known:
+            return RowValueError(name, codes.no_code_message(value, known))
+    raise AssertionError(f"every value of {named} has a code")
 
 
 def _evidence(record: GpuSample) -> str | None:

@@ -2,18 +2,31 @@
 
 Design choices, with the reason for each:
 
-- Raw samples are keyed on their natural key, ``gpu_samples (gpu_uuid, ts)`` and ``engine_samples
-  (worker_id, ts)``, so a re-sent record is a no-op (``INSERT ... ON CONFLICT DO NOTHING``). The primary key
-  also serves per-GPU / per-worker time ranges; ``ts`` indexes serve fleet-wide ranges and
-  ``gpu_samples (worker_id, ts)`` serves a worker's GPUs.
+- Raw samples are stored lean, in ``raw_gpu_samples`` / ``raw_engine_samples``: the GPU and worker are
+  integer keys (``gpu_keys`` / ``worker_keys`` map them to the UUID and worker id, each unique there),
+  ratios, gauges, watts, clocks and latencies are 4-byte ``REAL`` (7 significant digits: more than any
+  counter measures), enumerations are ``SMALLINT`` codes (:mod:`fleet.store.codes`), timestamps and
+  integer counters (bytes, tokens, requests) stay exact. The primary key ``(ts, key)`` is the only index:
+  it makes a re-sent sample a no-op (``ON CONFLICT DO NOTHING``, the exactly-once guarantee) and, leading
+  with time, serves every time-range read, ``min(ts)`` / ``max(ts)`` and retention; rows arrive in time
+  order, so it is appended to and stays dense. On PostgreSQL the raw tables are partitioned by day on
+  ``ts`` (:mod:`fleet.store.partitions`), so retention drops whole days; on SQLite they are ``WITHOUT
+  ROWID`` tables clustered on that key.
+- The key tables are apart from ``gpus`` / ``workers`` because a GPU sample may name a worker that has no
+  ``workers`` row (no engine sample yet, or ever), and JSONL ingest writes samples before dimensions.
+- Readers see ``gpu_samples`` / ``engine_samples``: views with the natural keys and the enumerations' text,
+  column for column what the tables held before revision 0005 (``LEFT JOIN`` on unique keys: a read that
+  needs neither key nor text, such as ``count(*)`` or ``min(ts)``, skips the joins). They are read-only;
+  their models (``info={"view": True}``) exist to build queries, never to create tables.
 - A sample row keeps what changes window to window (ratios, counters, worker, role, state); what identifies
   the GPU or worker (node, index, reported name, SKU, model, engine, TP) lives once in ``gpus`` /
   ``workers``, upserted from the samples with "latest window wins" and first/last seen.
-- The sample tables carry no foreign keys: the write path upserts their ``gpus``/``workers`` rows in the
-  same transaction, and FK triggers would slow COPY and stop retention from dropping whole partitions.
+- The sample tables carry no foreign keys: FK checks would slow COPY and stop retention from dropping whole
+  partitions.
 - Rollups (per minute and per hour) have the same shape at both resolutions and outlive raw retention.
-- Enumerations are stored as short strings (validated at the edge by ``fleet.contract``), JSON as JSON
-  (not JSONB: Alertmanager payloads may carry ``\\u0000``, which JSONB refuses).
+- Enumerations outside raw samples are stored as short strings (validated at the edge by
+  ``fleet.contract``), JSON as JSON (not JSONB: Alertmanager payloads may carry ``\\u0000``, which JSONB
+  refuses).
 """
 
 from __future__ import annotations
@@ -23,12 +36,14 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    REAL,
     BigInteger,
     Float,
     ForeignKey,
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -106,54 +121,130 @@ class WorkerRow(Base):
     last_seen: Mapped[datetime]
 
 
+class GpuKeyRow(Base):
+    """The integer key raw GPU samples store for a GPU UUID (assigned on first sight, never reused)."""
+
+    __tablename__ = "gpu_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    gpu_uuid: Mapped[str] = mapped_column(String(NAME), unique=True)
+
+
+class WorkerKeyRow(Base):
+    """The integer key raw samples store for a worker id (assigned on first sight, never reused)."""
+
+    __tablename__ = "worker_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    worker_id: Mapped[str] = mapped_column(String(NAME), unique=True)
+
+
+_RAW_TABLE_ARGS = {"postgresql_partition_by": "RANGE (ts)", "sqlite_with_rowid": False}
+
+
+class RawGpuSampleRow(Base):
+    """One GPU over one window, stored lean (module docstring); 8-byte columns first, so no padding."""
+
+    __tablename__ = "raw_gpu_samples"
+    __table_args__ = (_RAW_TABLE_ARGS | {"info": {"rows_of": "gpu_samples"}},)
+
+    ts: Mapped[datetime] = mapped_column(primary_key=True)
+    mem_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    nvlink_tx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    nvlink_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    pcie_tx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    pcie_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    gpu_key: Mapped[int] = mapped_column(Integer, primary_key=True)  # gpu_keys.id
+    worker_key: Mapped[int | None] = mapped_column(Integer)  # worker_keys.id
+    window_s: Mapped[float] = mapped_column(REAL)
+    sm_active: Mapped[float | None] = mapped_column(REAL)
+    tensor_active: Mapped[float | None] = mapped_column(REAL)
+    dram_active: Mapped[float | None] = mapped_column(REAL)
+    gpu_util: Mapped[float | None] = mapped_column(REAL)
+    power_w: Mapped[float | None] = mapped_column(REAL)
+    sm_clock_mhz: Mapped[float | None] = mapped_column(REAL)
+    gr_engine_active: Mapped[float | None] = mapped_column(REAL)
+    mem_copy_util: Mapped[float | None] = mapped_column(REAL)
+    state: Mapped[int] = mapped_column(SmallInteger)  # fleet.store.codes.STATE
+    source: Mapped[int] = mapped_column(SmallInteger)  # fleet.store.codes.SOURCE
+    activity_evidence: Mapped[int | None] = mapped_column(SmallInteger)  # fleet.store.codes.EVIDENCE
+
+
+class RawEngineSampleRow(Base):
+    """One serving worker over one window, stored lean (module docstring)."""
+
+    __tablename__ = "raw_engine_samples"
+    __table_args__ = (_RAW_TABLE_ARGS | {"info": {"rows_of": "engine_samples"}},)
+
+    ts: Mapped[datetime] = mapped_column(primary_key=True)
+    prompt_tokens: Mapped[int] = mapped_column(BigInteger)
+    generation_tokens: Mapped[int] = mapped_column(BigInteger)
+    requests_running: Mapped[int | None] = mapped_column(BigInteger)
+    requests_waiting: Mapped[int | None] = mapped_column(BigInteger)
+    preemptions: Mapped[int | None] = mapped_column(BigInteger)
+    worker_key: Mapped[int] = mapped_column(Integer, primary_key=True)  # worker_keys.id
+    window_s: Mapped[float] = mapped_column(REAL)
+    kv_cache_usage: Mapped[float | None] = mapped_column(REAL)
+    ttft_p50_s: Mapped[float | None] = mapped_column(REAL)
+    ttft_p99_s: Mapped[float | None] = mapped_column(REAL)
+    tpot_p50_s: Mapped[float | None] = mapped_column(REAL)
+    tpot_p99_s: Mapped[float | None] = mapped_column(REAL)
+    role: Mapped[int] = mapped_column(SmallInteger)  # fleet.store.codes.ROLE
+    role_source: Mapped[int] = mapped_column(SmallInteger)  # fleet.store.codes.ROLE_SOURCE
+
+
+_VIEW = {"info": {"view": True}}
+
+
 class GpuSampleRow(Base):
+    """The ``gpu_samples`` view: raw GPU samples with the GPU UUID, worker id and text values (read-only)."""
+
     __tablename__ = "gpu_samples"
-    __table_args__ = (
-        Index("ix_gpu_samples_ts", "ts"),
-        Index("ix_gpu_samples_worker_id_ts", "worker_id", "ts"),
-    )
+    __table_args__ = (_VIEW,)
 
     gpu_uuid: Mapped[str] = mapped_column(String(NAME), primary_key=True)
     ts: Mapped[datetime] = mapped_column(primary_key=True)
-    window_s: Mapped[float] = mapped_column(Float)
+    window_s: Mapped[float] = mapped_column(REAL)
     worker_id: Mapped[str | None] = mapped_column(String(NAME))
-    sm_active: Mapped[float | None] = mapped_column(Float)
-    tensor_active: Mapped[float | None] = mapped_column(Float)
-    dram_active: Mapped[float | None] = mapped_column(Float)
-    gpu_util: Mapped[float | None] = mapped_column(Float)
+    sm_active: Mapped[float | None] = mapped_column(REAL)
+    tensor_active: Mapped[float | None] = mapped_column(REAL)
+    dram_active: Mapped[float | None] = mapped_column(REAL)
+    gpu_util: Mapped[float | None] = mapped_column(REAL)
     mem_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    power_w: Mapped[float | None] = mapped_column(Float)
-    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
+    power_w: Mapped[float | None] = mapped_column(REAL)
+    sm_clock_mhz: Mapped[float | None] = mapped_column(REAL)
     nvlink_tx_bytes: Mapped[int | None] = mapped_column(BigInteger)
     nvlink_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
     pcie_tx_bytes: Mapped[int | None] = mapped_column(BigInteger)
     pcie_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
     state: Mapped[str] = mapped_column(String(ENUM))
     source: Mapped[str] = mapped_column(String(ENUM))
-    gr_engine_active: Mapped[float | None] = mapped_column(Float)
-    mem_copy_util: Mapped[float | None] = mapped_column(Float)
+    gr_engine_active: Mapped[float | None] = mapped_column(REAL)
+    mem_copy_util: Mapped[float | None] = mapped_column(REAL)
     activity_evidence: Mapped[str | None] = mapped_column(String(ENUM))  # fleet.contract.ActivityEvidence
 
 
 class EngineSampleRow(Base):
+    """The ``engine_samples`` view: raw engine samples with the worker id and text values (read-only)."""
+
     __tablename__ = "engine_samples"
-    __table_args__ = (Index("ix_engine_samples_ts", "ts"),)
+    __table_args__ = (_VIEW,)
 
     worker_id: Mapped[str] = mapped_column(String(NAME), primary_key=True)
     ts: Mapped[datetime] = mapped_column(primary_key=True)
-    window_s: Mapped[float] = mapped_column(Float)
+    window_s: Mapped[float] = mapped_column(REAL)
     role: Mapped[str] = mapped_column(String(ENUM))
     role_source: Mapped[str] = mapped_column(String(ENUM))
     prompt_tokens: Mapped[int] = mapped_column(BigInteger)
     generation_tokens: Mapped[int] = mapped_column(BigInteger)
     requests_running: Mapped[int | None] = mapped_column(BigInteger)
     requests_waiting: Mapped[int | None] = mapped_column(BigInteger)
-    kv_cache_usage: Mapped[float | None] = mapped_column(Float)
+    kv_cache_usage: Mapped[float | None] = mapped_column(REAL)
     preemptions: Mapped[int | None] = mapped_column(BigInteger)
-    ttft_p50_s: Mapped[float | None] = mapped_column(Float)
-    ttft_p99_s: Mapped[float | None] = mapped_column(Float)
-    tpot_p50_s: Mapped[float | None] = mapped_column(Float)
-    tpot_p99_s: Mapped[float | None] = mapped_column(Float)
+    ttft_p50_s: Mapped[float | None] = mapped_column(REAL)
+    ttft_p99_s: Mapped[float | None] = mapped_column(REAL)
+    tpot_p50_s: Mapped[float | None] = mapped_column(REAL)
+    tpot_p99_s: Mapped[float | None] = mapped_column(REAL)
 
 
 class _GpuRollup:
@@ -313,7 +404,8 @@ class AnalysisRunRow(Base):
     summary: Mapped[dict[str, Any]]
 
 
-SAMPLE_TABLES = ("gpu_samples", "engine_samples")
+SAMPLE_TABLES = ("gpu_samples", "engine_samples")  # the views readers query
+RAW_SAMPLE_TABLES = ("raw_gpu_samples", "raw_engine_samples")  # what stores them (partitioned on PostgreSQL)
 ROLLUP_TABLES = ("gpu_samples_1m", "gpu_samples_1h", "engine_samples_1m", "engine_samples_1h")
 
 
@@ -322,3 +414,8 @@ def table_of(model: type[Base]) -> Table:
     table = model.__table__
     assert isinstance(table, Table)
     return table
+
+
+def is_view(table: Table) -> bool:
+    """Whether ``table`` models a view (read-only; created by a migration, never by ``create_all``)."""
+    return bool(table.info.get("view"))

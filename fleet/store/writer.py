@@ -1,13 +1,18 @@
 """The batch write path: idempotent, fast on both dialects, inside the caller's transaction.
 
-- Samples: SQLite gets one ``executemany`` of ``INSERT OR IGNORE``; PostgreSQL gets ``COPY`` into a
-  session-local staging table, then ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` (COPY itself has no
-  conflict handling). Batches under ``SMALL_BATCH_ROWS`` skip the staging table: one
+- Samples are stored lean (:mod:`fleet.store.schema`): the batch's GPU UUIDs and worker ids become integer
+  keys (:func:`fleet.store.keys.resolve_keys`, one query when all are known), its enumerations become codes
+  (:mod:`fleet.store.codes`), column by column at C speed, before anything is sent.
+- SQLite gets one ``executemany`` of ``INSERT OR IGNORE``; PostgreSQL gets ``COPY`` into a session-local
+  staging table, then ``INSERT ... SELECT ... ON CONFLICT DO NOTHING`` (COPY itself has no conflict
+  handling). Batches under ``SMALL_BATCH_ROWS`` skip the staging table: one
   ``INSERT ... SELECT * FROM unnest(<an array per column>) ON CONFLICT DO NOTHING``, one round trip.
-  Either way a re-sent sample is counted as a duplicate and stored once.
+  Either way the primary key ``(ts, key)`` makes a re-sent sample a duplicate, counted and stored once.
 - A bulk load that expects new data (JSONL ingest) may COPY straight into the sample tables
   (``assume_new``), which is as fast as PostgreSQL loads; a key already stored aborts it, and the caller
   repeats the load the idempotent way.
+- On PostgreSQL a sample lands in its day's partition, or in the ``DEFAULT`` partition when that day has
+  none yet (:mod:`fleet.store.partitions`): never refused, never lost.
 - GPUs, workers and nodes are upserted from the batch with "latest window wins" and first/last seen;
   the GPU's SKU comes from an injected ``sku_resolver`` (``gpu_name -> catalog key``), so the store does not
   depend on the catalog.
@@ -24,27 +29,24 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, Float, Integer, String, case, func
+from sqlalchemy import REAL, BigInteger, Connection, Float, Integer, SmallInteger, String, case, func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
 from fleet.contract import EngineSample, GpuSample
 from fleet.store.columns import UtcDateTime
 from fleet.store.engine import driver_connection, is_sqlite
-from fleet.store.rows import (
-    ENGINE_SAMPLE_COLUMNS,
-    GPU_SAMPLE_COLUMNS,
-    RowBatch,
-    TimeEncoding,
-    batch_from_records,
-)
+from fleet.store.keys import resolve_keys
+from fleet.store.lean import RAW_ENGINE_COLUMNS, RAW_GPU_COLUMNS, lean_engine_rows, lean_gpu_rows
+from fleet.store.rows import RowBatch, TimeEncoding, batch_from_records
 from fleet.store.schema import Base
 
 SkuResolver = Callable[[str, str | None], str | None]  # (reported name, MIG profile) -> catalog key
 SMALL_BATCH_ROWS = 2_000
 _UNIQUE_VIOLATION = "23505"  # PostgreSQL SQLSTATE
 
-_SAMPLE_TABLES = (("gpu_samples", GPU_SAMPLE_COLUMNS), ("engine_samples", ENGINE_SAMPLE_COLUMNS))
+_GPU_TABLE, _ENGINE_TABLE = "raw_gpu_samples", "raw_engine_samples"
+_PRIMARY_KEY = itemgetter(0, 6)  # ts and the GPU / worker key in RAW_GPU_COLUMNS and RAW_ENGINE_COLUMNS
 _GPU_ATTRS = ("node", "gpu_index", "gpu_name", "sku", "parent_gpu_uuid", "mig_profile", "cluster",
               "worker_id", "state", "source")  # fmt: skip
 _WORKER_ATTRS = ("node", "engine", "model", "role", "role_source", "precision", "tp", "gpu_uuids", "gpu_join",
@@ -104,8 +106,19 @@ def write_sample_rows(connection: Connection, batch: RowBatch, *, assume_new: bo
     and writes again without it. SQLite ignores it (its path costs the same either way)."""
     if batch.time_encoding != time_encoding_for(connection):
         raise ValueError(f"batch encoded as {batch.time_encoding!r} for a {connection.dialect.name} store")
+    if not batch.gpu_rows and not batch.engine_rows:
+        return WriteCounts()
+    gpu_keys, worker_keys = resolve_keys(
+        connection,
+        {row[0] for row in batch.gpu_rows},
+        {row[3] for row in batch.gpu_rows if row[3] is not None} | {row[0] for row in batch.engine_rows},
+    )
+    tables = (
+        (_GPU_TABLE, RAW_GPU_COLUMNS, lean_gpu_rows(batch.gpu_rows, gpu_keys, worker_keys)),
+        (_ENGINE_TABLE, RAW_ENGINE_COLUMNS, lean_engine_rows(batch.engine_rows, worker_keys)),
+    )
     stored = 0
-    for (table, columns), rows in zip(_SAMPLE_TABLES, (batch.gpu_rows, batch.engine_rows), strict=True):
+    for table, columns, rows in tables:
         if not rows:
             continue
         if is_sqlite(connection):
@@ -138,7 +151,7 @@ def _insert_unnest_postgres(
 ) -> int:
     """One INSERT of the rows passed as one array per column: a fixed statement text (prepared and cached
     by the driver) whatever the batch size, and a single round trip."""
-    rows = sorted(rows, key=itemgetter(0, 1))  # (key, ts) order: concurrent writers wait, never deadlock
+    rows = sorted(rows, key=_PRIMARY_KEY)  # (ts, key) order: concurrent writers wait, never deadlock
     arrays = ", ".join(f"%s::{name}[]" for name in _copy_types(table, columns))
     with driver_connection(connection).cursor() as cursor:
         statement = f"INSERT INTO {table} ({', '.join(columns)}) SELECT * FROM unnest({arrays})"
@@ -225,8 +238,12 @@ def _copy_types(table: str, columns: tuple[str, ...]) -> tuple[str, ...]:
             names.append("timestamptz")
         elif isinstance(column_type, BigInteger):
             names.append("int8")
+        elif isinstance(column_type, SmallInteger):
+            names.append("int2")
         elif isinstance(column_type, Integer):
             names.append("int4")
+        elif isinstance(column_type, REAL):
+            names.append("float4")
         elif isinstance(column_type, Float):
             names.append("float8")
         elif isinstance(column_type, String):

@@ -1,6 +1,8 @@
-"""``phasefit db``: the store's schema (Alembic migrations), its size, and raw-sample retention.
+"""``phasefit db``: the store's schema (Alembic migrations), its size, raw-sample partitions and retention.
 
-A Typer sub-app (``app``); the CLI registers it with ``app.add_typer(db.app, name="db")``.
+A Typer sub-app (``app``); the CLI registers it with ``app.add_typer(db.app, name="db")``. ``upgrade``,
+``partitions`` and ``prune`` create the raw tables' day partitions ahead on PostgreSQL
+(:func:`fleet.store.partitions.ensure_partitions`); on SQLite there are none to create.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ if TYPE_CHECKING:
     from fleet.settings import Settings
 
 app = typer.Typer(
-    help="The store: schema migrations (Alembic), row counts, raw-sample retention and rollups.",
+    help="The store: schema migrations (Alembic), row counts, raw-sample partitions, retention and rollups.",
     no_args_is_help=True,
 )
+DEFAULT_DAYS_AHEAD = 7  # fleet.store.partitions.DEFAULT_DAYS_AHEAD (not imported: the CLI starts fast)
 
 DatabaseUrl = Annotated[
     str | None,
@@ -32,6 +35,22 @@ DatabaseUrl = Annotated[
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON on stdout instead of text on stderr.")]
+DaysAhead = Annotated[
+    int,
+    typer.Option(
+        "--days-ahead",
+        min=0,
+        help="PostgreSQL: create the raw tables' partitions of today and this many days after it.",
+    ),
+]
+Now = Annotated[
+    datetime | None,
+    typer.Option(
+        "--now",
+        help="Pretend it is this UTC time (ISO 8601), e.g. to replay a backfill.",
+        formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
+    ),
+]
 
 
 def load_settings(database_url: str | None) -> Settings:
@@ -72,25 +91,44 @@ def store_label(engine: Engine) -> str:
     return engine.url.render_as_string(hide_password=True)
 
 
+def utc_moment(now: datetime | None) -> datetime:
+    """``--now`` (read as UTC), or the current time."""
+    return now.replace(tzinfo=UTC) if now is not None else datetime.now(UTC)
+
+
+def partitions_ahead(engine: Engine, moment: datetime, days_ahead: int) -> list[str]:
+    """Create the day partitions due at ``moment`` (PostgreSQL); the names of those created."""
+    from fleet.store.partitions import ensure_partitions
+
+    return [partition.name for partition in ensure_partitions(engine, moment, days_ahead)]
+
+
 @app.command()
 def upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
     database_url: DatabaseUrl = None,
+    days_ahead: DaysAhead = DEFAULT_DAYS_AHEAD,
 ) -> None:
-    """Migrate the store's schema up to REVISION (default: the latest); creates it in an empty database."""
+    """Migrate the store's schema up to REVISION (default: the latest); creates it in an empty database.
+    At the latest revision on PostgreSQL, also creates the raw tables' day partitions ahead."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from fleet.store import migrate
 
     engine = open_engine(load_settings(database_url))
+    created: list[str] = []
     try:
         migrate.upgrade(engine, revision)
         current = migrate.current_revision(engine)
+        if current == migrate.head_revision():
+            created = partitions_ahead(engine, utc_moment(None), days_ahead)
     except (SQLAlchemyError, migrate.CommandError) as exc:
         die(f"upgrade of {store_label(engine)} failed: {exc}")
     finally:
         engine.dispose()
     say(f"{store_label(engine)}: at revision {current}")
+    if created:
+        say(f"created {len(created)} partitions: {', '.join(created)}")
 
 
 @app.command()
@@ -171,6 +209,51 @@ def stats(database_url: DatabaseUrl = None, json_output: JsonFlag = False) -> No
 
 
 @app.command()
+def partitions(
+    database_url: DatabaseUrl = None,
+    days_ahead: DaysAhead = DEFAULT_DAYS_AHEAD,
+    now: Now = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Create the raw sample tables' day partitions ahead (PostgreSQL) and list every partition."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from fleet.store import migrate
+    from fleet.store.engine import is_sqlite
+    from fleet.store.partitions import partition_sizes
+    from fleet.store.schema import RAW_SAMPLE_TABLES
+
+    engine = open_engine(load_settings(database_url))
+    try:
+        migrate.ensure_schema(engine, create_if_empty=False)
+        created = partitions_ahead(engine, utc_moment(now), days_ahead)
+        sizes = []
+        if not is_sqlite(engine):
+            with engine.connect() as connection:
+                sizes = [size for table in RAW_SAMPLE_TABLES for size in partition_sizes(connection, table)]
+    except (SQLAlchemyError, migrate.SchemaNotCurrentError, ValueError) as exc:
+        die(str(exc))
+    finally:
+        engine.dispose()
+    listed = [
+        {"table": s.partition.table, "name": s.partition.name, "bytes": s.bytes, "rows_estimate": s.rows,
+         "from": s.partition.start.isoformat() if s.partition.start else None,
+         "to": s.partition.end.isoformat() if s.partition.end else None}
+        for s in sizes
+    ]  # fmt: skip
+    if json_output:
+        emit_json({"created": created, "partitions": listed})
+        return
+    if is_sqlite(engine):
+        say(f"{store_label(engine)}: SQLite keeps raw samples unpartitioned (retention deletes rows)")
+        return
+    say(f"created {len(created)} partitions" + (f": {', '.join(created)}" if created else ""))
+    for item in listed:
+        span = f"[{item['from']}, {item['to']})" if item["from"] else "DEFAULT (days without a partition)"
+        say(f"{item['name']}: {span}, {item['bytes']:,} bytes, ~{item['rows_estimate']:,} rows")
+
+
+@app.command()
 def prune(
     database_url: DatabaseUrl = None,
     retention_days: Annotated[
@@ -185,17 +268,12 @@ def prune(
         bool,
         typer.Option("--full", help="Recompute every rollup from the oldest raw sample, not the last day."),
     ] = False,
-    now: Annotated[
-        datetime | None,
-        typer.Option(
-            "--now",
-            help="Pretend it is this UTC time (ISO 8601), e.g. to replay a backfill.",
-            formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"],
-        ),
-    ] = None,
+    now: Now = None,
+    days_ahead: DaysAhead = DEFAULT_DAYS_AHEAD,
     json_output: JsonFlag = False,
 ) -> None:
-    """Roll raw samples up per minute and per hour, then delete raw samples older than the retention."""
+    """Roll raw samples up per minute and per hour, then delete raw samples older than the retention
+    (PostgreSQL: drop their day partitions) and create the next days' partitions."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from fleet.store import migrate
@@ -203,18 +281,21 @@ def prune(
 
     settings = load_settings(database_url)
     engine = open_engine(settings)
-    moment = now.replace(tzinfo=UTC) if now is not None else datetime.now(UTC)
+    moment = utc_moment(now)
     days = retention_days if retention_days is not None else settings.raw_retention_days
     try:
         migrate.ensure_schema(engine, create_if_empty=False)
         result = apply_retention(engine, now=moment, retention_days=days, full=full)
+        created = partitions_ahead(engine, moment, days_ahead)
     except (SQLAlchemyError, migrate.SchemaNotCurrentError) as exc:
         die(str(exc))
     finally:
         engine.dispose()
     if json_output:
         emit_json({"cutoff": result.cutoff.isoformat(), "rolled_up_until": result.rolled_up_until.isoformat(),
-                   "rollup_rows": result.rollup_rows, "deleted": result.deleted})  # fmt: skip
+                   "rollup_rows": result.rollup_rows, "deleted": result.deleted,
+                   "dropped_partitions": list(result.dropped_partitions),
+                   "created_partitions": created})  # fmt: skip
         return
     deleted = ", ".join(f"{count:,} from {name}" for name, count in result.deleted.items())
     rolled = (
@@ -222,3 +303,6 @@ def prune(
     )
     say(f"rollups up to {result.rolled_up_until:%Y-%m-%d %H:%M} UTC: {rolled}")
     say(f"deleted raw samples before {result.cutoff:%Y-%m-%d %H:%M} UTC: {deleted}")
+    if result.dropped_partitions or created:
+        dropped = ", ".join(result.dropped_partitions) or "none"
+        say(f"partitions dropped: {dropped}; created: {', '.join(created) or 'none'}")

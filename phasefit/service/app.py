@@ -23,6 +23,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from fleet.clock import Clock, SystemClock
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import make_engine
 from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
+from fleet.store.partitions import ensure_partitions
 from fleet.store.rows import INT32_MAX
 from phasefit import __version__
 from phasefit.service import processes
@@ -220,6 +222,8 @@ def _startup(state: ServiceState) -> None:
         if state.settings.create_schema:
             ensure_schema(state.engine, create_if_empty=True)
         state.schema.check()
+        # Raw samples go to daily partitions on PostgreSQL: the days ahead exist before their samples arrive.
+        ensure_partitions(state.engine, datetime.now(UTC))
     except SchemaNotCurrentError as exc:
         log.error("%s; /readyz answers 503 and writes are refused until then", exc)
     except Exception as exc:

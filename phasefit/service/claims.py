@@ -28,6 +28,7 @@ from sqlalchemy import Connection, Table, select
 
 from fleet.contract import EngineSample, GpuSample
 from fleet.store.columns import from_epoch_us
+from fleet.store.lean import stored_equal
 from fleet.store.rows import ENGINE_SAMPLE_COLUMNS, GPU_SAMPLE_COLUMNS, RowBatch
 from fleet.store.schema import Base
 from phasefit.service.batches import MAX_REPORTED_ERRORS, BatchRejectedError, RecordError
@@ -178,7 +179,10 @@ def resend_conflicts(connection: Connection, batch: RowBatch, records: Sequence[
         collisions += len(stored)
         for key, stored_row in stored.items():
             columns = zip(kind.columns[2:], stored_row[2:], sent[key][2:], strict=True)
-            differences = [(name, old, new) for name, old, new in columns if old != new]
+            dialect = connection.dialect.name
+            differences = [
+                (name, old, new) for name, old, new in columns if not stored_equal(dialect, name, old, new)
+            ]
             if differences:
                 conflicts.setdefault((kind, key), []).extend(differences)
         for key, differences in _attribute_differences(connection, kind, dimensions, stored):

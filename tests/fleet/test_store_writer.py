@@ -165,3 +165,19 @@ def test_assuming_new_data_bulk_loads_and_refuses_a_stored_key(store_engine: Eng
 
 def time_encoding_for_engine(engine: Engine) -> TimeEncoding:
     return "epoch_us" if engine.dialect.name == "sqlite" else "datetime"
+
+
+def test_a_ratio_below_the_smallest_4_byte_float_is_stored_positive_and_its_resend_is_a_duplicate(
+    store_engine: Engine,
+) -> None:
+    """The contract allows 1e-300 for a ratio; PostgreSQL's REAL refuses it as underflow (schemathesis)."""
+    from fleet.store.lean import FLOAT32_MIN, stored_equal
+
+    records = [gpu_sample(0, 0, sm_active=1e-300), engine_sample(0, 0, kv_cache_usage=1e-300)]
+    with writing(store_engine) as connection:
+        assert write_samples(connection, records) == WriteCounts(stored=2, duplicates=0)
+    with writing(store_engine) as connection:
+        assert write_samples(connection, records) == WriteCounts(stored=0, duplicates=2)
+    ((stored,),) = _rows(store_engine, select(GpuSampleRow.sm_active))
+    assert 0.0 < stored <= FLOAT32_MIN * 1.0000001
+    assert stored_equal(store_engine.dialect.name, "sm_active", stored, 1e-300)

@@ -1,7 +1,12 @@
-"""Alembic: `upgrade head` builds exactly the models' schema, `downgrade base` removes it."""
+"""Alembic: `upgrade head` builds exactly the models' schema, `downgrade base` removes it.
+
+The sample views (models with ``info={"view": True}``) and the raw tables' partitions are no tables Alembic
+compares: the views are checked by name and columns, the partitions by :mod:`fleet.store.partitions`.
+"""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -10,16 +15,29 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Column, Engine, Integer, MetaData, inspect, text
 
 from fleet.store import migrate
+from fleet.store.columns import to_epoch_us
 from fleet.store.engine import make_engine
-from fleet.store.schema import Base
+from fleet.store.partitions import PARTITION_NAME, compared_by_autogenerate, list_partitions
+from fleet.store.queries import gpu_samples
+from fleet.store.schema import Base, is_view
 
 
 def _diffs(engine: Engine, metadata: MetaData) -> list[Any]:
     with engine.connect() as connection:
         context = MigrationContext.configure(
-            connection, opts={"compare_type": True, "compare_server_default": True}
+            connection,
+            opts={
+                "compare_type": True,
+                "compare_server_default": True,
+                "include_object": compared_by_autogenerate,
+            },
         )
         return list(compare_metadata(context, metadata))
+
+
+def tables(engine: Engine) -> set[str]:
+    """Tables, without partitions."""
+    return {name for name in inspect(engine).get_table_names() if PARTITION_NAME.fullmatch(name) is None}
 
 
 @pytest.fixture
@@ -34,8 +52,12 @@ def test_upgrade_head_on_an_empty_database_builds_exactly_the_models(engine: Eng
     migrate.upgrade(engine)
     assert migrate.current_revision(engine) == migrate.head_revision()
     assert _diffs(engine, Base.metadata) == []
-    tables = set(inspect(engine).get_table_names())
-    assert tables == set(Base.metadata.tables) | {"alembic_version"}
+    views = {name for name, table in Base.metadata.tables.items() if is_view(table)}
+    assert tables(engine) == set(Base.metadata.tables) - views | {"alembic_version"}
+    assert set(inspect(engine).get_view_names()) == views == {"gpu_samples", "engine_samples"}
+    for name in views:
+        columns = [column["name"] for column in inspect(engine).get_columns(name)]
+        assert columns == list(Base.metadata.tables[name].c.keys())
 
 
 def test_the_comparison_would_see_a_difference(engine: Engine) -> None:
@@ -53,6 +75,7 @@ def test_downgrade_to_base_leaves_only_the_version_table(engine: Engine) -> None
     migrate.upgrade(engine)
     migrate.downgrade(engine, "base")
     assert set(inspect(engine).get_table_names()) == {"alembic_version"}
+    assert inspect(engine).get_view_names() == []
     assert migrate.current_revision(engine) is None
     assert migrate.schema_status(engine).state is migrate.SchemaState.EMPTY
     migrate.upgrade(engine)  # and back up again
@@ -81,3 +104,121 @@ def test_ensure_schema_creates_an_empty_store_and_refuses_other_revisions(
     assert migrate.schema_status(engine).state is migrate.SchemaState.UNMANAGED
     with pytest.raises(migrate.SchemaNotCurrentError, match="not created by"):
         migrate.ensure_schema(engine)
+
+
+# --- 0005: the lean raw tables, their data moved in place ----------------------------------------------
+
+GPU_COLUMNS = (
+    "gpu_uuid", "ts", "window_s", "worker_id", "sm_active", "tensor_active", "dram_active", "gpu_util",
+    "mem_used_bytes", "power_w", "sm_clock_mhz", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes",
+    "pcie_rx_bytes", "state", "source", "gr_engine_active", "mem_copy_util", "activity_evidence",
+)  # fmt: skip
+ENGINE_COLUMNS = (
+    "worker_id", "ts", "window_s", "role", "role_source", "prompt_tokens", "generation_tokens",
+    "requests_running", "requests_waiting", "kv_cache_usage", "preemptions", "ttft_p50_s", "ttft_p99_s",
+    "tpot_p50_s", "tpot_p99_s",
+)  # fmt: skip
+DAY0 = datetime(2026, 3, 2, 23, 59, tzinfo=UTC)
+LAST_HOUR = datetime(9999, 12, 31, 23, tzinfo=UTC)
+
+
+def _legacy_rows(engine: Engine) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Every sample as revision 0004 stored it (0.1 and 512.5 exactly; ratios with at most 6 digits)."""
+    gpu: list[tuple[Any, ...]] = [
+        ("GPU-a", DAY0, 60.0, "worker-a", 0.1, 0.25, 0.333333, None, 2**63 - 1, 512.5, 1980.0, 7, 8, 9, 10,
+         "ok", "dcgm", None, None, "profiling"),
+        ("GPU-a", DAY0 + timedelta(minutes=2), 60.0, None, None, None, None, 0.875, 0, 99.0, None, None, None,
+         None, None, "lost", "nvml-basic", 0.5, 0.125, "utilisation"),
+        ("GPU-b", DAY0 + timedelta(days=1), 10.0, "worker-b", 1.0, 0.0, 0.5, 0.5, 1, 0.0, 1410.0, 0, 0, 0,
+         0, "degraded", "sim", None, None, None),
+        # stored before the service bounded timestamps to 2000-2099
+        ("GPU-b", LAST_HOUR, 10.0, None, None, None, None, None, None, None, None, None, None, None, None,
+         "ok", "prometheus", None, None, None),
+    ]  # fmt: skip
+    engine_rows: list[tuple[Any, ...]] = [
+        ("worker-a", DAY0, 60.0, "prefill", "pod-label", 2**62, 3, 4, 5, 0.7, None, 0.25, 1.5, None, None),
+        ("worker-c", DAY0 + timedelta(days=1), 10.0, "unknown", "none", 0, 0, None, None, None, 0, None,
+         None, 0.0125, 0.05),
+    ]  # fmt: skip
+    if engine.dialect.name == "sqlite":  # 0004 stored instants as epoch microseconds there
+        gpu = [(row[0], to_epoch_us(row[1]), *row[2:]) for row in gpu]
+        engine_rows = [(row[0], to_epoch_us(row[1]), *row[2:]) for row in engine_rows]
+    return gpu, engine_rows
+
+
+def _insert(engine: Engine, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    with engine.begin() as connection:
+        statement = text(f"INSERT INTO {table} ({', '.join(columns)}) VALUES (:{', :'.join(columns)})")
+        connection.execute(statement, [dict(zip(columns, row, strict=True)) for row in rows])
+
+
+def _stored(engine: Engine, table: str, columns: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    with engine.connect() as connection:
+        statement = text(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {columns[0]}, ts")
+        return [tuple(row) for row in connection.execute(statement)]
+
+
+def test_0005_moves_stored_samples_into_the_lean_tables_and_back_unchanged(engine: Engine) -> None:
+    migrate.upgrade(engine, "0004")
+    shape = _shape(engine)
+    gpu, engine_rows = _legacy_rows(engine)
+    _insert(engine, "gpu_samples", GPU_COLUMNS, gpu)
+    _insert(engine, "engine_samples", ENGINE_COLUMNS, engine_rows)
+    before = (_stored(engine, "gpu_samples", GPU_COLUMNS), _stored(engine, "engine_samples", ENGINE_COLUMNS))
+    assert len(before[0]) == 4 and len(before[1]) == 2
+
+    migrate.upgrade(engine)
+    assert (
+        _stored(engine, "gpu_samples", GPU_COLUMNS),
+        _stored(engine, "engine_samples", ENGINE_COLUMNS),
+    ) == before
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM raw_gpu_samples")).scalar_one() == 4
+        keys = connection.execute(text("SELECT gpu_uuid FROM gpu_keys ORDER BY id")).scalars().all()
+        workers = connection.execute(text("SELECT worker_id FROM worker_keys ORDER BY id")).scalars().all()
+        assert (keys, workers) == (["GPU-a", "GPU-b"], ["worker-a", "worker-b", "worker-c"])
+        if engine.dialect.name == "postgresql":  # a partition per day that held samples, and DEFAULT
+            names = [p.name for p in list_partitions(connection, "raw_gpu_samples")]
+            assert names == [
+                "raw_gpu_samples_p20260302",
+                "raw_gpu_samples_p20260303",
+                "raw_gpu_samples_default",
+            ]
+            default = connection.execute(text("SELECT count(*) FROM raw_gpu_samples_default")).scalar_one()
+            assert default == 1  # the year-9999 sample: no day partition out there
+        read = gpu_samples(connection, DAY0, DAY0 + timedelta(days=2), worker_ids=["worker-b"])
+    assert (
+        read["gpu_uuid"] == ["GPU-b"] and read["state"] == ["degraded"] and read["sm_clock_mhz"] == [1410.0]
+    )
+
+    migrate.downgrade(engine, "0004")
+    assert (
+        _stored(engine, "gpu_samples", GPU_COLUMNS),
+        _stored(engine, "engine_samples", ENGINE_COLUMNS),
+    ) == before
+    assert inspect(engine).get_view_names() == [] and "raw_gpu_samples" not in tables(engine)
+    assert _shape(engine) == shape  # the tables 0004 built, with their indexes
+    migrate.upgrade(engine)  # and up again
+    assert _stored(engine, "gpu_samples", GPU_COLUMNS) == before[0]
+
+
+def _shape(engine: Engine) -> dict[str, Any]:
+    """The sample tables' columns (name, type, nullable, in order), primary keys and indexes."""
+    found: dict[str, Any] = {}
+    with engine.connect() as connection:
+        inspector = inspect(connection)
+        for name in ("gpu_samples", "engine_samples"):
+            columns = [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(name)]
+            indexes = sorted((i["name"], tuple(i["column_names"])) for i in inspector.get_indexes(name))
+            found[name] = (columns, inspector.get_pk_constraint(name), indexes)
+    return found
+
+
+def test_0005_refuses_a_stored_value_it_has_no_code_for_and_changes_nothing(engine: Engine) -> None:
+    migrate.upgrade(engine, "0004")
+    gpu, _ = _legacy_rows(engine)
+    _insert(engine, "gpu_samples", GPU_COLUMNS, [(*gpu[0][:15], "melted", *gpu[0][16:])])
+    with pytest.raises(RuntimeError, match=r"gpu_samples.state holds \['melted'\], which revision 0005"):
+        migrate.upgrade(engine)
+    assert migrate.current_revision(engine) == "0004"
+    assert len(_stored(engine, "gpu_samples", GPU_COLUMNS)) == 1

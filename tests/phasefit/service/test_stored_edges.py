@@ -65,7 +65,10 @@ def plant(engine_: Engine) -> None:
                 {"us": to_epoch_us(YEAR_1) - BEYOND_US},
             )
             connection.execute(
-                text("UPDATE gpu_samples SET ts = :us WHERE gpu_uuid = 'GPU-0013'"),
+                text(
+                    "UPDATE raw_gpu_samples SET ts = :us "
+                    "WHERE gpu_key = (SELECT id FROM gpu_keys WHERE gpu_uuid = 'GPU-0013')"
+                ),
                 {"us": to_epoch_us(YEAR_9999) + BEYOND_US},
             )
 

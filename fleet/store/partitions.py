@@ -1,0 +1,206 @@
+"""Daily partitions of the raw sample tables on PostgreSQL (SQLite keeps one unpartitioned table).
+
+``raw_gpu_samples`` and ``raw_engine_samples`` are partitioned by ``RANGE (ts)``, one partition per UTC day
+(``raw_gpu_samples_p20260302`` holds [2026-03-02, 2026-03-03)), plus a ``DEFAULT`` partition
+(``raw_gpu_samples_default``). :func:`ensure_partitions` creates today's and the next ``days_ahead``
+days' partitions ahead of the samples; ``phasefit db upgrade``, ``phasefit db partitions`` and the hourly
+``phasefit db prune`` call it, and so should anything long-running that writes samples, on start.
+
+A sample whose day has no partition (the partitions were not kept ahead, a collector's clock is off, a
+backfill of old files) lands in the ``DEFAULT`` partition: ingest never fails or loses data for want of a
+partition, and no DDL ever runs on the ingest path (creating a partition there would take locks that stall
+every concurrent writer). When :func:`ensure_partitions` later creates that day's partition it moves the
+day's rows out of ``DEFAULT`` in the same transaction. Retention drops whole day partitions and deletes
+the rows ``DEFAULT`` holds past the retention (:mod:`fleet.store.retention`).
+
+Locks: a partition is created as a plain table and then attached (``SHARE UPDATE EXCLUSIVE`` on the parent:
+readers and writers of other days carry on); the ``DEFAULT`` partition is locked while rows are moved out
+of it and while the attach checks it. Concurrent callers serialise on an advisory lock.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, text
+
+from fleet.store.engine import is_sqlite, writing
+from fleet.store.schema import RAW_SAMPLE_TABLES, Base, is_view
+
+DEFAULT_DAYS_AHEAD = 7
+DAY = timedelta(days=1)
+_LOCK_KEY = 0x70667074  # advisory lock: one process creating partitions at a time ("pfpt")
+_BOUND = re.compile(r"FOR VALUES FROM \('([^']+)'\) TO \('([^']+)'\)")
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition of a raw sample table: [start, end), or both None for the ``DEFAULT`` partition."""
+
+    table: str
+    name: str
+    start: datetime | None
+    end: datetime | None
+
+    @property
+    def is_default(self) -> bool:
+        return self.start is None
+
+
+def floor_day(moment: datetime) -> datetime:
+    """Midnight UTC of ``moment``'s day (``moment`` must be timezone-aware)."""
+    if moment.tzinfo is None:
+        raise ValueError(f"naive datetime {moment.isoformat()} has no time zone; partitions are UTC days")
+    return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def days_to_ensure(now: datetime, days_ahead: int = DEFAULT_DAYS_AHEAD) -> list[datetime]:
+    """The UTC days (midnights) that must have a partition at ``now``: today and the next ``days_ahead``."""
+    if days_ahead < 0:
+        raise ValueError(f"days_ahead must be 0 or more, not {days_ahead}")
+    today = floor_day(now)
+    return [today + offset * DAY for offset in range(days_ahead + 1)]
+
+
+def partition_name(table: str, day: datetime) -> str:
+    """``raw_gpu_samples_p20260302`` for the table's partition of that UTC day."""
+    return f"{table}_p{floor_day(day):%Y%m%d}"
+
+
+def default_partition(table: str) -> str:
+    return f"{table}_default"
+
+
+def list_partitions(connection: Connection, table: str) -> list[Partition]:
+    """The partitions of ``table`` (PostgreSQL), day partitions by start, then ``DEFAULT``."""
+    rows = connection.execute(
+        text(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
+            "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = CAST(:table AS regclass)"
+        ),
+        {"table": table},
+    ).all()
+    found = []
+    for name, bound in rows:
+        if bound == "DEFAULT":
+            found.append(Partition(table, name, None, None))
+            continue
+        match = _BOUND.fullmatch(bound)
+        if match is None:
+            raise RuntimeError(f"partition {name} of {table} has bounds phasefit does not use: {bound}")
+        start, end = (datetime.fromisoformat(value).astimezone(UTC) for value in match.groups())
+        found.append(Partition(table, name, start, end))
+    return sorted(found, key=lambda p: (p.start is None, p.start or datetime.min.replace(tzinfo=UTC)))
+
+
+def ensure_partitions(engine: Engine, now: datetime, days_ahead: int = DEFAULT_DAYS_AHEAD) -> list[Partition]:
+    """Create the day partitions :func:`days_to_ensure` names that do not exist yet, for both raw sample
+    tables, each in its own short transaction; return those created (none on SQLite). Idempotent and safe
+    to run from several processes at once."""
+    days = days_to_ensure(now, days_ahead)
+    if is_sqlite(engine):
+        return []
+    created = []
+    for table in RAW_SAMPLE_TABLES:
+        with engine.connect() as connection:
+            covered = _covered(list_partitions(connection, table))
+        for day in days:
+            if day in covered:
+                continue
+            with writing(engine) as connection:
+                partition = create_partition(connection, table, day)
+            if partition is not None:
+                created.append(partition)
+    return created
+
+
+def _covered(partitions: list[Partition]) -> set[datetime]:
+    return {p.start for p in partitions if p.start is not None and p.end == p.start + DAY}
+
+
+def create_partition(connection: Connection, table: str, day: datetime) -> Partition | None:
+    """Create ``table``'s partition of ``day`` in the caller's transaction, moving that day's rows out of
+    the ``DEFAULT`` partition; None when another process created it first. Raises when an existing
+    partition overlaps the day without being exactly that day (made by hand: phasefit will not guess)."""
+    start = floor_day(day)
+    end = start + DAY
+    connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+    existing = list_partitions(connection, table)
+    for partition in existing:
+        if partition.start is None or partition.end is None:
+            continue
+        if partition.start == start and partition.end == end:
+            return None
+        if partition.start < end and start < partition.end:
+            raise RuntimeError(
+                f"{partition.name} covers [{partition.start.isoformat()}, {partition.end.isoformat()}), "
+                f"which overlaps the day {start:%Y-%m-%d}: drop or detach it, phasefit partitions by UTC day"
+            )
+    name = partition_name(table, start)
+    default = default_partition(table)
+    has_default = any(p.is_default for p in existing)
+    if has_default:  # no sample of the day may slip into DEFAULT between the move and the attach
+        connection.execute(text(f"LOCK TABLE {default} IN SHARE ROW EXCLUSIVE MODE"))
+    connection.execute(text(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"))
+    if has_default:
+        connection.execute(
+            text(
+                f"WITH moved AS (DELETE FROM {default} WHERE ts >= :start AND ts < :end RETURNING *) "
+                f"INSERT INTO {name} SELECT * FROM moved"
+            ),
+            {"start": start, "end": end},
+        )
+    connection.execute(
+        text(
+            f"ALTER TABLE {table} ATTACH PARTITION {name} "
+            f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
+        )
+    )
+    return Partition(table, name, start, end)
+
+
+def drop_partition(connection: Connection, partition: Partition) -> None:
+    """Drop a day partition and its rows (takes ``ACCESS EXCLUSIVE`` on the parent until commit)."""
+    if partition.is_default:
+        raise ValueError(
+            f"{partition.name} is the DEFAULT partition of {partition.table}; it is never dropped"
+        )
+    connection.execute(text(f"DROP TABLE {partition.name}"))
+
+
+@dataclass(frozen=True)
+class PartitionSize:
+    partition: Partition
+    bytes: int  # pg_total_relation_size: table, index and TOAST
+    rows: int  # the planner's estimate (pg_class.reltuples), 0 before the first ANALYZE or VACUUM
+
+
+def partition_sizes(connection: Connection, table: str) -> list[PartitionSize]:
+    """Each partition of ``table`` with its size on disk and estimated rows (PostgreSQL)."""
+    sizes = []
+    for partition in list_partitions(connection, table):
+        size, rows = connection.execute(
+            text(
+                "SELECT pg_total_relation_size(c.oid), greatest(c.reltuples, 0)::bigint FROM pg_class c "
+                "WHERE c.oid = CAST(:name AS regclass)"
+            ),
+            {"name": partition.name},
+        ).one()
+        sizes.append(PartitionSize(partition, int(size), int(rows)))
+    return sizes
+
+
+PARTITION_NAME = re.compile(r"raw_(gpu|engine)_samples_(p\d{8}|default)")
+
+
+def compared_by_autogenerate(_object: Any, name: str | None, kind: str, reflected: bool, _to: Any) -> bool:
+    """Alembic's ``include_object``: the day partitions (in the database only) and the reading views (in the
+    metadata only, as tables) are not schema drift."""
+    if kind != "table" or name is None:
+        return True
+    if reflected:
+        return PARTITION_NAME.fullmatch(name) is None
+    return not is_view(Base.metadata.tables[name]) if name in Base.metadata.tables else True
