@@ -14,11 +14,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from fleet.contract import Finding
+from fleet.inventory import WorkerRecord
 from fleet.store.findings import StoredFinding
-from fleet.store.queries import WorkerInfo
 from fleet.store.reports import Report, ReportInfo
 
-WORKER = TypeAdapter(WorkerInfo)
+WORKER = TypeAdapter(WorkerRecord)
 REPORT_INFO = TypeAdapter(ReportInfo)
 REPORT = TypeAdapter(Report)
 

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from analyzer.pools.pool import cluster_of
 from dashboard.views import FindingView, ReportListing, WorkerInfo
+from fleet.inventory import WorkerRecord
 from fleet.store.findings import StoredFinding
-from fleet.store.queries import WorkerInfo as StoredWorker
 from fleet.store.reports import ReportInfo
 
 
-def worker_view(w: StoredWorker, sku: str | None) -> WorkerInfo:
+def worker_view(w: WorkerRecord, sku: str | None) -> WorkerInfo:
     """A worker; ``sku``: the SKU most of its GPUs resolve to, None where unknown."""
     return WorkerInfo(
         worker_id=w.worker_id,
         node=w.node,
         cluster=cluster_of(w.node, w.cluster),
         model=w.model,
-        role=w.role,
+        role=w.role.value,
         role_source=w.role_source,
         engine=w.engine,
         precision=w.precision,

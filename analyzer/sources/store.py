@@ -17,7 +17,7 @@ from analyzer.pipeline import AnalysisInput, AnalysisResult
 from analyzer.pools.pool import Inventory
 from analyzer.results.summary import Summary
 from analyzer.telemetry.grid import BUCKET_S, ENGINE_BUCKET_COLUMNS, GPU_BUCKET_COLUMNS
-from fleet.contract import FindingStatus, Role
+from fleet.contract import FindingStatus
 from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store.analysis import put_analysis
 from fleet.store.engine import is_sqlite
@@ -50,48 +50,13 @@ def _floor(moment: datetime, bucket_s: float) -> datetime:
 
 def read_inventory(connection: Connection, since: datetime, until: datetime) -> Inventory:
     """Workers and GPUs seen in [since, until) (as last reported)."""
-    workers = tuple(
-        WorkerRecord(
-            worker_id=w.worker_id,
-            node=w.node,
-            engine=w.engine,
-            model=w.model,
-            role=_role(w.role),
-            role_source=w.role_source,
-            precision=w.precision,
-            tp=w.tp,
-            gpu_uuids=tuple(w.gpu_uuids or ()),
-            cluster=w.cluster,
-            deployment=w.deployment,
-            kv_capacity_tokens=w.kv_capacity_tokens,
-        )
-        for w in list_workers(connection)
-        if w.last_seen >= since and w.first_seen < until
-    )
-    gpus = tuple(
-        GpuRecord(
-            gpu_uuid=g.gpu_uuid,
-            node=g.node,
-            gpu_name=g.gpu_name,
-            sku=g.sku,
-            worker_id=g.worker_id,
-            source=g.source,
-            state=g.state,
-            cluster=g.cluster,
-            parent_gpu_uuid=g.parent_gpu_uuid,
-            mig_profile=g.mig_profile,
-        )
-        for g in list_gpus(connection)
-        if g.last_seen >= since and g.first_seen < until
-    )
-    return Inventory(workers, gpus)
 
+    def seen(record: GpuRecord | WorkerRecord) -> bool:
+        first, last = record.first_seen, record.last_seen
+        return first is not None and last is not None and last >= since and first < until
 
-def _role(text: str) -> Role:
-    try:
-        return Role(text)
-    except ValueError:
-        return Role.UNKNOWN
+    workers = tuple(w for w in list_workers(connection) if seen(w))
+    return Inventory(workers, tuple(g for g in list_gpus(connection) if seen(g)))
 
 
 def rolled_up_until(connection: Connection) -> datetime | None:

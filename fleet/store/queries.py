@@ -7,14 +7,15 @@ column, rows ordered by (ts, key). ``ts`` is POSIX seconds (float, UTC) so vecto
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
 from sqlalchemy import Connection, Float, Select, Table, func, select, type_coerce
 from sqlalchemy.sql.elements import ColumnElement
 
+from fleet.contract import Role
+from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store.engine import is_sqlite
 from fleet.store.rows import ENGINE_SAMPLE_COLUMNS, GPU_SAMPLE_COLUMNS
 from fleet.store.schema import (
@@ -38,40 +39,16 @@ _GPU_ROLLUPS = {"1m": GpuSample1mRow.__table__, "1h": GpuSample1hRow.__table__}
 _ENGINE_ROLLUPS = {"1m": EngineSample1mRow.__table__, "1h": EngineSample1hRow.__table__}
 
 
-@dataclass(frozen=True)
-class GpuInfo:
-    gpu_uuid: str
-    node: str
-    gpu_index: int
-    gpu_name: str
-    sku: str | None
-    parent_gpu_uuid: str | None
-    mig_profile: str | None
-    cluster: str | None
-    worker_id: str | None
-    state: str
-    source: str
-    first_seen: datetime
-    last_seen: datetime
+def _gpu(row: Mapping[Any, Any]) -> GpuRecord:
+    return GpuRecord(**row)
 
 
-@dataclass(frozen=True)
-class WorkerInfo:
-    worker_id: str
-    node: str
-    engine: str
-    model: str
-    role: str
-    role_source: str
-    precision: str | None
-    tp: int | None
-    gpu_uuids: list[str]
-    gpu_join: str | None
-    cluster: str | None
-    deployment: str | None
-    kv_capacity_tokens: int | None
-    first_seen: datetime
-    last_seen: datetime
+def _worker(row: Mapping[Any, Any]) -> WorkerRecord:
+    """A stored worker; a role the contract no longer names reads as unknown rather than failing the read."""
+    values = dict(row)
+    values["role"] = Role(values["role"]) if values["role"] in Role._value2member_map_ else Role.UNKNOWN
+    values["gpu_uuids"] = tuple(values["gpu_uuids"] or ())
+    return WorkerRecord(**values)
 
 
 def epoch_seconds(connection: Connection, column: Any) -> ColumnElement[Any]:
@@ -219,13 +196,13 @@ def sample_time_range(
     return min(b[0] for b in bounds), max(b[1] for b in bounds)
 
 
-def list_gpus(connection: Connection, *, node: str | None = None, sku: str | None = None) -> list[GpuInfo]:
+def list_gpus(connection: Connection, *, node: str | None = None, sku: str | None = None) -> list[GpuRecord]:
     statement = select(GpuRow).order_by(GpuRow.node, GpuRow.gpu_index, GpuRow.gpu_uuid)
     if node is not None:
         statement = statement.where(GpuRow.node == node)
     if sku is not None:
         statement = statement.where(GpuRow.sku == sku)
-    return [GpuInfo(**row) for row in connection.execute(statement).mappings()]
+    return [_gpu(row) for row in connection.execute(statement).mappings()]
 
 
 def list_workers(
@@ -235,18 +212,18 @@ def list_workers(
     role: str | None = None,
     limit: int | None = None,
     offset: int = 0,
-) -> list[WorkerInfo]:
+) -> list[WorkerRecord]:
     statement = select(WorkerRow).order_by(WorkerRow.worker_id).offset(offset).limit(limit)
     if model is not None:
         statement = statement.where(WorkerRow.model == model)
     if role is not None:
         statement = statement.where(WorkerRow.role == role)
-    return [WorkerInfo(**row) for row in connection.execute(statement).mappings()]
+    return [_worker(row) for row in connection.execute(statement).mappings()]
 
 
-def get_worker(connection: Connection, worker_id: str) -> WorkerInfo | None:
+def get_worker(connection: Connection, worker_id: str) -> WorkerRecord | None:
     row = connection.execute(select(WorkerRow).where(WorkerRow.worker_id == worker_id)).mappings().first()
-    return WorkerInfo(**row) if row is not None else None
+    return _worker(row) if row is not None else None
 
 
 def table_counts(connection: Connection) -> dict[str, int]:

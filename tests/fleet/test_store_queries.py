@@ -85,7 +85,7 @@ def test_time_range_gpus_workers_and_counts(filled: Engine) -> None:
     assert [gpu.gpu_uuid for gpu in h200] == ["GPU-0001", "GPU-0003"]
     assert gpus[0].first_seen == T0 and gpus[0].last_seen == T0 + timedelta(minutes=4)
     assert [w.worker_id for w in workers] == ["worker-0", "worker-1"]
-    assert worker is not None and worker.gpu_uuids == ["GPU-0002", "GPU-0003"] and worker.tp == 2
+    assert worker is not None and worker.gpu_uuids == ("GPU-0002", "GPU-0003") and worker.tp == 2
     assert missing is None
     assert counts["gpu_samples"] == 20 and counts["engine_samples"] == 10 and counts["findings"] == 0
     rollups = {"gpu_samples_1m", "gpu_samples_1h", "engine_samples_1m", "engine_samples_1h"}

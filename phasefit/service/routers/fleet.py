@@ -10,9 +10,9 @@ from fastapi import APIRouter, HTTPException, Path, Query, Request
 from sqlalchemy import Connection
 
 from fleet.contract import FindingStatus
+from fleet.inventory import WorkerRecord
 from fleet.store.findings import list_findings
 from fleet.store.queries import (
-    WorkerInfo,
     engine_rollups,
     engine_samples,
     get_worker,
@@ -75,14 +75,14 @@ async def fleet(
         gpus = list_gpus(connection)
         workers = {w.worker_id: w for w in list_workers(connection)}
         if since is not None:
-            gpus = [g for g in gpus if g.last_seen >= since]
+            gpus = [g for g in gpus if g.last_seen is not None and g.last_seen >= since]
         groups: Counter[tuple[str, str, str]] = Counter()
         unattributed = 0
         for gpu in gpus:
             worker = workers.get(gpu.worker_id) if gpu.worker_id is not None else None
             if worker is None:
                 unattributed += 1
-            role = worker.role if worker is not None else "unattributed"
+            role = worker.role.value if worker is not None else "unattributed"
             groups[(gpu.sku or "unresolved", role, gpu.state)] += 1
         return FleetSummary(
             gpus=len(gpus),
@@ -146,7 +146,7 @@ async def worker_samples(
     start, end = time_range(state, start, end, timedelta(hours=1))
     step_s = _step(state, step, start, end)
 
-    def load(connection: Connection) -> tuple[WorkerInfo | None, Source, list[Any], list[Any]]:
+    def load(connection: Connection) -> tuple[WorkerRecord | None, Source, list[Any], list[Any]]:
         worker = get_worker(connection, worker_id)
         if worker is None:
             return None, "raw", [], []
@@ -211,7 +211,7 @@ async def worker(state: StateDep, worker_id: WorkerId) -> WorkerDetail:
     return detail
 
 
-def _worker(info: WorkerInfo) -> Worker:
+def _worker(info: WorkerRecord) -> Worker:
     return Worker.model_validate(vars(info))
 
 
