@@ -21,7 +21,7 @@ from dashboard.views import (
     Scope,
     TrafficPoint,
     WorkerActivity,
-    WorkerInfo,
+    WorkerView,
 )
 from fleet.catalog import Catalog
 from fleet.gpus import is_mig_key
@@ -38,8 +38,9 @@ def scoped_groups(inventory: Inventory, scope: Scope) -> list[GpuGroup]:
         return list(inventory.groups)
     counts: Counter[tuple[str, str]] = Counter()
     for w in inventory.in_scope(scope):
-        if w.tp is not None:  # a worker whose GPUs nobody reported holds none we can count
-            counts[(w.sku or "unresolved", w.role)] += w.tp
+        tp = w.record.tp
+        if tp is not None:  # a worker whose GPUs nobody reported holds none we can count
+            counts[(w.sku or "unresolved", w.record.role.value)] += tp
     return [GpuGroup(sku, role, "ok", n, mig=is_mig_key(sku)) for (sku, role), n in sorted(counts.items())]
 
 
@@ -191,7 +192,7 @@ class RooflineView:
 
 
 def roofline_view(
-    workers: Sequence[WorkerInfo],
+    workers: Sequence[WorkerView],
     activity: Sequence[WorkerActivity],
     findings: Sequence[FindingView],
     catalog: Catalog,
@@ -202,21 +203,21 @@ def roofline_view(
     points, undrawn = [], []
     pairs = set()
     for w in workers:
-        precision = precision_of(w.precision)
+        precision = precision_of(w.record.precision)
         if w.sku:
             pairs.add((w.sku, precision))
-        a = by_worker.get(w.worker_id)
+        a = by_worker.get(w.record.worker_id)
         sku = catalog.gpus.lookup(w.sku) if w.sku else None
         point = (
             worker_point(
-                worker_id=w.worker_id,
+                worker_id=w.record.worker_id,
                 pool=w.pool,
                 sku=sku,
-                role=w.role,
+                role=w.record.role.value,
                 precision=precision,
                 tensor_active=a.tensor_active,
                 dram_active=a.dram_active,
-                misplaced=w.worker_id in misplaced,
+                misplaced=w.record.worker_id in misplaced,
                 weight=a.gpu_hours,
             )
             if a is not None
@@ -225,11 +226,11 @@ def roofline_view(
         if point is not None:
             points.append(point)
         elif a is None:
-            undrawn.append((w.worker_id, "no GPU telemetry in the range"))
+            undrawn.append((w.record.worker_id, "no GPU telemetry in the range"))
         elif sku is None:
-            undrawn.append((w.worker_id, f"GPU model {w.sku or 'unknown'} has no catalog figures"))
+            undrawn.append((w.record.worker_id, f"GPU model {w.sku or 'unknown'} has no catalog figures"))
         else:
-            undrawn.append((w.worker_id, "no tensor or DRAM activity reported"))
+            undrawn.append((w.record.worker_id, "no tensor or DRAM activity reported"))
     return RooflineView(roofs_for(catalog, sorted(pairs)), points, undrawn)
 
 

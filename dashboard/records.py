@@ -6,27 +6,15 @@ records as JSON (validated back into them by :mod:`dashboard.api_wire`).
 from __future__ import annotations
 
 from analyzer.pools.pool import cluster_of
-from dashboard.views import FindingView, ReportListing, WorkerInfo
+from dashboard.views import FindingView, ReportListing, WorkerView
 from fleet.inventory import WorkerRecord
 from fleet.store.findings import StoredFinding
 from fleet.store.reports import ReportInfo
 
 
-def worker_view(w: WorkerRecord, sku: str | None) -> WorkerInfo:
+def worker_view(w: WorkerRecord, sku: str | None) -> WorkerView:
     """A worker; ``sku``: the SKU most of its GPUs resolve to, None where unknown."""
-    return WorkerInfo(
-        worker_id=w.worker_id,
-        node=w.node,
-        cluster=cluster_of(w.node, w.cluster),
-        model=w.model,
-        role=w.role.value,
-        role_source=w.role_source,
-        engine=w.engine,
-        precision=w.precision,
-        tp=w.tp,  # unknown stays unknown, never defaulted
-        sku=sku,
-        deployment=w.deployment,
-    )
+    return WorkerView(record=w, cluster=cluster_of(w.node, w.cluster), sku=sku)
 
 
 def finding_view(stored: StoredFinding) -> FindingView:

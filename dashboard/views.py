@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from fleet.inventory import WorkerRecord
 from fleet.store.stored_summary import StoredFleet, StoredPool, StoredReportSummary, StoredSummary
 
 ALL = "All"
@@ -44,27 +45,20 @@ class Scope:
 
 
 @dataclass(frozen=True)
-class WorkerInfo:
-    worker_id: str
-    node: str
+class WorkerView:
+    """A worker as the dashboard shows it: its record, the cluster it counts in (the record's, else the
+    analyzer's default) and the SKU most of its GPUs resolve to (None where unknown: an API without GPU
+    details)."""
+
+    record: WorkerRecord
     cluster: str
-    model: str
-    role: str
-    role_source: str
-    engine: str
-    precision: str | None
-    tp: int | None
-    sku: str | None  # the SKU most of its GPUs resolve to; None where unknown (API without GPU details)
-    deployment: str | None = None  # the serving deployment its labels name, where known
+    sku: str | None
 
     @property
     def pool(self) -> str:
         """The analyzer's pool key: ``<cluster>/<model>`` or ``<cluster>/<deployment>/<model>``."""
-        return (
-            f"{self.cluster}/{self.deployment}/{self.model}"
-            if self.deployment
-            else f"{self.cluster}/{self.model}"
-        )
+        r = self.record
+        return f"{self.cluster}/{r.deployment}/{r.model}" if r.deployment else f"{self.cluster}/{r.model}"
 
 
 @dataclass(frozen=True)
@@ -82,7 +76,7 @@ class GpuGroup:
 
 @dataclass(frozen=True)
 class Inventory:
-    workers: tuple[WorkerInfo, ...]
+    workers: tuple[WorkerView, ...]
     groups: tuple[GpuGroup, ...]
     data_until: datetime | None  # end of the newest telemetry (None when there is none)
     data_from: datetime | None = None
@@ -105,14 +99,14 @@ class Inventory:
 
     @property
     def models(self) -> list[str]:
-        return sorted({w.model for w in self.workers})
+        return sorted({w.record.model for w in self.workers})
 
-    def in_scope(self, scope: Scope) -> list[WorkerInfo]:
+    def in_scope(self, scope: Scope) -> list[WorkerView]:
         return [
             w
             for w in self.workers
             if (scope.cluster is None or w.cluster == scope.cluster)
-            and (scope.model is None or w.model == scope.model)
+            and (scope.model is None or w.record.model == scope.model)
         ]
 
 

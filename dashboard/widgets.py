@@ -107,7 +107,7 @@ def scoped_worker_ids(context: PageContext) -> list[str] | None:
     """The workers inside the cluster/model filter; None when no filter is set (the whole fleet)."""
     if context.scope.cluster is None and context.scope.model is None:
         return None
-    return [w.worker_id for w in context.inventory.in_scope(context.scope)]
+    return [w.record.worker_id for w in context.inventory.in_scope(context.scope)]
 
 
 def chart(figure: alt.TopLevelMixin) -> None:

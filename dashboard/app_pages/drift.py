@@ -24,7 +24,7 @@ context = widgets.page(
 scope = context.scope
 by_pool: dict[str, list[str]] = defaultdict(list)
 for worker in context.inventory.in_scope(scope):
-    by_pool[worker.pool].append(worker.worker_id)
+    by_pool[worker.pool].append(worker.record.worker_id)
 if not by_pool:
     st.info("No workers in this scope.")
     st.stop()

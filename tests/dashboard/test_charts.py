@@ -40,7 +40,7 @@ def test_every_chart_is_valid_vega_lite(source: StoreSource, seeded: Seeded) -> 
     assert analysis is not None
     pool = analysis.pools[0]
     assert pool.pool is not None
-    traffic = source.traffic(scope, {pool.pool: [w.worker_id for w in inventory.workers]})
+    traffic = source.traffic(scope, {pool.pool: [w.record.worker_id for w in inventory.workers]})
     rows, changes = compute.ratio_series(traffic, pool)
     utilisation = source.utilisation(scope, None)
     built = [

@@ -40,7 +40,7 @@ def test_reads_and_report(store_url: str, tmp_path: Path) -> None:
         activity = {a.worker_id: a for a in source.worker_activity(scope, None)}
         assert activity["node03/decode-1"].gpu_hours == pytest.approx(48, rel=0.05)
         pool = "sim-east/llama-70b/meta-llama/Llama-3.1-70B-Instruct"  # the scenario's cluster, deployment
-        workers = [w.worker_id for w in inventory.workers]
+        workers = [w.record.worker_id for w in inventory.workers]
         traffic = source.traffic(scope, {pool: workers})
         assert len(traffic) >= 24 and all(p.prompt_tokens_per_s > 0 for p in traffic)
         assert {f.worker_id for f in source.findings(scope) if f.worker_id} >= set(seeded.misplaced)

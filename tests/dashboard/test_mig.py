@@ -8,8 +8,10 @@ from sqlalchemy import Engine
 
 from dashboard.compute import device_line, headline, scoped_groups
 from dashboard.store_source import StoreSource, device_sku
-from dashboard.views import AnalysisView, GpuGroup, Inventory, Scope, WorkerInfo
+from dashboard.views import AnalysisView, GpuGroup, Inventory, Scope, WorkerView
+from fleet.contract import Role
 from fleet.ingest import catalog_sku_resolver
+from fleet.inventory import WorkerRecord
 from fleet.store.engine import writing
 from fleet.store.stored_summary import StoredSummary
 from fleet.store.writer import write_samples
@@ -63,7 +65,7 @@ def test_the_store_inventory_counts_physical_gpus_and_instances_apart(store_engi
     assert groups == {("H200-SXM", False): 2, ("H100-SXM/1g.10gb", True): 3}
     assert (inventory.whole_gpus, inventory.mig_instances) == (2, 3)
     assert inventory.physical_gpus == 3 and inventory.mig_parent_gpus == 1  # two H200s, one carved H100
-    skus = {w.worker_id: w.sku for w in inventory.workers}
+    skus = {w.record.worker_id: w.sku for w in inventory.workers}
     assert skus == {"worker-0": "H200-SXM", "worker-1": "H100-SXM/1g.10gb"}
     assert device_line(inventory, inventory.groups, whole_fleet=True) == (
         "3 physical GPUs: 2 whole GPUs and 3 MIG instances carved from 1 GPU(s)"
@@ -88,8 +90,9 @@ def test_device_keys_and_scoped_groups() -> None:
     assert device_sku("H100-SXM", None) == "H100-SXM" and device_sku(None, "1g.10gb") is None
     assert device_sku("unknown", "5g.50gb") == "unknown"
 
-    def worker(worker_id: str, sku: str, tp: int) -> WorkerInfo:
-        return WorkerInfo(worker_id, "n", "c", "m", "decode", "engine", "vllm", "fp8", tp, sku)
+    def worker(worker_id: str, sku: str, tp: int) -> WorkerView:
+        record = WorkerRecord(worker_id, "n", "vllm", "m", Role.DECODE, "engine", "fp8", tp, ())
+        return WorkerView(record, "c", sku)
 
     inventory = Inventory(
         (worker("a", "H200-SXM", 2), worker("b", "H100-SXM/3g.40gb", 1), worker("c", "H100-SXM/3g.40gb", 1)),

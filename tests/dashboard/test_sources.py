@@ -54,7 +54,7 @@ def test_store_inventory_and_time_span(store: StoreSource, seeded: Seeded) -> No
     assert inventory.data_until is not None and seeded.end <= inventory.data_until <= seeded.end + timedelta(
         hours=1
     )
-    skus = {w.worker_id: w.sku for w in inventory.workers}
+    skus = {w.record.worker_id: w.sku for w in inventory.workers}
     assert skus["node03/decode-1"] == "H100-SXM" and skus["node04/decode-1"] == "H200-SXM"
 
 
