@@ -1,9 +1,8 @@
 """Analyzer runs: the range each run read and its summary, so the service's /metrics, the dashboard and
 the report can show the latest conclusions without re-running the analysis.
 
-The summary is stored as the analyzer wrote it (JSON). Readers get a typed view of the fields they rely
-on (per pool: lost tokens, capacity, prefill:decode ratio now and recommended, drift; fleet totals) with
-every other field kept as it was.
+The summary is stored as the analyzer wrote it (JSON). Readers get it through the tolerant views of
+:mod:`fleet.store.stored_summary` (a field a run lacks, or holds as something else, reads as unknown).
 """
 
 from __future__ import annotations
@@ -12,34 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection, insert, select
 
 from fleet.store.schema import AnalysisRunRow, table_of
-
-
-class PoolSummary(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    pool: str
-    lost_tokens_per_s: float | None = None
-    capacity_tokens_per_s: float | None = None
-    prefill_decode_ratio: float | None = None
-    recommended_prefill_decode_ratio: float | None = None
-    ratio_drift: bool = False
-
-
-class AnalysisSummary(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    run_at: datetime
-    pools: list[PoolSummary] = []
-    fleet_lost_tokens_per_s: float | None = None
-    fleet_lost_tokens_per_s_low: float | None = None
-    fleet_lost_tokens_per_s_high: float | None = None
-    fleet_lost_output_tokens_per_s: float | None = None
-    fleet_lost_requests_per_s: float | None = None
-
+from fleet.store.stored_summary import StoredSummary
 
 _RUNS = table_of(AnalysisRunRow)
 
@@ -50,7 +25,7 @@ class AnalysisRun:
     created_at: datetime
     from_ts: datetime
     to_ts: datetime
-    summary: AnalysisSummary
+    summary: StoredSummary  # read tolerantly: a run may be of an older summary version, or partial
 
 
 def put_analysis(
@@ -71,21 +46,7 @@ def put_analysis(
 
 
 def _typed(row: Any) -> AnalysisRun:
-    raw = dict(row.summary)
-    fleet_value = raw.get("fleet")
-    fleet: dict[str, Any] = fleet_value if isinstance(fleet_value, dict) else {}
-    view = AnalysisSummary.model_validate(
-        {
-            **raw,
-            "run_at": row.created_at,
-            "fleet_lost_tokens_per_s": fleet.get("lost_tokens_per_s"),
-            "fleet_lost_tokens_per_s_low": fleet.get("lost_tokens_per_s_low"),
-            "fleet_lost_tokens_per_s_high": fleet.get("lost_tokens_per_s_high"),
-            "fleet_lost_output_tokens_per_s": fleet.get("lost_output_tokens_per_s"),
-            "fleet_lost_requests_per_s": fleet.get("lost_requests_per_s"),
-        }
-    )
-    return AnalysisRun(row.id, row.created_at, row.from_ts, row.to_ts, view)
+    return AnalysisRun(row.id, row.created_at, row.from_ts, row.to_ts, StoredSummary.read(row.summary))
 
 
 def latest_analysis(connection: Connection) -> AnalysisRun | None:

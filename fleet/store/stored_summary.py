@@ -161,6 +161,9 @@ class StoredPool(_View):
     prefill_decode_recommended: Text = None
     bound: Text = None
     lost_tokens_per_s: Figure = None
+    capacity_tokens_per_s: Figure = None
+    prefill_decode_ratio: Figure = None
+    recommended_prefill_decode_ratio: Figure = None
     ratio_drift: Flag = None
     recommended: Annotated[dict[str, StoredGroupPlan] | None, BeforeValidator(_by_key)] = None
     checks: Annotated[list[StoredCheck] | None, BeforeValidator(_objects)] = None

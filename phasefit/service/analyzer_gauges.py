@@ -40,7 +40,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleet.contract import Finding, FindingKind, FindingStatus
-from fleet.store.analysis import AnalysisSummary, latest_analysis_run
+from fleet.store.analysis import AnalysisRun, latest_analysis_run
 from fleet.store.findings import StoredFinding, list_findings
 from fleet.store.queries import list_workers
 from fleet.store.stored_summary import StoredGroupPlan, StoredPool, StoredSummary
@@ -55,11 +55,6 @@ MISPLACEMENT_KINDS = frozenset({
 })  # fmt: skip
 MAX_OPEN_FINDINGS = 200_000
 WorkerKey = tuple[str, str, str, str, str]  # pool, worker, sku, role, model
-
-
-def stored_view(summary: AnalysisSummary | None) -> StoredSummary:
-    """The run's summary through the tolerant views the dashboard reads too (empty without a run)."""
-    return StoredSummary.read(summary.model_dump(mode="json") if summary is not None else None)
 
 
 @dataclass
@@ -90,13 +85,14 @@ class Conclusions:
 
 
 def conclude(
-    findings: Sequence[StoredFinding], models: Mapping[str, str], summary: AnalysisSummary | None
+    findings: Sequence[StoredFinding], models: Mapping[str, str], run: AnalysisRun | None
 ) -> Conclusions:
-    """Pure: the gauges' values from open findings, worker -> model, and the latest run's summary."""
+    """Pure: the gauges' values from open findings, worker -> model, and the latest run (its summary read
+    through the tolerant views the dashboard reads too)."""
     out = Conclusions()
     open_findings = [s.finding for s in findings if s.finding.status is FindingStatus.OPEN]
     drifting: set[str] = set()
-    view = stored_view(summary)
+    view = run.summary if run is not None else StoredSummary()
     pools: dict[str, StoredPool] = {p.pool: p for p in view.pools if p.pool}
     pool_models = {name: p.model for name, p in pools.items() if p.model}
     for finding in open_findings:
@@ -117,13 +113,11 @@ def conclude(
         (out.pool_lost_requests, _by_pool(out.worker_lost_requests)),
     ]
     covered: set[str] = set()
-    if summary is not None:
-        out.last_run = summary.run_at.timestamp()
-        for summary_pool in summary.pools:
-            name = summary_pool.pool
+    if run is not None:
+        out.last_run = run.created_at.timestamp()
+        for name, figures in pools.items():
             covered.add(name)
-            figures = pools.get(name, StoredPool())
-            _put(out.pool_lost, name, summary_pool.lost_tokens_per_s)
+            _put(out.pool_lost, name, figures.lost_tokens_per_s)
             _put(out.pool_lost_output, name, figures.lost_output_tokens_per_s)
             _put(out.pool_lost_requests, name, figures.lost_requests_per_s)
             scored = [
@@ -132,10 +126,11 @@ def conclude(
             if scored:
                 latest = max(scored, key=lambda c: c.at or 0)
                 _put(out.change_ratio, name, latest.realized_to_predicted)
-            _put(out.pool_capacity, name, summary_pool.capacity_tokens_per_s)
-            _put(out.pool_ratio, name, summary_pool.prefill_decode_ratio)
-            _put(out.pool_recommended_ratio, name, summary_pool.recommended_prefill_decode_ratio)
-            out.pool_drift[name] = 1.0 if summary_pool.ratio_drift else 0.0
+            _put(out.pool_capacity, name, figures.capacity_tokens_per_s)
+            _put(out.pool_ratio, name, figures.prefill_decode_ratio)
+            _put(out.pool_recommended_ratio, name, figures.recommended_prefill_decode_ratio)
+            if figures.ratio_drift is not None:  # unknown: no series, never 0
+                out.pool_drift[name] = 1.0 if figures.ratio_drift else 0.0
             out.pool_workers.update(_plan(name, figures.recommended or {}))
     elif findings:
         out.last_run = max(s.updated_at.timestamp() for s in findings)
@@ -148,8 +143,8 @@ def conclude(
     fleet = view.fleet
     if view.model is not None and view.model.changes_scored is not None:
         out.changes_scored = float(view.model.changes_scored)
-    if summary is not None and summary.fleet_lost_tokens_per_s is not None:
-        out.fleet_lost = summary.fleet_lost_tokens_per_s
+    if fleet is not None and fleet.lost_tokens_per_s is not None:
+        out.fleet_lost = fleet.lost_tokens_per_s
     else:
         unpooled = sum(lost for key, lost in out.worker_lost.items() if not key[0])
         out.fleet_lost = sum(out.pool_lost.values()) + unpooled
@@ -235,7 +230,7 @@ class AnalyzerCollector:
             return
         up.add_metric([], 1.0)
         yield up
-        yield from families(conclude(findings, models, run.summary if run is not None else None))
+        yield from families(conclude(findings, models, run))
 
 
 def families(c: Conclusions) -> Iterator[Metric]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -11,6 +11,7 @@ from sqlalchemy import Connection
 from fleet.contract import FindingKind, FindingStatus
 from fleet.store.analysis import list_analysis_runs
 from fleet.store.findings import StoredFinding, list_findings
+from fleet.store.stored_summary import StoredFleet, StoredSummary
 from phasefit.service.deps import StateDep
 from phasefit.service.models import FindingOut, FindingPage, LostTokensPoint, LostTokensSeries
 from phasefit.service.routers.common import (
@@ -130,22 +131,7 @@ async def lost_tokens(
     def load(connection: Connection) -> LostTokensSeries:
         runs = list_analysis_runs(connection, since=begin, until=finish)
         if runs:
-            totals = [
-                RunTotals(
-                    at=run.to_ts.timestamp(),
-                    lost=run.summary.fleet_lost_tokens_per_s,
-                    low=run.summary.fleet_lost_tokens_per_s_low,
-                    high=run.summary.fleet_lost_tokens_per_s_high,
-                    output=run.summary.fleet_lost_output_tokens_per_s,
-                    requests=run.summary.fleet_lost_requests_per_s,
-                    pools={
-                        pool.pool: pool.lost_tokens_per_s
-                        for pool in run.summary.pools
-                        if pool.lost_tokens_per_s is not None
-                    },
-                )
-                for run in runs
-            ]
+            totals = [_totals(run.to_ts, run.summary) for run in runs]
             points = lost_from_runs(totals, t0, t1, step_s)
             source = "analysis-runs"
         else:
@@ -170,3 +156,18 @@ def _episode(stored: StoredFinding) -> Episode:
         lost=f.lost_tokens_per_s, low=f.lost_tokens_per_s_low, high=f.lost_tokens_per_s_high,
         output=f.lost_output_tokens_per_s, requests=f.lost_requests_per_s,
     )  # fmt: skip
+
+
+def _totals(at: datetime, summary: StoredSummary) -> RunTotals:
+    fleet = summary.fleet or StoredFleet()
+    return RunTotals(
+        at=at.timestamp(),
+        lost=fleet.lost_tokens_per_s,
+        low=fleet.lost_tokens_per_s_low,
+        high=fleet.lost_tokens_per_s_high,
+        output=fleet.lost_output_tokens_per_s,
+        requests=fleet.lost_requests_per_s,
+        pools={
+            p.pool: p.lost_tokens_per_s for p in summary.pools if p.pool and p.lost_tokens_per_s is not None
+        },
+    )

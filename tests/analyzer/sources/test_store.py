@@ -144,7 +144,8 @@ def test_the_summary_is_stored_where_the_store_keeps_analysis_runs(store_engine:
     with store_engine.connect() as connection:
         latest = latest_analysis(connection)
     assert latest is not None and latest.id == run_id
-    assert latest.summary.fleet_lost_tokens_per_s == result.summary["fleet"]["lost_tokens_per_s"]
+    assert latest.summary.fleet is not None
+    assert latest.summary.fleet.lost_tokens_per_s == result.summary["fleet"]["lost_tokens_per_s"]
     assert latest.from_ts == T0
     (pool,) = latest.summary.pools
     assert pool.pool == result.summary["pools"][0]["pool"]

@@ -11,22 +11,22 @@ from analyzer.pipeline import analyze, input_from_samples
 from analyzer.results.summary import FleetTotals, PoolSummary
 from analyzer.results.summary import Summary as StrictSummary
 from fleet.catalog import load_catalog
-from fleet.store.analysis import AnalysisSummary, latest_analysis, put_analysis
+from fleet.store.analysis import AnalysisRun, latest_analysis, put_analysis
 from fleet.store.engine import writing
 from fleet.store.stored_summary import StoredFleet, StoredPool, StoredSummary
-from phasefit.service.analyzer_gauges import conclude, stored_view
+from phasefit.service.analyzer_gauges import conclude
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
 NOW = datetime(2026, 3, 2, 13, 0, tzinfo=UTC)
 
 
-def _stored(engine: Engine, summary: dict[str, Any]) -> AnalysisSummary:
+def _stored(engine: Engine, summary: dict[str, Any]) -> AnalysisRun:
     with writing(engine) as connection:
         put_analysis(connection, created_at=NOW, from_ts=NOW - timedelta(hours=1), to_ts=NOW, summary=summary)
     with engine.connect() as connection:
         run = latest_analysis(connection)
     assert run is not None
-    return run.summary
+    return run
 
 
 def test_the_views_name_only_fields_the_summary_has() -> None:
@@ -67,8 +67,8 @@ def test_figures_that_are_not_numbers_read_as_unknown(sqlite_engine: Engine) -> 
     assert conclusions.pool_lost_output == {} and conclusions.pool_lost_requests == {}
     assert conclusions.fleet_lost_output is None and conclusions.judged_workers is None
     assert conclusions.unjudged_workers == {"b": 1.0}
-    assert stored_view(_stored(sqlite_engine, {"fleet": ["not", "a", "mapping"]})).fleet is None
-    assert stored_view(None) == StoredSummary()
+    assert _stored(sqlite_engine, {"fleet": ["not", "a", "mapping"]}).summary.fleet is None
+    assert conclude([], {}, None).fleet_lost_output is None
 
 
 def test_the_latest_scored_change_of_each_pool_is_its_ratio(sqlite_engine: Engine) -> None:
