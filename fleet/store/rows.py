@@ -10,12 +10,13 @@ GPU per batch, not one per sample.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from fleet.contract import EngineSample, GpuSample, activity_evidence
+from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store import codes
 
 TimeEncoding = Literal["epoch_us", "datetime"]
@@ -55,40 +56,7 @@ class RowValueError(ValueError):
         self.tag = tag  # what the caller passed to RowBatch.add for the offending record (ingest: its line)
 
 
-@dataclass
-class GpuDim:
-    node: str
-    gpu_index: int
-    gpu_name: str
-    parent_gpu_uuid: str | None
-    mig_profile: str | None
-    cluster: str | None
-    worker_id: str | None
-    state: str
-    source: str
-    first_seen: datetime
-    last_seen: datetime
-
-
-@dataclass
-class WorkerDim:
-    node: str
-    engine: str
-    model: str
-    role: str
-    role_source: str
-    precision: str | None
-    tp: int | None
-    gpu_uuids: list[str]
-    gpu_join: str | None
-    cluster: str | None
-    deployment: str | None
-    kv_capacity_tokens: int | None
-    first_seen: datetime
-    last_seen: datetime
-
-
-_Dim = TypeVar("_Dim", GpuDim, WorkerDim)
+_Dim = TypeVar("_Dim", GpuRecord, WorkerRecord)
 
 
 @dataclass
@@ -103,8 +71,8 @@ class RowBatch:
     time_encoding: TimeEncoding
     gpu_rows: list[tuple[Any, ...]] = field(default_factory=list)
     engine_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    gpus: dict[str, GpuDim] = field(default_factory=dict)
-    workers: dict[str, WorkerDim] = field(default_factory=dict)
+    gpus: dict[str, GpuRecord] = field(default_factory=dict)  # sku: resolved by the writer
+    workers: dict[str, WorkerRecord] = field(default_factory=dict)
     nodes: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
     _latest_gpu: dict[str, list[Any]] = field(default_factory=dict, repr=False)  # [first, last, values, tag]
     _latest_worker: dict[str, list[Any]] = field(default_factory=dict, repr=False)
@@ -153,10 +121,12 @@ class RowBatch:
             _check_texts(values, ("gpu_name", "node", "parent_gpu_uuid", "mig_profile", "cluster"), tag)
             if values["gpu_index"] > INT32_MAX:
                 raise RowValueError("gpu_index", f"{values['gpu_index']} does not fit a 32-bit integer", tag)
-            gpu = GpuDim(
-                values["node"], values["gpu_index"], values["gpu_name"], values["parent_gpu_uuid"],
-                values["mig_profile"], values["cluster"], values["worker_id"], values["state"]._value_,
-                values["source"]._value_, first, last,
+            gpu = GpuRecord(
+                gpu_uuid=uuid, node=values["node"], gpu_name=values["gpu_name"], sku=None,
+                worker_id=values["worker_id"], source=values["source"]._value_, state=values["state"]._value_,
+                cluster=values["cluster"], parent_gpu_uuid=values["parent_gpu_uuid"],
+                mig_profile=values["mig_profile"], gpu_index=values["gpu_index"],
+                first_seen=first, last_seen=last,
             )  # fmt: skip
             self.gpus[uuid] = _newer(self.gpus.get(uuid), gpu)
             self._fold_node(gpu.node, first, last)
@@ -165,11 +135,12 @@ class RowBatch:
             for uuid in values["gpu_uuids"]:
                 if "\x00" in uuid:
                     raise RowValueError("gpu_uuids", "contains a NUL character", tag)
-            worker = WorkerDim(
-                values["node"], values["engine"], values["model"], values["role"]._value_,
-                values["role_source"]._value_, values["precision"], values["tp"], list(values["gpu_uuids"]),
-                _value(values["gpu_join"]), values["cluster"], values["deployment"],
-                values["kv_capacity_tokens"], first, last,
+            worker = WorkerRecord(
+                worker_id=worker_id, node=values["node"], engine=values["engine"], model=values["model"],
+                role=values["role"], role_source=values["role_source"]._value_, precision=values["precision"],
+                tp=values["tp"], gpu_uuids=tuple(values["gpu_uuids"]), cluster=values["cluster"],
+                deployment=values["deployment"], kv_capacity_tokens=values["kv_capacity_tokens"],
+                gpu_join=_value(values["gpu_join"]), first_seen=first, last_seen=last,
             )  # fmt: skip
             self.workers[worker_id] = _newer(self.workers.get(worker_id), worker)
             self._fold_node(worker.node, first, last)
@@ -242,10 +213,10 @@ def _newer(known: _Dim | None, seen: _Dim) -> _Dim:
     """Attributes of whichever is later, first/last seen spanning both."""
     if known is None:
         return seen
+    assert known.first_seen and known.last_seen and seen.first_seen and seen.last_seen  # a batch's always are
     latest = seen if seen.last_seen >= known.last_seen else known
-    latest.first_seen = min(known.first_seen, seen.first_seen)
-    latest.last_seen = max(known.last_seen, seen.last_seen)
-    return latest
+    first, last = min(known.first_seen, seen.first_seen), max(known.last_seen, seen.last_seen)
+    return replace(latest, first_seen=first, last_seen=last)
 
 
 def _check_texts(values: dict[str, Any], names: tuple[str, ...], tag: int | None) -> None:

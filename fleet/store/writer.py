@@ -215,15 +215,16 @@ def write_dimensions(
     if batch.gpus:
         skus: dict[tuple[str, str | None], str | None] = {}
         gpu_rows = []
-        for uuid, gpu in sorted(batch.gpus.items()):
+        for _, gpu in sorted(batch.gpus.items()):
             named = (gpu.gpu_name, gpu.mig_profile)
             if named not in skus:
                 skus[named] = sku_resolver(*named) if sku_resolver is not None else None
-            gpu_rows.append({"gpu_uuid": uuid, "sku": skus[named], **vars(gpu)})
+            gpu_rows.append({**vars(gpu), "sku": skus[named]})
         _upsert(connection, "gpus", gpu_rows)
     if batch.workers:
         _upsert(connection, "workers", [
-            {"worker_id": worker_id, **vars(worker)} for worker_id, worker in sorted(batch.workers.items())
+            {**vars(worker), "role": worker.role.value, "gpu_uuids": list(worker.gpu_uuids)}
+            for _, worker in sorted(batch.workers.items())
         ])  # fmt: skip
 
 

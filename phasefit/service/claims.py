@@ -237,10 +237,11 @@ def _attribute_differences(
             dim = candidates[id_]
             if _instant(last_seen) != _instant(dim.last_seen):
                 continue  # the stored row comes from a later window: the re-send does not rewrite it
+            dialect = connection.dialect.name
             differences = [
                 (name, old, getattr(dim, name))
                 for name, old in zip(kind.attributes, values, strict=True)
-                if old != getattr(dim, name)
+                if not stored_equal(dialect, name, old, getattr(dim, name))
             ]
             if differences:
                 found.append(((id_, _instant(dim.last_seen)), differences))

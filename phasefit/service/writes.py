@@ -31,6 +31,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.orm import InstrumentedAttribute
 
+from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store.engine import writing
 from fleet.store.rows import RowBatch
 from fleet.store.schema import GpuRow, WorkerRow
@@ -84,6 +85,12 @@ def _attributes(dimension: Any) -> tuple[Any, ...]:
     )
 
 
+def _span(record: GpuRecord | WorkerRecord) -> tuple[datetime, datetime]:
+    """A batch's record always carries the span of the windows that named it."""
+    assert record.first_seen is not None and record.last_seen is not None
+    return record.first_seen, record.last_seen
+
+
 class SeriesCache:
     """The GPU, worker and node rows this process wrote (bounded: forgotten past ``cap`` entries)."""
 
@@ -121,11 +128,9 @@ class SeriesCache:
                 self._workers.clear()
                 self._nodes.clear()
             for key, gpu in dimensions.gpus.items():
-                self._gpus[key] = _merge(self._gpus.get(key), _attributes(gpu), gpu.first_seen, gpu.last_seen)
+                self._gpus[key] = _merge(self._gpus.get(key), _attributes(gpu), *_span(gpu))
             for key, worker in dimensions.workers.items():
-                self._workers[key] = _merge(
-                    self._workers.get(key), _attributes(worker), worker.first_seen, worker.last_seen
-                )
+                self._workers[key] = _merge(self._workers.get(key), _attributes(worker), *_span(worker))
             for key, (first, last) in dimensions.nodes.items():
                 self._nodes[key] = _merge(self._nodes.get(key), (), first, last)
 
