@@ -83,7 +83,7 @@ def _transform(
     for index, name in plan:
         lookup = lookups.get(name, _ENCODERS.get(name))
         if lookup is None:
-            out.append(list(map(to_real, columns[index])) if name in REAL_COLUMNS else columns[index])
+            out.append(_reals(columns[index]) if name in REAL_COLUMNS else columns[index])
             continue
         try:
             out.append(list(map(lookup.__getitem__, columns[index])))
@@ -104,6 +104,13 @@ REAL_COLUMNS = frozenset(
 _FLOAT32 = struct.Struct("f")
 # The smallest normal 4-byte float: PostgreSQL refuses a smaller magnitude as underflow.
 FLOAT32_MIN = 1.1754943508222875e-38
+
+
+def _reals(column: Sequence[Any]) -> Sequence[Any]:
+    """The column as 4-byte floats hold it; unchanged (no per-value call) when nothing is that small: the
+    contract keeps these columns at or above 0, so the smallest non-zero value decides."""
+    smallest = min(filter(None, column), default=1.0)
+    return list(map(to_real, column)) if smallest < FLOAT32_MIN else column
 
 
 def to_real(value: Any) -> Any:
