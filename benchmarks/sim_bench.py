@@ -31,6 +31,7 @@ from fleet.catalog import load_catalog
 from fleetsim.calibration import format_tables, max_throughput_rows, ratio_rows
 from fleetsim.fleet_sim import FleetSimulation
 from fleetsim.records import RecordBuilder
+from fleetsim.scaling import scaled
 from fleetsim.scenario import Scenario, load_scenario
 from fleetsim.truth import compute_truth
 
@@ -39,24 +40,8 @@ SLICE_RECORDS = 60_000
 
 
 def scaled_demo(factor: int) -> Scenario:
-    """The demo scenario with ``factor`` times the nodes and the traffic."""
-    demo = load_scenario("demo")
-    nodes = [group.model_copy(update={"count": group.count * factor}) for group in demo.nodes]
-    pools = [
-        p.model_copy(
-            update={"traffic": p.traffic.model_copy(update={"rate_rps": p.traffic.rate_rps * factor})}
-        )
-        for p in demo.pools
-    ]
-    width = max(2, len(str(sum(g.count for g in nodes) - 1)))
-    lost = [
-        spec.model_copy(
-            update={"node": f"{demo.node_prefix}{int(spec.node.removeprefix(demo.node_prefix)):0{width}d}"}
-        )
-        for spec in demo.life.gpu_lost
-    ]
-    life = demo.life.model_copy(update={"gpu_lost": lost})
-    return demo.model_copy(update={"name": f"demo-x{factor}", "nodes": nodes, "pools": pools, "life": life})
+    """The demo scenario with ``factor`` times its nodes and traffic."""
+    return scaled("demo", factor)
 
 
 def simulate_to_file(

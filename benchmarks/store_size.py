@@ -42,7 +42,8 @@ from fleet.store import migrate
 from fleet.store.engine import is_sqlite, make_engine, writing
 from fleet.store.partitions import ensure_partitions, list_partitions
 from fleet.store.retention import apply_retention, expire_raw_samples
-from fleetsim.scenario import Scenario, load_scenario
+from fleetsim.scaling import scaled
+from fleetsim.scenario import Scenario
 from fleetsim.source import jsonl_batches
 
 START = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday
@@ -52,23 +53,8 @@ ROLLUPS = {"gpu": ("gpu_samples_1m", "gpu_samples_1h"), "engine": ("engine_sampl
 
 
 def scaled_demo(factor: int) -> Scenario:
-    """The demo scenario with ``factor`` times its nodes and traffic (as benchmarks/sim_bench.py does)."""
-    demo = load_scenario("demo")
-    nodes = [group.model_copy(update={"count": group.count * factor}) for group in demo.nodes]
-    pools = [
-        p.model_copy(
-            update={"traffic": p.traffic.model_copy(update={"rate_rps": p.traffic.rate_rps * factor})}
-        )
-        for p in demo.pools
-    ]
-    width = max(2, len(str(sum(g.count for g in nodes) - 1)))
-    prefix = demo.node_prefix
-    lost = [
-        spec.model_copy(update={"node": f"{prefix}{int(spec.node.removeprefix(prefix)):0{width}d}"})
-        for spec in demo.life.gpu_lost
-    ]
-    life = demo.life.model_copy(update={"gpu_lost": lost})
-    return demo.model_copy(update={"name": f"demo-x{factor}", "nodes": nodes, "pools": pools, "life": life})
+    """The demo scenario with ``factor`` times its nodes and traffic."""
+    return scaled("demo", factor)
 
 
 @dataclass

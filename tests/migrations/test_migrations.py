@@ -19,6 +19,7 @@ from fleet.store.columns import to_epoch_us
 from fleet.store.engine import make_engine
 from fleet.store.partitions import PARTITION_NAME, compared_by_autogenerate, list_partitions
 from fleet.store.queries import gpu_samples
+from fleet.store.rows import ENGINE_SAMPLE_COLUMNS, GPU_SAMPLE_COLUMNS
 from fleet.store.schema import Base, is_view
 
 
@@ -108,16 +109,8 @@ def test_ensure_schema_creates_an_empty_store_and_refuses_other_revisions(
 
 # --- 0005: the lean raw tables, their data moved in place ----------------------------------------------
 
-GPU_COLUMNS = (
-    "gpu_uuid", "ts", "window_s", "worker_id", "sm_active", "tensor_active", "dram_active", "gpu_util",
-    "mem_used_bytes", "power_w", "sm_clock_mhz", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes",
-    "pcie_rx_bytes", "state", "source", "gr_engine_active", "mem_copy_util", "activity_evidence",
-)  # fmt: skip
-ENGINE_COLUMNS = (
-    "worker_id", "ts", "window_s", "role", "role_source", "prompt_tokens", "generation_tokens",
-    "requests_running", "requests_waiting", "kv_cache_usage", "preemptions", "ttft_p50_s", "ttft_p99_s",
-    "tpot_p50_s", "tpot_p99_s",
-)  # fmt: skip
+GPU_COLUMNS = GPU_SAMPLE_COLUMNS  # the views' columns: what the tables held at revision 0004
+ENGINE_COLUMNS = ENGINE_SAMPLE_COLUMNS
 DAY0 = datetime(2026, 3, 2, 23, 59, tzinfo=UTC)
 LAST_HOUR = datetime(9999, 12, 31, 23, tzinfo=UTC)
 
