@@ -21,6 +21,7 @@ from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
 from analyzer.pools.outcomes import OutcomeParams, change_outcomes
 from analyzer.pools.pool import DeviceCounts, Inventory, Pool, device_counts
 from analyzer.pools.split_search import PlacementResult
+from analyzer.results.changes import ChangeOutcome
 from analyzer.results.summary import (
     SUMMARY_VERSION,
     ModelInfo,
@@ -229,6 +230,7 @@ def _pool_summary(
     catalog: Catalog | None = None,
     finding_params: FindingParams | None = None,
     outcome_params: OutcomeParams | None = None,
+    extra_changes: Sequence[ChangeOutcome] = (),
 ) -> PoolSummary:
     pool = analysis.pool
     latest = analysis.latest
@@ -306,7 +308,10 @@ def _pool_summary(
         ],
         segments=[_segment_summary(pool, s) for s in analysis.segments],
         notes=list(analysis.notes),
-        changes=change_outcomes(analysis.segments, grid.workers, outcome_params),
+        changes=sorted(
+            [*change_outcomes(analysis.segments, grid.workers, outcome_params), *extra_changes],
+            key=lambda c: c.at,
+        ),
     )
 
 
@@ -369,9 +374,20 @@ def build_summary(
     catalog: Catalog | None = None,
     finding_params: FindingParams | None = None,
     outcome_params: OutcomeParams | None = None,
+    extra_changes: Mapping[str, Sequence[ChangeOutcome]] | None = None,
 ) -> Summary:
     pool_rows = [
-        _pool_summary(a, findings, grid, inventory, catalog, finding_params, outcome_params) for a in analyses
+        _pool_summary(
+            a,
+            findings,
+            grid,
+            inventory,
+            catalog,
+            finding_params,
+            outcome_params,
+            (extra_changes or {}).get(a.pool.key, ()),
+        )
+        for a in analyses
     ]
     scored, realized_error = changes_record(pool_rows)
     open_findings = [f for f in findings if f.status is FindingStatus.OPEN]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -85,13 +85,31 @@ def _followed(before: np.ndarray, after: np.ndarray, best: np.ndarray) -> str:
     return "against the recommendation"
 
 
+def _group_of(placement: PlacementResult | None) -> dict[int, str]:
+    if placement is None:
+        return {}
+    return {row: g.group.sku.key for g in placement.groups for row in g.group.members}
+
+
 def _outcome(
-    before: SegmentAnalysis, after: SegmentAnalysis, workers: Sequence[str], p: OutcomeParams
+    before: SegmentAnalysis,
+    after: SegmentAnalysis,
+    workers: Sequence[str],
+    p: OutcomeParams,
+    skus: Mapping[str, tuple[str, str]] | None = None,
 ) -> ChangeOutcome | None:
+    """``skus``: worker -> (GPU model before, after) for workers that moved across GPU models."""
+    moves = skus or {}
     moved = [
-        MovedWorker(worker_id=workers[row], from_role=before.roles[row], to_role=after.roles[row])
+        MovedWorker(
+            worker_id=workers[row],
+            from_role=before.roles[row],
+            to_role=after.roles[row],
+            from_sku=moves[workers[row]][0] if workers[row] in moves else None,
+            to_sku=moves[workers[row]][1] if workers[row] in moves else None,
+        )
         for row in sorted(before.roles.keys() & after.roles.keys())
-        if before.roles[row] != after.roles[row]
+        if before.roles[row] != after.roles[row] or workers[row] in moves
     ]
     if not moved:
         return None
@@ -190,14 +208,30 @@ def _judge(o: ChangeOutcome, capacity: float, p: OutcomeParams) -> ChangeOutcome
     return o.model_copy(update=update)
 
 
+def _settled(segments: Sequence[SegmentAnalysis], p: OutcomeParams) -> list[SegmentAnalysis]:
+    """The segments that are not a transition (the last always counts)."""
+    return [s for i, s in enumerate(segments) if s.hours >= p.transition_hours or i == len(segments) - 1]
+
+
+def change_outcome(
+    before: Sequence[SegmentAnalysis],
+    after: Sequence[SegmentAnalysis],
+    workers: Sequence[str],
+    p: OutcomeParams,
+    skus: Mapping[str, tuple[str, str]],
+) -> ChangeOutcome | None:
+    """A change between two analyses of the same pool (before and after a move across GPU models): the
+    last settled segment before against the first settled one after."""
+    settled_after = [s for s in after if s.hours >= p.transition_hours] or list(after[-1:])
+    return _outcome(_settled(before, p)[-1], settled_after[0], workers, p, skus)
+
+
 def change_outcomes(
     segments: Sequence[SegmentAnalysis], workers: Sequence[str], p: OutcomeParams | None = None
 ) -> list[ChangeOutcome]:
     """Every role change between settled segments, judged; then a recommendation left standing."""
     params = p or OutcomeParams()
-    settled = [
-        s for i, s in enumerate(segments) if s.hours >= params.transition_hours or i == len(segments) - 1
-    ]
+    settled = _settled(segments, params)
     out = [o for a, b in itertools.pairwise(settled) if (o := _outcome(a, b, workers, params)) is not None]
     out += _standing(segments, params)
     return out

@@ -26,6 +26,8 @@ class MovedWorker(BaseModel):
     worker_id: str
     from_role: str
     to_role: str
+    from_sku: str | None = Field(default=None, description="The GPU model it left; null: it kept its GPUs.")
+    to_sku: str | None = None
 
 
 class ChangeOutcome(BaseModel):
