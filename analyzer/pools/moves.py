@@ -9,9 +9,12 @@ the GPUs they hold since, and the two settled segments around the move are compa
 from __future__ import annotations
 
 import dataclasses
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from analyzer.pools.analysis import PoolAnalysis
 from analyzer.pools.outcomes import OutcomeParams, change_outcome
@@ -32,13 +35,23 @@ class GpuMove:
 
 def gpu_moves(gpu_buckets: Columns, workers: Sequence[str]) -> list[GpuMove]:
     """Per worker, its latest change of GPU set in the bucket rows (rows that name their worker)."""
+    owners = list(gpu_buckets["worker_id"])
+    uuids = list(gpu_buckets["gpu_uuid"])
+    stamps = np.asarray(gpu_buckets["ts"], dtype=np.float64).tolist()
+    # Only a worker that held more GPUs over the range than in some bucket can have moved: counted with
+    # C-level passes, so a fleet without moves costs little.
+    distinct = Counter(w for w, _ in set(zip(owners, uuids, strict=True)))
+    least: dict[Any, int] = {}
+    for (worker, _), n in Counter(zip(owners, stamps, strict=True)).items():
+        least[worker] = min(least.get(worker, n), n)
     wanted = set(workers)
+    candidates = {w for w, n in distinct.items() if w in wanted and n > least.get(w, n)}
+    if not candidates:
+        return []
     held: dict[str, dict[float, set[str]]] = defaultdict(lambda: defaultdict(set))
-    for ts, uuid, worker in zip(
-        gpu_buckets["ts"], gpu_buckets["gpu_uuid"], gpu_buckets["worker_id"], strict=True
-    ):
-        if worker in wanted:
-            held[worker][float(ts)].add(str(uuid))
+    for ts, uuid, worker in zip(stamps, uuids, owners, strict=True):
+        if worker in candidates:
+            held[worker][ts].add(str(uuid))
     moves = []
     for worker, by_bucket in held.items():
         sets = [by_bucket[b] for b in sorted(by_bucket)]
