@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from analyzer.findings.evidence import activity_evidence, dominant_bottleneck, evidence_label
@@ -33,6 +32,7 @@ from analyzer.results.summary import (
     Traffic,
     TrafficDrift,
     WorkerSummary,
+    iso,
 )
 from analyzer.results.totals import (
     LOST_FIELDS,
@@ -84,10 +84,6 @@ _LOST: dict[str, Callable[[PlacementResult, str], float]] = {
     ],
 }
 _DIGITS = {"lost_output_tokens_per_s": 1, "lost_requests_per_s": 4, "lost_tokens_per_s": 1}
-
-
-def iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def grid_role(grid: WorkerGrid, row: int) -> Role:

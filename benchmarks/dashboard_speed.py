@@ -42,8 +42,6 @@ def build_store(folder: Path) -> str:
     if done.exists():
         print(f"reusing the store in {folder}")
         return url
-    from sim_bench import scaled_demo
-
     from analyzer.pipeline import analyze
     from analyzer.sources.store import read_input, write_result
     from fleet.catalog import load_catalog
@@ -52,10 +50,11 @@ def build_store(folder: Path) -> str:
     from fleet.store.engine import make_engine, writing
     from fleet.store.retention import refresh_rollups
     from fleetsim.alert_episodes import store_alert_episodes
+    from fleetsim.scaling import scaled
     from fleetsim.source import jsonl_batches
 
     catalog = load_catalog()
-    scenario = scaled_demo(16)
+    scenario = scaled("demo", 16)
     records = folder / "fleet1024.jsonl"
     began = time.perf_counter()
     with records.open("wb") as fh:

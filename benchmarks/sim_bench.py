@@ -39,11 +39,6 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 SLICE_RECORDS = 60_000
 
 
-def scaled_demo(factor: int) -> Scenario:
-    """The demo scenario with ``factor`` times its nodes and traffic."""
-    return scaled("demo", factor)
-
-
 def simulate_to_file(
     scenario: Scenario, days: float, window_s: int, out: Path, seed: int = 0
 ) -> dict[str, float]:
@@ -97,7 +92,7 @@ def naive_baseline(scenario: Scenario, days: float, window_s: int, out: Path) ->
 
 def child(args: argparse.Namespace) -> None:
     """Run one case in this process and print its figures as JSON (for the parent)."""
-    scenario = scaled_demo(args.factor) if args.factor > 1 else load_scenario("demo")
+    scenario = scaled("demo", args.factor) if args.factor > 1 else load_scenario("demo")
     out = Path(args.out)
     figures = simulate_to_file(scenario, args.days, args.window_s, out)
     out.unlink()

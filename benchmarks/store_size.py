@@ -52,11 +52,6 @@ DEMO_GPUS = 64
 ROLLUPS = {"gpu": ("gpu_samples_1m", "gpu_samples_1h"), "engine": ("engine_samples_1m", "engine_samples_1h")}
 
 
-def scaled_demo(factor: int) -> Scenario:
-    """The demo scenario with ``factor`` times its nodes and traffic."""
-    return scaled("demo", factor)
-
-
 @dataclass
 class Run:
     """What was stored, and the figures of each revision measured."""
@@ -228,7 +223,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.gpus % DEMO_GPUS:
         parser.error(f"--gpus must be a multiple of {DEMO_GPUS}")
-    scenario = scaled_demo(args.gpus // DEMO_GPUS)
+    scenario = scaled("demo", args.gpus // DEMO_GPUS)
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if not args.no_sqlite:

@@ -11,7 +11,6 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 
 import numpy as np
@@ -19,6 +18,8 @@ import numpy as np
 from analyzer.pools.analysis import SegmentAnalysis
 from analyzer.pools.split_search import PlacementResult, capacity_draws, draw_rates, evaluate
 from analyzer.results.changes import ChangeOutcome, MovedWorker
+from analyzer.results.summary import iso
+from analyzer.results.totals import num
 from analyzer.tunable import tunable
 
 
@@ -50,14 +51,6 @@ class OutcomeParams:
         "A segment shorter than this between two others is a transition (restarts, roles changing one "
         "by one): a change is judged from the longer segment before it to the one after.",
     )
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=UTC).isoformat().replace("+00:00", "Z")
-
-
-def _num(value: float | None, digits: int = 1) -> float | None:
-    return round(value, digits) if value is not None and math.isfinite(value) else None
 
 
 def _rate(prompt: float, generated: float, isl: float, osl: float) -> float:
@@ -113,7 +106,7 @@ def _outcome(
     ]
     if not moved:
         return None
-    at, hours = _iso(after.start), after.hours
+    at, hours = iso(after.start), after.hours
 
     def unscored(reason: str) -> ChangeOutcome:
         verdict = Verdict.UNSCORED.value
@@ -154,17 +147,17 @@ def _outcome(
         followed=followed,
         verdict=Verdict.UNSCORED.value,
         reason="",
-        predicted_tokens_per_s=_num(predicted_rate * tokens),
-        predicted_tokens_per_s_low=_num(float(np.quantile(gains, 0.1)) * tokens),
-        predicted_tokens_per_s_high=_num(float(np.quantile(gains, 0.9)) * tokens),
-        recommended_tokens_per_s=_num(pb.lost_tokens_per_s),
-        realized_tokens_per_s=_num(realized_rate * tokens),
-        predicted_output_tokens_per_s=_num(predicted_rate * osl),
-        realized_output_tokens_per_s=_num(realized_rate * osl),
-        predicted_requests_per_s=_num(predicted_rate, 3),
-        realized_requests_per_s=_num(realized_rate, 3),
-        delivered_output_tokens_per_s_before=_num(before.mix.output_rate),
-        delivered_output_tokens_per_s_after=_num(after.mix.output_rate),
+        predicted_tokens_per_s=num(predicted_rate * tokens),
+        predicted_tokens_per_s_low=num(float(np.quantile(gains, 0.1)) * tokens),
+        predicted_tokens_per_s_high=num(float(np.quantile(gains, 0.9)) * tokens),
+        recommended_tokens_per_s=num(pb.lost_tokens_per_s),
+        realized_tokens_per_s=num(realized_rate * tokens),
+        predicted_output_tokens_per_s=num(predicted_rate * osl),
+        realized_output_tokens_per_s=num(realized_rate * osl),
+        predicted_requests_per_s=num(predicted_rate, 3),
+        realized_requests_per_s=num(realized_rate, 3),
+        delivered_output_tokens_per_s_before=num(before.mix.output_rate),
+        delivered_output_tokens_per_s_after=num(after.mix.output_rate),
         hours_after=round(hours, 2),
     )
     judged = _judge(outcome, rate_before * tokens, p)
@@ -204,7 +197,7 @@ def _judge(o: ChangeOutcome, capacity: float, p: OutcomeParams) -> ChangeOutcome
         f"at the traffic mix before the change (noise floor {floor:,.0f})"
     )
     ratio = realized / predicted if verdict in SCORED and predicted > floor else None
-    update = {"verdict": verdict.value, "reason": reason, "realized_to_predicted": _num(ratio, 4)}
+    update = {"verdict": verdict.value, "reason": reason, "realized_to_predicted": num(ratio, 4)}
     return o.model_copy(update=update)
 
 
@@ -256,12 +249,12 @@ def _standing(segments: Sequence[SegmentAnalysis], p: OutcomeParams) -> list[Cha
     assert latest.placement is not None
     return [
         ChangeOutcome(
-            at=_iso(first.start),
+            at=iso(first.start),
             moved=[],
             followed="not carried out",
             verdict=Verdict.NOT_CARRIED_OUT.value,
             reason=f"recommended for {hours:,.1f} h and not carried out",
-            recommended_tokens_per_s=_num(latest.placement.lost_tokens_per_s),
+            recommended_tokens_per_s=num(latest.placement.lost_tokens_per_s),
             hours_after=round(hours, 2),
         )
     ]

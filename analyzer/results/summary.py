@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,6 +28,13 @@ Timestamp = Annotated[
         description="RFC 3339 in UTC, e.g. 2024-06-03T00:00:00Z.", json_schema_extra={"format": "date-time"}
     ),
 ]
+
+
+def iso(epoch: float) -> str:
+    """A :data:`Timestamp`: epoch seconds as RFC 3339 in UTC with a Z."""
+    return datetime.fromtimestamp(epoch, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
 Price = Literal["catalog", "price not set", "no placement analysis"]
 Serving = Literal["disaggregated", "colocated", "unknown"]
 Bound = Literal["prefill", "decode"]

@@ -15,7 +15,7 @@ from sqlalchemy import BigInteger, Connection, Float, case, func, literal, selec
 
 from analyzer.pipeline import AnalysisInput, AnalysisResult
 from analyzer.pools.pool import Inventory
-from analyzer.results.summary import Summary
+from analyzer.results.summary import Summary, iso
 from analyzer.telemetry.grid import BUCKET_S, ENGINE_BUCKET_COLUMNS, GPU_BUCKET_COLUMNS
 from fleet.contract import FindingStatus
 from fleet.inventory import GpuRecord, WorkerRecord
@@ -233,7 +233,7 @@ def shard_summaries(
         .where(table.c.from_ts <= start + _HOUR, table.c.to_ts >= end - _HOUR)
         .order_by(table.c.created_at, table.c.id)
     )
-    bounds = (_iso(start), _iso(end))
+    bounds = (iso(start.timestamp()), iso(end.timestamp()))
     out: dict[int, Summary] = {}
     for (raw,) in rows:
         scope = raw.get("scope") if isinstance(raw, dict) else None
@@ -244,7 +244,3 @@ def shard_summaries(
             continue
         out[int(shard[0])] = Summary.model_validate(raw)  # later runs of a shard replace earlier ones
     return out
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")

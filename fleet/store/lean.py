@@ -128,8 +128,6 @@ def stored_equal(dialect: str, column: str, stored: Any, sent: Any) -> bool:
     or, for a 4-byte float column on PostgreSQL, values that round to the same 4-byte float."""
     if stored == sent:
         return True
-    if isinstance(stored, list | tuple) and isinstance(sent, list | tuple):  # JSON reads back a list
-        return list(stored) == list(sent)
     if column not in REAL_COLUMNS:
         return False
     if stored == to_real(sent):  # a magnitude below a 4-byte float's, stored as the smallest one

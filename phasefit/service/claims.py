@@ -233,8 +233,10 @@ def _attribute_differences(
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
         statement = select(key_column, table.c.last_seen, *columns).where(key_column.in_(chunk))
-        for id_, last_seen, *values in connection.execute(statement):
+        for id_, last_seen, *stored_values in connection.execute(statement):
             dim = candidates[id_]
+            # A JSON column reads back a list where the record holds a tuple (a worker's gpu_uuids).
+            values = [tuple(v) if isinstance(v, list) else v for v in stored_values]
             if _instant(last_seen) != _instant(dim.last_seen):
                 continue  # the stored row comes from a later window: the re-send does not rewrite it
             dialect = connection.dialect.name

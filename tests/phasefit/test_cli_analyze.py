@@ -5,7 +5,6 @@ import io
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import pytest
@@ -18,7 +17,7 @@ from analyzer.pipeline import AnalysisResult, input_from_samples
 from analyzer.pipeline import analyze as run_pipeline
 from analyzer.results.summary import AnalyzeOutput
 from fleet.catalog import load_catalog
-from fleet.contract import EngineSample, GpuSample, TelemetrySource
+from fleet.contract import GpuSample, TelemetrySource
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import make_engine, writing
 from fleet.store.migrate import upgrade
@@ -27,6 +26,7 @@ from fleet.store.writer import write_samples
 from phasefit.cli.analyze import analyze, parse_time, print_result
 from tests.analyzer.summary_samples import fleet_totals
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
+from tests.phasefit.synthetic_store import synthetic_store
 
 ROOT = Path(__file__).resolve().parents[2]
 app = typer.Typer()
@@ -37,35 +37,9 @@ def _runner() -> CliRunner:
     return CliRunner()
 
 
-def _records(columns: dict[str, Any], kind: type[GpuSample] | type[EngineSample]) -> list[Any]:
-    names = [k for k in columns if k != "ts"]
-    return [
-        kind(ts=datetime.fromtimestamp(float(ts), tz=UTC), **{k: columns[k][i] for k in names})
-        for i, ts in enumerate(columns["ts"])
-    ]
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'phasefit.db'}"
-    engine = make_engine(url)
-    upgrade(engine)
-    fleet = Fleet(
-        workers([("node00", H100, 0, 2), ("node01", H200, 2, 0)]),
-        hours=8,
-        window_s=900.0,
-        rate_rps=lambda h: 12.0,
-        osl=lambda h: 900.0,
-    )
-    gpu, eng = fleet.columns()
-    with writing(engine) as connection:
-        write_samples(
-            connection,
-            _records(gpu, GpuSample) + _records(eng, EngineSample),
-            sku_resolver=catalog_sku_resolver(),
-        )
-    engine.dispose()
-    return url
+    return synthetic_store(tmp_path, [("node00", H100, 0, 2), ("node01", H200, 2, 0)])
 
 
 def test_json_output_has_the_summary_and_the_findings(store: str) -> None:

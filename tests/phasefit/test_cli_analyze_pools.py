@@ -10,15 +10,11 @@ import typer
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from fleet.contract import EngineSample, GpuSample
-from fleet.ingest import catalog_sku_resolver
-from fleet.store.engine import make_engine, writing
-from fleet.store.migrate import upgrade
+from fleet.store.engine import make_engine
 from fleet.store.schema import FindingRow
-from fleet.store.writer import write_samples
 from phasefit.cli.analyze import analyze
-from tests.analyzer.synthetic import H100, H200, Fleet, workers
-from tests.phasefit.test_cli_analyze import _records
+from tests.analyzer.synthetic import H100, H200
+from tests.phasefit.synthetic_store import synthetic_store
 
 app = typer.Typer()
 app.command()(analyze)
@@ -30,15 +26,7 @@ CLUSTERS = {node: node[:4] for node, *_ in SPEC}
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("PHASEFIT_ANALYZER_CLUSTERS", json.dumps(CLUSTERS))
-    url = f"sqlite:///{tmp_path / 'phasefit.db'}"
-    engine = make_engine(url)
-    upgrade(engine)
-    fleet = Fleet(workers(SPEC), hours=8, window_s=900.0, rate_rps=lambda h: 12.0, osl=lambda h: 900.0)
-    gpu, eng = fleet.columns()
-    with writing(engine) as connection:
-        records = _records(gpu, GpuSample) + _records(eng, EngineSample)
-        write_samples(connection, records, sku_resolver=catalog_sku_resolver())
-    engine.dispose()
+    url = synthetic_store(tmp_path, SPEC)
     return url
 
 

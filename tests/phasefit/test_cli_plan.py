@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -9,46 +8,18 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fleet.contract import EngineSample, GpuSample
-from fleet.ingest import catalog_sku_resolver
-from fleet.store.engine import make_engine, writing
-from fleet.store.migrate import upgrade
-from fleet.store.writer import write_samples
 from phasefit.cli.plan import plan
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
+from tests.phasefit.synthetic_store import store_fleet, synthetic_store
 
 app = typer.Typer()
 app.command()(plan)
 
 
-def _records(columns: dict[str, Any], kind: type[GpuSample] | type[EngineSample]) -> list[Any]:
-    names = [k for k in columns if k != "ts"]
-    return [
-        kind(ts=datetime.fromtimestamp(float(ts), tz=UTC), **{k: columns[k][i] for k in names})
-        for i, ts in enumerate(columns["ts"])
-    ]
-
-
-def _store(tmp_path: Path, spec: list[tuple[str, str, int, int]], name: str = "phasefit.db") -> str:
-    url = f"sqlite:///{tmp_path / name}"
-    engine = make_engine(url)
-    upgrade(engine)
-    fleet = Fleet(workers(spec), hours=8, window_s=900.0, rate_rps=lambda h: 12.0, osl=lambda h: 900.0)
-    gpu, eng = fleet.columns()
-    with writing(engine) as connection:
-        write_samples(
-            connection,
-            _records(gpu, GpuSample) + _records(eng, EngineSample),
-            sku_resolver=catalog_sku_resolver(),
-        )
-    engine.dispose()
-    return url
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> str:
     # Decode on the H100s (low bandwidth) while the H200s prefill: misplaced both ways.
-    return _store(tmp_path_factory.mktemp("plan"), [("node00", H100, 0, 2), ("node01", H200, 2, 0)])
+    return synthetic_store(tmp_path_factory.mktemp("plan"), [("node00", H100, 0, 2), ("node01", H200, 2, 0)])
 
 
 def _json(url: str, *args: str) -> dict[str, Any]:
@@ -91,7 +62,7 @@ def test_human_plan_prints_tables_on_stderr_and_nothing_on_stdout(store: str) ->
 
 def test_adding_h200s_to_a_decode_bound_pool_adds_capacity(tmp_path: Path) -> None:
     # Decode-bound: one H200 decode worker behind three H100 prefill workers at long outputs.
-    url = _store(tmp_path, [("node00", H100, 3, 0), ("node01", H200, 0, 1)])
+    url = synthetic_store(tmp_path, [("node00", H100, 3, 0), ("node01", H200, 0, 1)])
     base = _json(url)
     assert base["pools"][0]["bound_now"] == "decode"
     payload = _json(url, "--add", "H200-SXM:2")
@@ -147,20 +118,17 @@ def test_bad_what_if_arguments_exit_2_with_the_reason(store: str, args: list[str
 
 
 def test_several_pools_need_pool(tmp_path: Path) -> None:
-    url = _store(tmp_path, [("node00", H100, 0, 2), ("node01", H200, 2, 0)])
+    url = synthetic_store(tmp_path, [("node00", H100, 0, 2), ("node01", H200, 2, 0)])
     # a second model in the same store makes a second pool
-    engine = make_engine(url)
-    fleet = Fleet(
-        workers([("node02", H100, 1, 1)]), hours=8, window_s=900.0, model="meta-llama/Llama-3.1-8B-Instruct"
+    store_fleet(
+        url,
+        Fleet(
+            workers([("node02", H100, 1, 1)]),
+            hours=8,
+            window_s=900.0,
+            model="meta-llama/Llama-3.1-8B-Instruct",
+        ),
     )
-    gpu, eng = fleet.columns()
-    with writing(engine) as connection:
-        write_samples(
-            connection,
-            _records(gpu, GpuSample) + _records(eng, EngineSample),
-            sku_resolver=catalog_sku_resolver(),
-        )
-    engine.dispose()
     result = CliRunner().invoke(app, ["--database-url", url, "--add", "H200-SXM:2"], env={"COLUMNS": "250"})
     assert result.exit_code == 2
     assert "name the one the GPUs are added to or removed from with --pool" in " ".join(result.stderr.split())
