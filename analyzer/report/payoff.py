@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from analyzer.report.blocks import Block, Heading, Para, Table
 from analyzer.report.change_record import Accuracy, PoolChange
-from analyzer.report.style import output_rate, percent
+from analyzer.report.style import output_rate, percent, tokens_rate
+from analyzer.results.changes import MovedWorker
 
 
 def _range(low: float | None, high: float | None, osl_share: float | None) -> str:
@@ -15,9 +16,14 @@ def _range(low: float | None, high: float | None, osl_share: float | None) -> st
     return f" ({output_rate(low * osl_share)} to {output_rate(high * osl_share)})"
 
 
+def _moved(m: MovedWorker) -> str:
+    gpus = f" ({m.from_sku}->{m.to_sku})" if m.from_sku and m.to_sku else ""
+    return f"{m.worker_id} {m.from_role}->{m.to_role}{gpus}"
+
+
 def _row(c: PoolChange) -> list[str]:
     o = c.change
-    moved = ", ".join(f"{m.worker_id} {m.from_role}->{m.to_role}" for m in o.moved) or "-"
+    moved = ", ".join(_moved(m) for m in o.moved) or "-"
     share = (
         o.predicted_output_tokens_per_s / o.predicted_tokens_per_s
         if o.predicted_output_tokens_per_s is not None and o.predicted_tokens_per_s
@@ -28,7 +34,7 @@ def _row(c: PoolChange) -> list[str]:
         + _range(o.predicted_tokens_per_s_low, o.predicted_tokens_per_s_high, share)
         if o.predicted_output_tokens_per_s is not None
         else (
-            f"{output_rate(o.recommended_tokens_per_s)} (all prompt + output, recommended)"
+            f"{tokens_rate(o.recommended_tokens_per_s)} (prompt + output: the whole recommendation)"
             if o.recommended_tokens_per_s
             else "-"
         )

@@ -85,8 +85,7 @@ if pool_view is not None:
             [
                 {
                     "from (UTC)": widgets.known(c.at, widgets.fmt_time),
-                    "workers moved": ", ".join(f"{m.worker_id} {m.from_role}->{m.to_role}" for m in c.moved)
-                    or "-",
+                    "workers moved": ", ".join(m.describe() for m in c.moved) or "-",
                     "followed": widgets.known(c.followed),
                     "predicted output tok/s": widgets.known(c.predicted_output_tokens_per_s, si),
                     "realized output tok/s": widgets.known(c.realized_output_tokens_per_s, si),

@@ -135,6 +135,12 @@ class StoredMoved(_View):
     worker_id: Text = None
     from_role: Text = None
     to_role: Text = None
+    from_sku: Text = None
+    to_sku: Text = None
+
+    def describe(self) -> str:
+        gpus = f" ({self.from_sku}->{self.to_sku})" if self.from_sku and self.to_sku else ""
+        return f"{self.worker_id} {self.from_role}->{self.to_role}{gpus}"
 
 
 class StoredChange(_View):

@@ -70,3 +70,26 @@ def test_no_change_is_said_too() -> None:
     texts = [b.text for b in blocks if isinstance(b, Para)]
     assert any("No change of a pool's prefill/decode split" in t for t in texts)
     assert any("No change scored yet" in t for t in texts)
+
+
+def test_a_standing_recommendation_shows_its_gain_in_total_tokens_and_a_gpu_move_its_models() -> None:
+    standing = ChangeOutcome(
+        at="2026-11-20T06:00:00Z",
+        moved=[],
+        followed="not carried out",
+        verdict="not carried out",
+        reason="recommended for 31.0 h and not carried out",
+        recommended_tokens_per_s=18_500.0,
+        hours_after=31.0,
+    )
+    moved = MovedWorker(
+        worker_id="w", from_role="decode", to_role="decode", from_sku="H100-SXM", to_sku="H200-SXM"
+    )
+    swap = _change("paid off as predicted", 1.0).model_copy(update={"moved": [moved]})
+    (table,) = [
+        b
+        for b in payoff_blocks([PoolChange("p", standing), PoolChange("p", swap)], Accuracy(0, None))
+        if isinstance(b, Table)
+    ]
+    assert "output tok/s" not in table.rows[0][4] and "prompt + output" in table.rows[0][4]
+    assert table.rows[1][2] == "w decode->decode (H100-SXM->H200-SXM)"
