@@ -10,6 +10,9 @@ PHASEFIT_TEST_POSTGRES_URL or --postgres names a server, a fresh PostgreSQL data
 - bytes per GPU-day raw, and rolled up (per-minute plus per-hour rollups, which outlive raw retention);
 - seconds to expire the day: the prune's check and partition drop (PostgreSQL) or row DELETE (SQLite),
   and a row DELETE of the same day, rolled back;
+- PostgreSQL: the same once the day is closed (its unique indexes traded for BRIN ones, as `phasefit db
+  prune` does a day after), the seconds that takes, and how long sending the whole day again takes (all
+  duplicates: the exactly-once check of a closed day);
 - the same figures after `downgrade 0004` of the same data (the store before the lean tables), unless
   --no-before, and the seconds each migration took.
 
@@ -39,6 +42,7 @@ from sqlalchemy.engine import make_url
 from fleet.catalog import load_catalog
 from fleet.ingest import ChunkReader, ingest_stream
 from fleet.store import migrate
+from fleet.store.closing import close_partitions
 from fleet.store.engine import is_sqlite, make_engine, writing
 from fleet.store.partitions import ensure_partitions, list_partitions
 from fleet.store.retention import apply_retention, expire_raw_samples
@@ -128,8 +132,15 @@ def took(label: str) -> Iterator[None]:
     print(f"  {label}: {time.perf_counter() - started:.1f} s")
 
 
+def sizes(connection: Connection, figures: Figures) -> None:
+    figures.gpu_bytes = relation_bytes(connection, "raw_gpu_samples")
+    figures.engine_bytes = relation_bytes(connection, "raw_engine_samples")
+    figures.rollup_bytes = {t: relation_bytes(connection, t) for ts in ROLLUPS.values() for t in ts}
+
+
 def measure(url: str, scenario: Scenario, window_s: float, before: bool) -> Run:
-    """Ingest the day into the store at ``url`` (empty), then measure it at revision 0005 and 0004."""
+    """Ingest the day into the store at ``url`` (empty), then measure it at the head revision with the day
+    open and (PostgreSQL) closed, and at revision 0004."""
     engine = make_engine(url)
     figures: dict[str, Figures] = {}
     try:
@@ -145,13 +156,25 @@ def measure(url: str, scenario: Scenario, window_s: float, before: bool) -> Run:
         print(f"  {result.gpu_samples:,} GPU samples, {result.engine_samples:,} engine samples")
         with took("rollups"):
             apply_retention(engine, now=START + 2 * DAY, retention_days=30)
-        lean = figures["0005"] = Figures()
+        head = figures["head, day open"] = Figures()
         with engine.connect() as connection:
-            lean.gpu_bytes = relation_bytes(connection, "raw_gpu_samples")
-            lean.engine_bytes = relation_bytes(connection, "raw_engine_samples")
-            lean.rollup_bytes = {t: relation_bytes(connection, t) for ts in ROLLUPS.values() for t in ts}
+            sizes(connection, head)
             gpus = int(connection.execute(text("SELECT count(*) FROM gpus")).scalar_one())
-        lean.delete_s = timed_delete(engine, ("raw_gpu_samples", "raw_engine_samples"), START + DAY)
+        head.delete_s = timed_delete(engine, ("raw_gpu_samples", "raw_engine_samples"), START + DAY)
+        if not is_sqlite(engine):
+            closed = figures["head, day closed"] = Figures()
+            with took("close the day (its unique indexes traded for BRIN ones)"):
+                close_partitions(engine, START + 2 * DAY, close_after_days=1)
+            with engine.connect() as connection:
+                sizes(connection, closed)
+            closed.delete_s = timed_delete(engine, ("raw_gpu_samples", "raw_engine_samples"), START + DAY)
+            started = time.perf_counter()
+            again = ingest_stream(engine, day, Path("simulated day, again"), jobs=0)
+            print(
+                f"  the whole day sent again into the closed day: {again.stored:,} stored, "
+                f"{again.duplicates:,} duplicates, in {time.perf_counter() - started:.1f} s "
+                f"(first ingest: {result.seconds:.1f} s)"
+            )
         if before:
             old = figures["0004"] = Figures(expire_how="row DELETE")
             with took("downgrade to 0004"):
@@ -160,16 +183,20 @@ def measure(url: str, scenario: Scenario, window_s: float, before: bool) -> Run:
                 old.gpu_bytes, old.engine_bytes = (
                     relation_bytes(connection, t) for t in ("gpu_samples", "engine_samples")
                 )
-                old.rollup_bytes = lean.rollup_bytes  # 0005 leaves the rollups as they were
+                old.rollup_bytes = head.rollup_bytes  # 0005 and 0006 leave the rollups as they were
             old.expire_s = old.delete_s = timed_delete(engine, ("gpu_samples", "engine_samples"), START + DAY)
-            with took("upgrade to 0005 (the day's samples moved into the lean tables)"):
+            with took("upgrade to head (the day's samples moved into the lean tables)"):
                 migrate.upgrade(engine)
+            if not is_sqlite(engine):
+                with took("close the day again"):
+                    close_partitions(engine, START + 2 * DAY, close_after_days=1)
         started = time.perf_counter()
         with writing(engine) as connection:
             expired = expire_raw_samples(connection, START + DAY)
-        lean.expire_s = time.perf_counter() - started
+        last = figures["head, day closed"] if not is_sqlite(engine) else head
+        last.expire_s = time.perf_counter() - started
         dropped = sum(len(e.dropped_partitions) for e in expired.values())
-        lean.expire_how = f"drop {dropped} partitions" if dropped else "row DELETE"
+        last.expire_how = f"drop {dropped} partitions" if dropped else "row DELETE"
         return Run(gpus, result.gpu_samples, result.engine_samples, figures)
     finally:
         engine.dispose()
@@ -181,7 +208,7 @@ def report(store: str, run: Run) -> None:
     print(
         f"\n{store}: {gpus} GPUs, one day ({run.gpu_samples:,} GPU + {run.engine_samples:,} engine samples)"
     )
-    print(f"{'':34}" + "".join(f"{'revision ' + c:>22}" for c in columns))
+    print(f"{'':34}" + "".join(f"{c:>22}" for c in columns))
 
     def row(label: str, values: list[str]) -> None:
         print(f"{label:34}" + "".join(f"{v:>22}" for v in values))
@@ -193,7 +220,10 @@ def report(store: str, run: Run) -> None:
     hourly = [f.rollup_bytes["gpu_samples_1h"] for f in figures.values()]
     row("MB per GPU-day, rolled up (1m+1h)", [f"{r / gpus / mb:,.3f}" for r in rolled])
     row("  of which per hour", [f"{h / gpus / mb:,.4f}" for h in hourly])
-    row("s to expire the day", [f"{f.expire_s:.3f} ({f.expire_how})" for f in figures.values()])
+    row(
+        "s to expire the day",
+        [f"{f.expire_s:.3f} ({f.expire_how})" if f.expire_s is not None else "" for f in figures.values()],
+    )
     row(
         "s to DELETE its rows (rolled back)",
         [f"{f.delete_s:.3f}" if f.delete_s is not None else "" for f in figures.values()],

@@ -76,8 +76,10 @@ class ApiSource:
             for item in self._pages("/v1/workers", {})
         )
         groups = tuple(GpuGroup(g.sku, g.role, g.state, g.gpus, mig=is_mig_key(g.sku)) for g in fleet.groups)
-        # The API reports no telemetry span: pages anchor their time range on the current time.
-        return Inventory(workers=workers, groups=groups, data_until=None)
+        # A service too old to report the telemetry span: pages anchor their range on the current time.
+        return Inventory(
+            workers=workers, groups=groups, data_until=fleet.data_until, data_from=fleet.data_from
+        )
 
     def utilisation(self, scope: Scope, worker_ids: Sequence[str] | None) -> list[UtilisationPoint]:
         raise _not_served("fleet-wide activity over time")

@@ -43,6 +43,8 @@ class FleetGroup(_Wire):
 
 class FleetSummary(_Wire):
     groups: list[FleetGroup]
+    data_from: datetime | None = None  # absent from services before the field existed
+    data_until: datetime | None = None
 
 
 class LostTokensPoint(_Wire):

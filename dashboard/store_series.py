@@ -15,10 +15,9 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Connection, Engine, Float, Select, case, func, literal, select, type_coerce
 
-from analyzer.sources.store import rolled_up_until
 from dashboard.views import Scope, TrafficPoint, UtilisationPoint, WorkerActivity
 from fleet.store.engine import is_sqlite
-from fleet.store.queries import epoch_seconds, list_gpus, list_workers
+from fleet.store.queries import epoch_seconds, list_gpus, list_workers, rolled_up_until
 from fleet.store.schema import EngineSample1hRow, EngineSampleRow, GpuSample1hRow, GpuSampleRow, table_of
 
 HOUR_S = 3600.0

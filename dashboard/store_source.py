@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from datetime import timedelta
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 
-from analyzer.sources.store import rolled_up_until
 from dashboard import analysis_reads, store_series
 from dashboard.lost import lost_from_episodes
 from dashboard.records import finding_view, report_listing, worker_view
@@ -30,12 +28,8 @@ from dashboard.views import (
 from fleet.gpus import UNKNOWN_SKU_KEY, is_mig_key, mig_key
 from fleet.store.alerts import list_alert_events
 from fleet.store.findings import list_findings
-from fleet.store.queries import list_gpus, list_workers, sample_time_range
+from fleet.store.queries import list_gpus, list_workers, telemetry_span
 from fleet.store.reports import get_report, list_reports
-from fleet.store.schema import (
-    GpuSample1hRow,
-    table_of,
-)
 
 HOUR_S = 3600.0
 
@@ -65,11 +59,7 @@ class StoreSource:
         with self.engine.connect() as connection:
             gpus = list_gpus(connection)
             workers = list_workers(connection)
-            span = sample_time_range(connection)
-            rolled = rolled_up_until(connection)
-            first_rollup = connection.execute(
-                select(func.min(table_of(GpuSample1hRow).c.bucket))
-            ).scalar_one()
+            data_from, data_until = telemetry_span(connection)
         gpu_sku = {g.gpu_uuid: device_sku(g.sku, g.mig_profile) for g in gpus}
         attributed: dict[str, set[str]] = {}
         for g in gpus:
@@ -93,8 +83,6 @@ class StoreSource:
                 parents.add(g.parent_gpu_uuid)
             elif mig:
                 orphans += 1
-        ends = [t for t in (span[1] + timedelta(seconds=1) if span else None, rolled) if t is not None]
-        starts = [t for t in (span[0] if span else None, first_rollup) if t is not None]
         whole = sum(n for (_, _, _, mig), n in groups.items() if not mig)
         return Inventory(
             workers=tuple(infos),
@@ -102,8 +90,8 @@ class StoreSource:
                 GpuGroup(sku, role, state, n, mig=mig)
                 for (sku, role, state, mig), n in sorted(groups.items())
             ),
-            data_until=max(ends) if ends else None,
-            data_from=min(starts) if starts else None,
+            data_until=data_until,
+            data_from=data_from,
             physical_gpus=None if orphans else whole + len(parents),
             mig_parent_gpus=len(parents),
         )

@@ -33,6 +33,15 @@ class Settings(BaseSettings):
         ge=1,
         description="Days of raw gpu/engine samples kept; rollups (per minute, per hour) outlive them.",
     )
+    raw_close_after_days: int = Field(
+        default=1,
+        ge=0,
+        le=366,
+        description="PostgreSQL: whole days after which a raw-sample day partition is closed by `phasefit db "
+        "partitions` / `prune` (its unique index, a quarter of its size, traded for a BRIN index; later "
+        "writes into it stay exactly-once but check stored keys themselves). 1 keeps today and yesterday "
+        "open.",
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -78,7 +78,9 @@ def batch(collector: int, seq: int) -> list[dict[str, Any]]:
                 "kind": "gpu_sample", "ts": ts, "window_s": 1.0, "node": node, "gpu_uuid": uuid,
                 "gpu_index": gpu, "gpu_name": H200 if collector % 2 else H100,
                 "worker_id": f"{node}/worker-{gpu // 4}", "sm_active": 0.5, "tensor_active": 0.25,
-                "dram_active": 0.75, "gpu_util": 1.0, "mem_used_bytes": _key_value(uuid, ts),
+                "dram_active": 0.75, "gpu_util": 1.0,
+                # 24 bits: exact as the 4-byte float PostgreSQL keeps a byte count in, so sums compare
+                "mem_used_bytes": _key_value(uuid, ts, bits=24),
                 "power_w": 500.0, "source": "sim",
             })  # fmt: skip
         for worker in range(WORKERS):

@@ -22,12 +22,10 @@ from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store.analysis import put_analysis
 from fleet.store.engine import is_sqlite
 from fleet.store.findings import finding_subject, resolve_findings, upsert_findings
-from fleet.store.queries import engine_rollups, gpu_rollups, list_gpus, list_workers
+from fleet.store.queries import engine_rollups, gpu_rollups, list_gpus, list_workers, rolled_up_until
 from fleet.store.schema import (
     AnalysisRunRow,
-    EngineSample1hRow,
     EngineSampleRow,
-    GpuSample1hRow,
     GpuSampleRow,
     table_of,
 )
@@ -57,18 +55,6 @@ def read_inventory(connection: Connection, since: datetime, until: datetime) -> 
 
     workers = tuple(w for w in list_workers(connection) if seen(w))
     return Inventory(workers, tuple(g for g in list_gpus(connection) if seen(g)))
-
-
-def rolled_up_until(connection: Connection) -> datetime | None:
-    """End of the last hour both hourly rollups cover (None when either is empty)."""
-    ends: list[datetime] = []
-    for model in (GpuSample1hRow, EngineSample1hRow):
-        last = connection.execute(select(func.max(table_of(model).c.bucket))).scalar_one()
-        if last is None:
-            return None
-        assert isinstance(last, datetime)
-        ends.append(last + _HOUR)
-    return min(ends)
 
 
 def _bucket_epoch(connection: Connection, column: Any, bucket_s: float) -> Any:

@@ -6,8 +6,9 @@ columns zipped back in the raw tables' order: a handful of C-level passes per ba
 per row, so the ingest path stays as fast as a plain load (``benchmarks/ingest_bench.py``).
 
 PostgreSQL keeps ratios, gauges and latencies as 4-byte floats and reads them back as the shortest decimal
-that is that float (1/3 is stored, and read, as 0.33333334): a re-sent sample is the same sample when each
-such value rounds to the same 4-byte float, which :func:`stored_equal` says.
+that is that float (1/3 is stored, and read, as 0.33333334), and a GPU sample's byte counts as 4-byte floats
+read back as the integer that float is (123456789012 as 123456790528): a re-sent sample is the same sample
+when each such value rounds to the same 4-byte float, which :func:`stored_equal` says.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sqlalchemy import REAL
 
 from fleet.store import codes
 from fleet.store.rows import ENGINE_SAMPLE_COLUMNS, GPU_SAMPLE_COLUMNS
-from fleet.store.schema import RawEngineSampleRow, RawGpuSampleRow, table_of
+from fleet.store.schema import BYTE_COUNTERS, RawEngineSampleRow, RawGpuSampleRow, table_of
 
 RAW_GPU_COLUMNS = (
     "ts", "mem_used_bytes", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes", "pcie_rx_bytes",
@@ -57,13 +58,18 @@ _ENGINE_PLAN = _plan(RAW_ENGINE_COLUMNS, ENGINE_SAMPLE_COLUMNS, _ENGINE_SOURCES)
 
 
 def lean_gpu_rows(
-    rows: Sequence[tuple[Any, ...]], gpu_keys: Mapping[str, int], worker_keys: Mapping[str, int]
+    rows: Sequence[tuple[Any, ...]],
+    gpu_keys: Mapping[str, int],
+    worker_keys: Mapping[str, int],
+    *,
+    float4_counts: bool = False,
 ) -> list[tuple[Any, ...]]:
     """``rows`` (``GPU_SAMPLE_COLUMNS``) as ``raw_gpu_samples`` rows (``RAW_GPU_COLUMNS``); every GPU UUID
-    and worker id must have a key. Raises :class:`fleet.store.codes.UnknownCodeError` for a value without
-    a code."""
+    and worker id must have a key. ``float4_counts`` (PostgreSQL): the byte counts go to 4-byte float
+    columns, so one beyond the largest such float that fits 64 bits is stored as that float. Raises
+    :class:`fleet.store.codes.UnknownCodeError` for a value without a code."""
     lookups: dict[str, _Lookup] = {"gpu_key": gpu_keys, "worker_key": {None: None, **worker_keys}}
-    return _transform(rows, _GPU_PLAN, lookups)
+    return _transform(rows, _GPU_PLAN, lookups, BYTE_COUNTERS if float4_counts else ())
 
 
 def lean_engine_rows(
@@ -74,7 +80,10 @@ def lean_engine_rows(
 
 
 def _transform(
-    rows: Sequence[tuple[Any, ...]], plan: tuple[tuple[int, str], ...], lookups: dict[str, _Lookup]
+    rows: Sequence[tuple[Any, ...]],
+    plan: tuple[tuple[int, str], ...],
+    lookups: dict[str, _Lookup],
+    float4_counts: Sequence[str] = (),
 ) -> list[tuple[Any, ...]]:
     if not rows:
         return []
@@ -83,7 +92,12 @@ def _transform(
     for index, name in plan:
         lookup = lookups.get(name, _ENCODERS.get(name))
         if lookup is None:
-            out.append(_reals(columns[index]) if name in REAL_COLUMNS else columns[index])
+            if name in REAL_COLUMNS:
+                out.append(_reals(columns[index]))
+            elif name in float4_counts:
+                out.append(_float4_counts(columns[index]))
+            else:
+                out.append(columns[index])
             continue
         try:
             out.append(list(map(lookup.__getitem__, columns[index])))
@@ -94,16 +108,33 @@ def _transform(
     return list(zip(*out, strict=True))
 
 
-# Sample columns stored as 4-byte floats (the same names in the raw tables and the views).
+# Sample columns stored as floats: 4-byte on PostgreSQL, 8-byte on SQLite (the same names in the raw tables
+# and the views). The byte counts are 4-byte floats on PostgreSQL only (FLOAT4_ON_POSTGRES).
 REAL_COLUMNS = frozenset(
     column.name
     for model in (RawGpuSampleRow, RawEngineSampleRow)
     for column in table_of(model).c
-    if isinstance(column.type, REAL)
+    if isinstance(column.type, REAL) and column.name not in BYTE_COUNTERS
 )
+FLOAT4_ON_POSTGRES = REAL_COLUMNS | frozenset(BYTE_COUNTERS)
 _FLOAT32 = struct.Struct("f")
 # The smallest normal 4-byte float: PostgreSQL refuses a smaller magnitude as underflow.
 FLOAT32_MIN = 1.1754943508222875e-38
+# The largest 4-byte float below 2**63 (2**63 - 2**39): a larger count would round to 2**63, which no
+# 64-bit integer holds, so it could not be read back as one.
+FLOAT32_INT64_MAX = 2**63 - 2**39
+
+
+def _float4_counts(column: Sequence[Any]) -> Sequence[Any]:
+    """Byte counts as a 4-byte float column holds them; unchanged (no per-value call) unless one is beyond
+    :data:`FLOAT32_INT64_MAX` (the contract bounds them at 2**63 - 1 and at 0)."""
+    largest = max(filter(None, column), default=0)
+    return list(map(to_float4_count, column)) if largest > FLOAT32_INT64_MAX else column
+
+
+def to_float4_count(value: Any) -> Any:
+    """A byte count as PostgreSQL stores it: beyond :data:`FLOAT32_INT64_MAX`, that value."""
+    return FLOAT32_INT64_MAX if value is not None and value > FLOAT32_INT64_MAX else value
 
 
 def _reals(column: Sequence[Any]) -> Sequence[Any]:
@@ -128,15 +159,13 @@ def stored_equal(dialect: str, column: str, stored: Any, sent: Any) -> bool:
     or, for a 4-byte float column on PostgreSQL, values that round to the same 4-byte float."""
     if stored == sent:
         return True
-    if column not in REAL_COLUMNS:
-        return False
-    if stored == to_real(sent):  # a magnitude below a 4-byte float's, stored as the smallest one
+    if column in REAL_COLUMNS and stored == to_real(sent):  # below a 4-byte float: the smallest one
         return True
-    if dialect != "postgresql":
+    if dialect != "postgresql" or column not in FLOAT4_ON_POSTGRES:
         return False
     if not isinstance(stored, int | float) or not isinstance(sent, int | float):
         return False
     try:
-        return bool(_FLOAT32.pack(stored) == _FLOAT32.pack(to_real(sent)))
+        return bool(_FLOAT32.pack(stored) == _FLOAT32.pack(to_float4_count(to_real(sent))))
     except OverflowError:  # beyond a 4-byte float: the store refuses it, so it is not the stored value
         return False

@@ -2,9 +2,11 @@
 
 ``raw_gpu_samples`` and ``raw_engine_samples`` are partitioned by ``RANGE (ts)``, one partition per UTC day
 (``raw_gpu_samples_p20260302`` holds [2026-03-02, 2026-03-03)), plus a ``DEFAULT`` partition
-(``raw_gpu_samples_default``). :func:`ensure_partitions` creates today's and the next ``days_ahead``
-days' partitions ahead of the samples; ``phasefit db upgrade``, ``phasefit db partitions`` and the hourly
-``phasefit db prune`` call it, and so should anything long-running that writes samples, on start.
+(``raw_gpu_samples_default``); each carries a unique ``(ts, key)`` index while open, and trades it for a
+BRIN index once closed (:mod:`fleet.store.closing`). :func:`ensure_partitions` creates today's and the
+next ``days_ahead`` days' partitions ahead of the samples; ``phasefit db upgrade``, ``phasefit db
+partitions`` and the hourly ``phasefit db prune`` call it, and so should anything long-running that writes
+samples, on start.
 
 A sample whose day has no partition (the partitions were not kept ahead, a collector's clock is off, a
 backfill of old files) lands in the ``DEFAULT`` partition: ingest never fails or loses data for want of a
@@ -31,6 +33,7 @@ from fleet.store.engine import is_sqlite, writing
 from fleet.store.schema import RAW_SAMPLE_TABLES, Base, is_view
 
 DEFAULT_DAYS_AHEAD = 7
+KEY_COLUMNS = {"raw_gpu_samples": "gpu_key", "raw_engine_samples": "worker_key"}  # with ts: a sample's key
 DAY = timedelta(days=1)
 _LOCK_KEY = 0x70667074  # advisory lock: one process creating partitions at a time ("pfpt")
 _BOUND = re.compile(r"FOR VALUES FROM \('([^']+)'\) TO \('([^']+)'\)")
@@ -72,6 +75,18 @@ def partition_name(table: str, day: datetime) -> str:
 
 def default_partition(table: str) -> str:
     return f"{table}_default"
+
+
+def unique_index_name(partition: str) -> str:
+    return f"{partition}_key"
+
+
+def create_open_index(connection: Connection, table: str, partition: str) -> None:
+    """The unique ``(ts, key)`` index every partition has while it is open (:mod:`fleet.store.closing`):
+    what makes a re-sent sample a duplicate. Created before the partition is attached."""
+    connection.execute(
+        text(f"CREATE UNIQUE INDEX {unique_index_name(partition)} ON {partition} (ts, {KEY_COLUMNS[table]})")
+    )
 
 
 def list_partitions(connection: Connection, table: str) -> list[Partition]:
@@ -145,6 +160,7 @@ def create_partition(connection: Connection, table: str, day: datetime) -> Parti
     if has_default:  # no sample of the day may slip into DEFAULT between the move and the attach
         connection.execute(text(f"LOCK TABLE {default} IN SHARE ROW EXCLUSIVE MODE"))
     connection.execute(text(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"))
+    create_open_index(connection, table, name)
     if has_default:
         connection.execute(
             text(
@@ -176,20 +192,22 @@ class PartitionSize:
     partition: Partition
     bytes: int  # pg_total_relation_size: table, index and TOAST
     rows: int  # the planner's estimate (pg_class.reltuples), 0 before the first ANALYZE or VACUUM
+    open: bool  # it has its unique index (fleet.store.closing)
 
 
 def partition_sizes(connection: Connection, table: str) -> list[PartitionSize]:
     """Each partition of ``table`` with its size on disk and estimated rows (PostgreSQL)."""
     sizes = []
     for partition in list_partitions(connection, table):
-        size, rows = connection.execute(
+        size, rows, is_open = connection.execute(
             text(
-                "SELECT pg_total_relation_size(c.oid), greatest(c.reltuples, 0)::bigint FROM pg_class c "
+                "SELECT pg_total_relation_size(c.oid), greatest(c.reltuples, 0)::bigint, EXISTS (SELECT 1 "
+                "FROM pg_index x WHERE x.indrelid = c.oid AND x.indisunique) FROM pg_class c "
                 "WHERE c.oid = CAST(:name AS regclass)"
             ),
             {"name": partition.name},
         ).one()
-        sizes.append(PartitionSize(partition, int(size), int(rows)))
+        sizes.append(PartitionSize(partition, int(size), int(rows), bool(is_open)))
     return sizes
 
 

@@ -8,7 +8,7 @@ column, rows ordered by (ts, key). ``ts`` is POSIX seconds (float, UTC) so vecto
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import Connection, Float, Select, Table, func, select, type_coerce
@@ -19,6 +19,7 @@ from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store.engine import is_sqlite
 from fleet.store.rows import ENGINE_SAMPLE_COLUMNS, GPU_SAMPLE_COLUMNS
 from fleet.store.schema import (
+    RAW_SAMPLE_TABLES,
     Base,
     EngineSample1hRow,
     EngineSample1mRow,
@@ -27,11 +28,11 @@ from fleet.store.schema import (
     GpuSample1hRow,
     GpuSample1mRow,
     GpuSampleRow,
-    RawEngineSampleRow,
-    RawGpuSampleRow,
     WorkerRow,
     is_view,
+    table_of,
 )
+from fleet.store.time_span import raw_time_range
 
 Columns = dict[str, list[Any]]
 Resolution = Literal["1m", "1h"]
@@ -183,17 +184,44 @@ def sample_time_range(
 ) -> tuple[datetime, datetime] | None:
     """First and last raw sample timestamps over both sample tables (only those before ``before`` when
     given: a sample stamped in the future by a skewed clock must not move a default range), or None."""
-    bounds = []
-    for row_type in (RawGpuSampleRow, RawEngineSampleRow):  # the tables: their key leads with ts
-        statement = select(func.min(row_type.ts), func.max(row_type.ts))
-        if before is not None:
-            statement = statement.where(row_type.ts < before)
-        first, last = connection.execute(statement).one()
-        if first is not None:
-            bounds.append((first, last))
+    bounds = [
+        span for table in RAW_SAMPLE_TABLES if (span := raw_time_range(connection, table, before=before))
+    ]
     if not bounds:
         return None
     return min(b[0] for b in bounds), max(b[1] for b in bounds)
+
+
+def rolled_up_until(connection: Connection) -> datetime | None:
+    """End of the last hour both hourly rollups cover (None when either is empty)."""
+    ends: list[datetime] = []
+    for model in (GpuSample1hRow, EngineSample1hRow):
+        last = connection.execute(select(func.max(table_of(model).c.bucket))).scalar_one()
+        if last is None:
+            return None
+        assert isinstance(last, datetime)
+        ends.append(_later(last, timedelta(hours=1)))
+    return min(ends)
+
+
+def _later(moment: datetime, delta: timedelta) -> datetime:
+    """``moment + delta``, or the last representable instant for a row stored at the calendar's end."""
+    try:
+        return moment + delta
+    except OverflowError:
+        return datetime.max.replace(tzinfo=moment.tzinfo)
+
+
+def telemetry_span(connection: Connection) -> tuple[datetime | None, datetime | None]:
+    """Where stored telemetry starts and ends: raw samples, and the hourly rollups that outlive them
+    (the end is exclusive: a second after the last raw sample, or the end of the last rolled-up hour)."""
+    span = sample_time_range(connection)
+    first_rollup = connection.execute(select(func.min(table_of(GpuSample1hRow).c.bucket))).scalar_one()
+    ends = [
+        t for t in (_later(span[1], timedelta(seconds=1)) if span else None, rolled_up_until(connection)) if t
+    ]
+    starts = [t for t in (span[0] if span else None, first_rollup) if t is not None]
+    return (min(starts) if starts else None, max(ends) if ends else None)
 
 
 def list_gpus(connection: Connection, *, node: str | None = None, sku: str | None = None) -> list[GpuRecord]:

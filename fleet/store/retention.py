@@ -64,6 +64,7 @@ from fleet.store.schema import (
     RawGpuSampleRow,
     table_of,
 )
+from fleet.store.time_span import raw_time_range
 
 DEFAULT_LOOKBACK = timedelta(hours=24)
 _WIDTHS = {"1m": timedelta(minutes=1), "1h": timedelta(hours=1)}
@@ -237,9 +238,9 @@ def apply_retention(
     with writing(engine) as connection:
         cutoff = retention_cutoff(connection, now, retention_days)
         for family in _FAMILIES:
-            earliest = connection.execute(select(func.min(family.raw.c.ts))).scalar_one()
-            if earliest is not None:
-                start = floor_hour(earliest)
+            span = raw_time_range(connection, family.raw.name)
+            if span is not None:
+                start = floor_hour(span[0])
                 done = connection.execute(select(func.max(family.targets["1h"].c.bucket))).scalar_one()
                 if done is not None and not full:
                     start = max(start, done - lookback)

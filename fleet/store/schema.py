@@ -5,13 +5,19 @@ Design choices, with the reason for each:
 - Raw samples are stored lean, in ``raw_gpu_samples`` / ``raw_engine_samples``: the GPU and worker are
   integer keys (``gpu_keys`` / ``worker_keys`` map them to the UUID and worker id, each unique there),
   ratios, gauges, watts, clocks and latencies are 4-byte ``REAL`` (7 significant digits: more than any
-  counter measures), enumerations are ``SMALLINT`` codes (:mod:`fleet.store.codes`), timestamps and
-  integer counters (bytes, tokens, requests) stay exact. The primary key ``(ts, key)`` is the only index:
-  it makes a re-sent sample a no-op (``ON CONFLICT DO NOTHING``, the exactly-once guarantee) and, leading
-  with time, serves every time-range read, ``min(ts)`` / ``max(ts)`` and retention; rows arrive in time
-  order, so it is appended to and stays dense. On PostgreSQL the raw tables are partitioned by day on
-  ``ts`` (:mod:`fleet.store.partitions`), so retention drops whole days; on SQLite they are ``WITHOUT
-  ROWID`` tables clustered on that key.
+  counter measures), enumerations are ``SMALLINT`` codes (:mod:`fleet.store.codes`), timestamps and token
+  and request counts stay exact. A GPU sample's byte counts (memory used, NVLink and PCIe traffic) are
+  4-byte floats on PostgreSQL too: their sources measure no finer (DCGM reports framebuffer use in MiB
+  and NVLink/PCIe traffic as sampled rates), and the 20 bytes saved are what brings a stored sample under
+  120 bytes; SQLite keeps them as exact integers (:data:`BYTE_COUNTERS`).
+- ``(ts, key)`` is unique and is the only key: it makes a re-sent sample a no-op (the exactly-once
+  guarantee). On SQLite it is the primary key of a ``WITHOUT ROWID`` table clustered on it. On PostgreSQL
+  the raw tables are partitioned by day on ``ts`` (:mod:`fleet.store.partitions`), so retention drops
+  whole days, and each day partition carries its own unique ``(ts, key)`` index while it is open, which
+  serves ``ON CONFLICT DO NOTHING`` and every time-range read; once the day is behind the ingest
+  horizon it is closed (:mod:`fleet.store.closing`): a BRIN index on ``ts`` (a few bytes per thousand
+  rows) replaces the unique one (31 bytes per row), and the rare write into a closed day checks for the
+  stored keys itself, one writer per day at a time.
 - The key tables are apart from ``gpus`` / ``workers`` because a GPU sample may name a worker that has no
   ``workers`` row (no engine sample yet, or ever), and JSONL ingest writes samples before dimensions.
 - Readers see ``gpu_samples`` / ``engine_samples``: views with the natural keys and the enumerations' text,
@@ -140,20 +146,26 @@ class WorkerKeyRow(Base):
 
 
 _RAW_TABLE_ARGS = {"postgresql_partition_by": "RANGE (ts)", "sqlite_with_rowid": False}
+# 4-byte float on PostgreSQL, exact integer on SQLite (module docstring).
+_BYTE_COUNT: REAL[float] = REAL().with_variant(BigInteger(), "sqlite")
+BYTE_COUNTERS = ("mem_used_bytes", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes", "pcie_rx_bytes")
 
 
 class RawGpuSampleRow(Base):
-    """One GPU over one window, stored lean (module docstring); 8-byte columns first, so no padding."""
+    """One GPU over one window, stored lean (module docstring); the 8-byte column first, so no padding.
+
+    On PostgreSQL the primary key is each open day partition's unique index, not a constraint of the
+    partitioned table (a closed day has none; Alembic does not compare primary keys)."""
 
     __tablename__ = "raw_gpu_samples"
     __table_args__ = (_RAW_TABLE_ARGS | {"info": {"rows_of": "gpu_samples"}},)
 
     ts: Mapped[datetime] = mapped_column(primary_key=True)
-    mem_used_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    nvlink_tx_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    nvlink_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    pcie_tx_bytes: Mapped[int | None] = mapped_column(BigInteger)
-    pcie_rx_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    mem_used_bytes: Mapped[int | None] = mapped_column(_BYTE_COUNT)
+    nvlink_tx_bytes: Mapped[int | None] = mapped_column(_BYTE_COUNT)
+    nvlink_rx_bytes: Mapped[int | None] = mapped_column(_BYTE_COUNT)
+    pcie_tx_bytes: Mapped[int | None] = mapped_column(_BYTE_COUNT)
+    pcie_rx_bytes: Mapped[int | None] = mapped_column(_BYTE_COUNT)
     gpu_key: Mapped[int] = mapped_column(Integer, primary_key=True)  # gpu_keys.id
     worker_key: Mapped[int | None] = mapped_column(Integer)  # worker_keys.id
     window_s: Mapped[float] = mapped_column(REAL)

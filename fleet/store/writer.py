@@ -12,7 +12,9 @@
   (``assume_new``), which is as fast as PostgreSQL loads; a key already stored aborts it, and the caller
   repeats the load the idempotent way.
 - On PostgreSQL a sample lands in its day's partition, or in the ``DEFAULT`` partition when that day has
-  none yet (:mod:`fleet.store.partitions`): never refused, never lost.
+  none yet (:mod:`fleet.store.partitions`): never refused, never lost. Rows of a closed day (one whose
+  partition traded its unique index for a BRIN one, :mod:`fleet.store.closing`) go apart: with that day's
+  writer lock held, into a staging table, and only those whose key the day does not hold are inserted.
 - GPUs, workers and nodes are upserted from the batch with "latest window wins" and first/last seen;
   the GPU's SKU comes from an injected ``sku_resolver`` (``gpu_name -> catalog key``), so the store does not
   depend on the catalog.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import lru_cache
 from operator import itemgetter
 from typing import Any
@@ -34,10 +37,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
 from fleet.contract import EngineSample, GpuSample
+from fleet.store.closing import closed_days, days_between, lock_closed_days, lock_days
 from fleet.store.columns import UtcDateTime
 from fleet.store.engine import driver_connection, is_sqlite
 from fleet.store.keys import resolve_keys
 from fleet.store.lean import RAW_ENGINE_COLUMNS, RAW_GPU_COLUMNS, lean_engine_rows, lean_gpu_rows
+from fleet.store.partitions import KEY_COLUMNS, floor_day
 from fleet.store.rows import RowBatch, TimeEncoding, batch_from_records
 from fleet.store.schema import Base
 
@@ -47,6 +52,8 @@ _UNIQUE_VIOLATION = "23505"  # PostgreSQL SQLSTATE
 
 _GPU_TABLE, _ENGINE_TABLE = "raw_gpu_samples", "raw_engine_samples"
 _PRIMARY_KEY = itemgetter(0, 6)  # ts and the GPU / worker key in RAW_GPU_COLUMNS and RAW_ENGINE_COLUMNS
+_TS = itemgetter(0)
+_SPANNED_DAYS = timedelta(days=31)  # up to this span a batch locks every day in it, beyond only its own
 _GPU_ATTRS = ("node", "gpu_index", "gpu_name", "sku", "parent_gpu_uuid", "mig_profile", "cluster",
               "worker_id", "state", "source")  # fmt: skip
 _WORKER_ATTRS = ("node", "engine", "model", "role", "role_source", "precision", "tp", "gpu_uuids", "gpu_join",
@@ -113,15 +120,19 @@ def write_sample_rows(connection: Connection, batch: RowBatch, *, assume_new: bo
         {row[0] for row in batch.gpu_rows},
         {row[3] for row in batch.gpu_rows if row[3] is not None} | {row[0] for row in batch.engine_rows},
     )
-    tables = (
-        (_GPU_TABLE, RAW_GPU_COLUMNS, lean_gpu_rows(batch.gpu_rows, gpu_keys, worker_keys)),
+    postgres = not is_sqlite(connection)
+    gpu_rows = lean_gpu_rows(batch.gpu_rows, gpu_keys, worker_keys, float4_counts=postgres)
+    tables = [
+        (_GPU_TABLE, RAW_GPU_COLUMNS, gpu_rows),
         (_ENGINE_TABLE, RAW_ENGINE_COLUMNS, lean_engine_rows(batch.engine_rows, worker_keys)),
-    )
+    ]
     stored = 0
+    if postgres:
+        tables, stored = _write_closed_days(connection, tables)
     for table, columns, rows in tables:
         if not rows:
             continue
-        if is_sqlite(connection):
+        if not postgres:
             stored += _insert_sqlite(connection, table, columns, rows)
         elif assume_new:
             stored += _copy_postgres_new(connection, table, columns, rows)
@@ -130,6 +141,76 @@ def write_sample_rows(connection: Connection, batch: RowBatch, *, assume_new: bo
         else:
             stored += _copy_postgres(connection, table, columns, rows)
     return WriteCounts(stored=stored, duplicates=len(batch) - stored)
+
+
+_Rows = list[tuple[Any, ...]]
+_Tables = list[tuple[str, tuple[str, ...], _Rows]]
+
+
+def _write_closed_days(connection: Connection, tables: _Tables) -> tuple[_Tables, int]:
+    """Lock the batch's days against closing, store the rows of closed days the slow exactly-once way and
+    return the other rows, for the unique-index path, with the count stored here."""
+    instants = [min(map(_TS, rows)) for _, _, rows in tables if rows]
+    instants += [max(map(_TS, rows)) for _, _, rows in tables if rows]
+    if not instants:
+        return tables, 0
+    earliest, latest = min(instants), max(instants)
+    if latest - earliest <= _SPANNED_DAYS:
+        days = days_between(earliest, latest)
+    else:  # a batch from far apart (a backfill, stored rows at the calendar's edges): only its own days
+        days = sorted({floor_day(row[0]) for _, _, rows in tables for row in rows})
+    lock_days(connection, days)
+    closed = closed_days(connection, days)
+    if not any(closed.values()):
+        return tables, 0
+    lock_closed_days(connection, set().union(*closed.values()))
+    stored = 0
+    remaining: _Tables = []
+    for table, columns, rows in tables:
+        shut = closed[table]
+        if shut and rows:
+            late = [row for row in rows if floor_day(row[0]) in shut]
+            stored += _insert_closed_postgres(connection, table, columns, late)
+            remaining.append((table, columns, [row for row in rows if floor_day(row[0]) not in shut]))
+        else:
+            remaining.append((table, columns, rows))
+    return remaining, stored
+
+
+def _insert_closed_postgres(connection: Connection, table: str, columns: tuple[str, ...], rows: _Rows) -> int:
+    """Rows of closed days (their writer locks held): staged, then inserted unless the day holds the key
+    already or the batch repeats it. Without a unique index to probe, the stored keys of the rows' time
+    span are read once (the BRIN index narrows that to the blocks holding it) and hash-joined."""
+    if not rows:
+        return 0
+    staging = _stage(connection, table, columns, rows)
+    key = KEY_COLUMNS[table]
+    column_list = ", ".join(columns)
+    earliest, latest = min(map(_TS, rows)), max(map(_TS, rows))
+    with driver_connection(connection).cursor() as cursor:
+        cursor.execute(f"ANALYZE {staging}")  # sizes for the planner: a hash join, not a loop per row
+        cursor.execute(
+            f"INSERT INTO {table} ({column_list}) SELECT DISTINCT ON (s.ts, s.{key}) "
+            f"{', '.join(f's.{c}' for c in columns)} FROM {staging} s WHERE NOT EXISTS ("
+            f"SELECT 1 FROM {table} r WHERE r.ts = s.ts AND r.{key} = s.{key} "
+            "AND r.ts >= %s AND r.ts <= %s) ORDER BY s.ts, s." + key,
+            (earliest, latest),
+        )
+        return int(cursor.rowcount)
+
+
+def _stage(connection: Connection, table: str, columns: tuple[str, ...], rows: _Rows) -> str:
+    """COPY ``rows`` into this session's staging table for ``table``, emptied first; return its name."""
+    staging = f"pf_stage_{table}"
+    with driver_connection(connection).cursor() as cursor:
+        # Session-local, no WAL, emptied at commit; created once per connection.
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {staging} (LIKE {table}) ON COMMIT DELETE ROWS")
+        cursor.execute(f"TRUNCATE {staging}")
+        with cursor.copy(f"COPY {staging} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_copy_types(table, columns))
+            for row in rows:
+                copy.write_row(row)
+    return staging
 
 
 def _insert_sqlite(
@@ -164,16 +245,9 @@ def _insert_unnest_postgres(
 def _copy_postgres(
     connection: Connection, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]
 ) -> int:
-    staging = f"pf_stage_{table}"
+    staging = _stage(connection, table, columns, rows)
     column_list = ", ".join(columns)
     with driver_connection(connection).cursor() as cursor:
-        # Session-local, no WAL, emptied at commit; created once per connection.
-        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {staging} (LIKE {table}) ON COMMIT DELETE ROWS")
-        cursor.execute(f"TRUNCATE {staging}")
-        with cursor.copy(f"COPY {staging} ({column_list}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(_copy_types(table, columns))
-            for row in rows:
-                copy.write_row(row)
         cursor.execute(
             f"INSERT INTO {table} ({column_list}) SELECT {column_list} FROM {staging} ON CONFLICT DO NOTHING"
         )

@@ -2,11 +2,13 @@
 
 A Typer sub-app (``app``); the CLI registers it with ``app.add_typer(db.app, name="db")``. ``upgrade``,
 ``partitions`` and ``prune`` create the raw tables' day partitions ahead on PostgreSQL
-(:func:`fleet.store.partitions.ensure_partitions`); on SQLite there are none to create.
+(:func:`fleet.store.partitions.ensure_partitions`) and close those behind the ingest horizon
+(:func:`fleet.store.closing.close_partitions`); on SQLite there are none.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -41,6 +43,16 @@ DaysAhead = Annotated[
         "--days-ahead",
         min=0,
         help="PostgreSQL: create the raw tables' partitions of today and this many days after it.",
+    ),
+]
+CloseAfterDays = Annotated[
+    int | None,
+    typer.Option(
+        "--close-after-days",
+        min=0,
+        help="PostgreSQL: close day partitions this many whole days old (default "
+        "PHASEFIT_RAW_CLOSE_AFTER_DAYS, 1: today and yesterday stay open).",
+        show_default=False,
     ),
 ]
 Now = Annotated[
@@ -91,16 +103,38 @@ def store_label(engine: Engine) -> str:
     return engine.url.render_as_string(hide_password=True)
 
 
+def _close_after(settings: Settings, option: int | None) -> int:
+    return option if option is not None else settings.raw_close_after_days
+
+
 def utc_moment(now: datetime | None) -> datetime:
     """``--now`` (read as UTC), or the current time."""
     return now.replace(tzinfo=UTC) if now is not None else datetime.now(UTC)
 
 
-def partitions_ahead(engine: Engine, moment: datetime, days_ahead: int) -> list[str]:
-    """Create the day partitions due at ``moment`` (PostgreSQL); the names of those created."""
+@dataclass(frozen=True)
+class PartitionChanges:
+    created: list[str]
+    closed: list[str]
+    deferred: list[str]  # to close, but their locks were not granted in time: the next run retries
+
+    def say(self) -> None:
+        created, closed = ", ".join(self.created) or "none", ", ".join(self.closed) or "none"
+        say(f"partitions created: {created}; closed: {closed}")
+        if self.deferred:
+            say(f"not closed yet (busy, retried next run): {', '.join(self.deferred)}")
+
+
+def maintain_partitions(
+    engine: Engine, moment: datetime, days_ahead: int, close_after_days: int
+) -> PartitionChanges:
+    """Create the day partitions due at ``moment`` and close those behind the horizon (PostgreSQL)."""
+    from fleet.store.closing import close_partitions
     from fleet.store.partitions import ensure_partitions
 
-    return [partition.name for partition in ensure_partitions(engine, moment, days_ahead)]
+    created = [partition.name for partition in ensure_partitions(engine, moment, days_ahead)]
+    closing = close_partitions(engine, moment, close_after_days)
+    return PartitionChanges(created, [p.name for p in closing.closed], [p.name for p in closing.deferred])
 
 
 @app.command()
@@ -108,27 +142,31 @@ def upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
     database_url: DatabaseUrl = None,
     days_ahead: DaysAhead = DEFAULT_DAYS_AHEAD,
+    close_after_days: CloseAfterDays = None,
 ) -> None:
     """Migrate the store's schema up to REVISION (default: the latest); creates it in an empty database.
-    At the latest revision on PostgreSQL, also creates the raw tables' day partitions ahead."""
+    At the latest revision on PostgreSQL, also creates the raw tables' day partitions ahead and closes
+    those behind the ingest horizon."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from fleet.store import migrate
 
-    engine = open_engine(load_settings(database_url))
-    created: list[str] = []
+    settings = load_settings(database_url)
+    engine = open_engine(settings)
+    changes = PartitionChanges([], [], [])
     try:
         migrate.upgrade(engine, revision)
         current = migrate.current_revision(engine)
         if current == migrate.head_revision():
-            created = partitions_ahead(engine, utc_moment(None), days_ahead)
+            changes = maintain_partitions(
+                engine, utc_moment(None), days_ahead, _close_after(settings, close_after_days)
+            )
     except (SQLAlchemyError, migrate.CommandError) as exc:
         die(f"upgrade of {store_label(engine)} failed: {exc}")
     finally:
         engine.dispose()
     say(f"{store_label(engine)}: at revision {current}")
-    if created:
-        say(f"created {len(created)} partitions: {', '.join(created)}")
+    changes.say()
 
 
 @app.command()
@@ -212,10 +250,12 @@ def stats(database_url: DatabaseUrl = None, json_output: JsonFlag = False) -> No
 def partitions(
     database_url: DatabaseUrl = None,
     days_ahead: DaysAhead = DEFAULT_DAYS_AHEAD,
+    close_after_days: CloseAfterDays = None,
     now: Now = None,
     json_output: JsonFlag = False,
 ) -> None:
-    """Create the raw sample tables' day partitions ahead (PostgreSQL) and list every partition."""
+    """Create the raw sample tables' day partitions ahead and close those behind the ingest horizon
+    (PostgreSQL), and list every partition."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from fleet.store import migrate
@@ -223,10 +263,13 @@ def partitions(
     from fleet.store.partitions import partition_sizes
     from fleet.store.schema import RAW_SAMPLE_TABLES
 
-    engine = open_engine(load_settings(database_url))
+    settings = load_settings(database_url)
+    engine = open_engine(settings)
     try:
         migrate.ensure_schema(engine, create_if_empty=False)
-        created = partitions_ahead(engine, utc_moment(now), days_ahead)
+        changes = maintain_partitions(
+            engine, utc_moment(now), days_ahead, _close_after(settings, close_after_days)
+        )
         sizes = []
         if not is_sqlite(engine):
             with engine.connect() as connection:
@@ -238,19 +281,21 @@ def partitions(
     listed = [
         {"table": s.partition.table, "name": s.partition.name, "bytes": s.bytes, "rows_estimate": s.rows,
          "from": s.partition.start.isoformat() if s.partition.start else None,
-         "to": s.partition.end.isoformat() if s.partition.end else None}
+         "to": s.partition.end.isoformat() if s.partition.end else None, "open": s.open}
         for s in sizes
     ]  # fmt: skip
     if json_output:
-        emit_json({"created": created, "partitions": listed})
+        emit_json({"created": changes.created, "closed": changes.closed, "deferred": changes.deferred,
+                   "partitions": listed})  # fmt: skip
         return
     if is_sqlite(engine):
         say(f"{store_label(engine)}: SQLite keeps raw samples unpartitioned (retention deletes rows)")
         return
-    say(f"created {len(created)} partitions" + (f": {', '.join(created)}" if created else ""))
+    changes.say()
     for item in listed:
         span = f"[{item['from']}, {item['to']})" if item["from"] else "DEFAULT (days without a partition)"
-        say(f"{item['name']}: {span}, {item['bytes']:,} bytes, ~{item['rows_estimate']:,} rows")
+        state = "open" if item["open"] else "closed"
+        say(f"{item['name']}: {span}, {state}, {item['bytes']:,} bytes, ~{item['rows_estimate']:,} rows")
 
 
 @app.command()
@@ -270,10 +315,12 @@ def prune(
     ] = False,
     now: Now = None,
     days_ahead: DaysAhead = DEFAULT_DAYS_AHEAD,
+    close_after_days: CloseAfterDays = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Roll raw samples up per minute and per hour, then delete raw samples older than the retention
-    (PostgreSQL: drop their day partitions) and create the next days' partitions."""
+    (PostgreSQL: drop their day partitions), create the next days' partitions and close those behind the
+    ingest horizon."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from fleet.store import migrate
@@ -286,7 +333,7 @@ def prune(
     try:
         migrate.ensure_schema(engine, create_if_empty=False)
         result = apply_retention(engine, now=moment, retention_days=days, full=full)
-        created = partitions_ahead(engine, moment, days_ahead)
+        changes = maintain_partitions(engine, moment, days_ahead, _close_after(settings, close_after_days))
     except (SQLAlchemyError, migrate.SchemaNotCurrentError) as exc:
         die(str(exc))
     finally:
@@ -295,7 +342,8 @@ def prune(
         emit_json({"cutoff": result.cutoff.isoformat(), "rolled_up_until": result.rolled_up_until.isoformat(),
                    "rollup_rows": result.rollup_rows, "deleted": result.deleted,
                    "dropped_partitions": list(result.dropped_partitions),
-                   "created_partitions": created})  # fmt: skip
+                   "created_partitions": changes.created, "closed_partitions": changes.closed,
+                   "deferred_partitions": changes.deferred})  # fmt: skip
         return
     deleted = ", ".join(f"{count:,} from {name}" for name, count in result.deleted.items())
     rolled = (
@@ -303,6 +351,6 @@ def prune(
     )
     say(f"rollups up to {result.rolled_up_until:%Y-%m-%d %H:%M} UTC: {rolled}")
     say(f"deleted raw samples before {result.cutoff:%Y-%m-%d %H:%M} UTC: {deleted}")
-    if result.dropped_partitions or created:
-        dropped = ", ".join(result.dropped_partitions) or "none"
-        say(f"partitions dropped: {dropped}; created: {', '.join(created) or 'none'}")
+    if result.dropped_partitions:
+        say(f"partitions dropped: {', '.join(result.dropped_partitions)}")
+    changes.say()

@@ -117,6 +117,14 @@ class FleetSummary(BaseModel):
     nodes: int
     unattributed_gpus: int = Field(description="GPUs whose worker (and so role) is not known.")
     groups: list[FleetGroup]
+    data_from: datetime | None = Field(
+        description="Start of the stored telemetry (raw samples, or the hourly rollups that outlive them); "
+        "null when none is stored."
+    )
+    data_until: datetime | None = Field(
+        description="End of the stored telemetry (exclusive: a second after the newest raw sample, or the "
+        "end of the last rolled-up hour); null when none is stored."
+    )
 
 
 class Page(BaseModel):

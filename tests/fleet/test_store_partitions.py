@@ -172,7 +172,13 @@ def test_a_re_sent_value_is_the_stored_one_when_it_rounds_to_the_same_4_byte_flo
     assert stored_equal("postgresql", "sm_active", 0.33333334, 1 / 3)
     assert stored_equal("postgresql", "power_w", 333.33334, 333.33333)
     assert not stored_equal("postgresql", "sm_active", 0.33333334, 0.3334)
-    assert not stored_equal("postgresql", "mem_used_bytes", 2**60, 2**60 + 1)  # integers stay exact
+    # byte counts are 4-byte floats on PostgreSQL (2**60 + 1 is stored as 2**60), exact on SQLite
+    assert stored_equal("postgresql", "mem_used_bytes", 2**60, 2**60 + 1)
+    assert stored_equal("postgresql", "nvlink_tx_bytes", 123456790528, 123456789012)
+    assert not stored_equal("postgresql", "pcie_rx_bytes", 123456790528, 123456800000)
+    assert stored_equal("postgresql", "mem_used_bytes", 2**63 - 2**39, 2**63 - 1)  # the largest it holds
+    assert not stored_equal("sqlite", "mem_used_bytes", 2**60, 2**60 + 1)
+    assert not stored_equal("postgresql", "prompt_tokens", 2**60, 2**60 + 1)  # tokens stay exact
     assert not stored_equal("sqlite", "sm_active", 0.33333334, 1 / 3)  # SQLite's REAL is 8 bytes
     assert not stored_equal("postgresql", "power_w", 1e38, 1e39)  # 1e39 is no 4-byte float
     assert stored_equal("postgresql", "state", "ok", "ok") and stored_equal("sqlite", "worker_id", None, None)

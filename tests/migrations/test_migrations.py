@@ -160,7 +160,7 @@ def test_0005_moves_stored_samples_into_the_lean_tables_and_back_unchanged(engin
     before = (_stored(engine, "gpu_samples", GPU_COLUMNS), _stored(engine, "engine_samples", ENGINE_COLUMNS))
     assert len(before[0]) == 4 and len(before[1]) == 2
 
-    migrate.upgrade(engine)
+    migrate.upgrade(engine, "0005")
     assert (
         _stored(engine, "gpu_samples", GPU_COLUMNS),
         _stored(engine, "engine_samples", ENGINE_COLUMNS),
@@ -191,7 +191,7 @@ def test_0005_moves_stored_samples_into_the_lean_tables_and_back_unchanged(engin
     ) == before
     assert inspect(engine).get_view_names() == [] and "raw_gpu_samples" not in tables(engine)
     assert _shape(engine) == shape  # the tables 0004 built, with their indexes
-    migrate.upgrade(engine)  # and up again
+    migrate.upgrade(engine, "0005")  # and up again
     assert _stored(engine, "gpu_samples", GPU_COLUMNS) == before[0]
 
 
@@ -205,6 +205,60 @@ def _shape(engine: Engine) -> dict[str, Any]:
             indexes = sorted((i["name"], tuple(i["column_names"])) for i in inspector.get_indexes(name))
             found[name] = (columns, inspector.get_pk_constraint(name), indexes)
     return found
+
+
+# --- 0006: byte counts as 4-byte floats, a unique index per open partition (PostgreSQL) ------------------
+
+COUNTS = ("mem_used_bytes", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes", "pcie_rx_bytes")
+
+
+def _indexes(engine: Engine) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The raw tables' primary key names, and each partition's index names."""
+    raw = ("raw_gpu_samples", "raw_engine_samples")
+    with engine.connect() as connection:
+        inspector = inspect(connection)
+        keys = {table: inspector.get_pk_constraint(table)["name"] for table in raw}
+        names = {
+            p.name: sorted(index["name"] for index in inspector.get_indexes(p.name))
+            for table in raw
+            for p in list_partitions(connection, table)
+        }
+    return keys, names
+
+
+def test_0006_keeps_byte_counts_as_4_byte_floats_and_indexes_each_partition(engine: Engine) -> None:
+    migrate.upgrade(engine, "0004")
+    gpu, engine_rows = _legacy_rows(engine)
+    _insert(engine, "gpu_samples", GPU_COLUMNS, gpu)
+    _insert(engine, "engine_samples", ENGINE_COLUMNS, engine_rows)
+    migrate.upgrade(engine, "0005")
+    before = (_stored(engine, "gpu_samples", GPU_COLUMNS), _stored(engine, "engine_samples", ENGINE_COLUMNS))
+
+    migrate.upgrade(engine, "0006")
+    after = (_stored(engine, "gpu_samples", GPU_COLUMNS), _stored(engine, "engine_samples", ENGINE_COLUMNS))
+    if engine.dialect.name == "sqlite":
+        assert after == before  # SQLite's tables are unchanged: exact integers
+        return
+    assert after[1] == before[1]  # engine samples: tokens and requests stay exact
+    counts = [GPU_COLUMNS.index(c) for c in COUNTS]
+    # 2**63 - 1 is stored as the largest 4-byte float a 64-bit integer holds; small counts are exact
+    assert [after[0][0][i] for i in counts] == [2**63 - 2**39, 7, 8, 9, 10]
+    assert [after[0][1][i] for i in counts] == [0, None, None, None, None]
+    others = [i for i in range(len(GPU_COLUMNS)) if i not in counts]
+    assert [[row[i] for i in others] for row in after[0]] == [[row[i] for i in others] for row in before[0]]
+    keys, indexes = _indexes(engine)
+    assert keys == {"raw_gpu_samples": None, "raw_engine_samples": None}
+    assert indexes and all(names == [f"{name}_key"] for name, names in indexes.items())
+
+    migrate.downgrade(engine, "0005")
+    assert (
+        _stored(engine, "gpu_samples", GPU_COLUMNS),
+        _stored(engine, "engine_samples", ENGINE_COLUMNS),
+    ) == after  # the counts as the floats held them, now integers again
+    keys, _ = _indexes(engine)
+    assert keys == {"raw_gpu_samples": "pk_raw_gpu_samples", "raw_engine_samples": "pk_raw_engine_samples"}
+    migrate.upgrade(engine)
+    assert _stored(engine, "gpu_samples", GPU_COLUMNS) == after[0]
 
 
 def test_0005_refuses_a_stored_value_it_has_no_code_for_and_changes_nothing(engine: Engine) -> None:

@@ -35,7 +35,7 @@ def test_upgrade_current_stats_and_downgrade(store_url: str) -> None:
     upgraded = runner.invoke(app, ["upgrade", "--database-url", store_url, "--days-ahead", "2"])
     assert upgraded.exit_code == 0 and f"at revision {head_revision()}" in upgraded.stderr
     if store_url.startswith("postgresql"):  # today and 2 days ahead, for each raw table
-        assert "created 6 partitions: raw_gpu_samples_p" in upgraded.stderr
+        assert "partitions created: raw_gpu_samples_p" in upgraded.stderr
     after = json.loads(runner.invoke(app, ["current", "--json", "--database-url", store_url]).stdout)
     assert after["state"] == "current" and after["current"] == head_revision()
     stats = runner.invoke(app, ["stats", "--json", "--database-url", store_url])
@@ -93,7 +93,8 @@ def test_partitions_are_created_ahead_and_listed(store_url: str) -> None:
     assert listed.exit_code == 0, listed.output
     again = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
     if store_url.startswith("sqlite"):
-        assert json.loads(listed.stdout) == again == {"created": [], "partitions": []}
+        empty = {"created": [], "closed": [], "deferred": [], "partitions": []}
+        assert json.loads(listed.stdout) == again == empty
         assert "unpartitioned" in runner.invoke(app, args).stderr
         return
     first = json.loads(listed.stdout)
@@ -103,4 +104,16 @@ def test_partitions_are_created_ahead_and_listed(store_url: str) -> None:
     spans = [(item["from"], item["to"]) for item in gpu]
     assert ("2026-03-02T00:00:00+00:00", "2026-03-03T00:00:00+00:00") in spans and spans[-1] == (None, None)
     text = runner.invoke(app, args).stderr
-    assert "created 0 partitions" in text and "raw_gpu_samples_default: DEFAULT" in text
+    assert "partitions created: none; closed: none" in text and "raw_gpu_samples_default: DEFAULT" in text
+    assert "2026-03-03T00:00:00+00:00), open," in text
+    # two days on, Monday and Tuesday are behind the horizon (1 day): closed, and listed as such
+    later = ["partitions", "--now", "2026-03-05T01:00:00", "--days-ahead", "0", "--database-url", store_url]
+    closed = json.loads(runner.invoke(app, [*later, "--json"]).stdout)
+    assert closed["closed"] == [
+        f"raw_{kind}_samples_p2026030{day}" for kind in ("gpu", "engine") for day in (2, 3)
+    ]
+    assert closed["created"] == ["raw_gpu_samples_p20260305", "raw_engine_samples_p20260305"]
+    states = {item["name"]: item["open"] for item in closed["partitions"]}
+    assert states["raw_gpu_samples_p20260302"] is False and states["raw_gpu_samples_p20260305"] is True
+    kept = runner.invoke(app, [*later, "--close-after-days", "9"]).stderr
+    assert "closed: none" in kept and "2026-03-03T00:00:00+00:00), closed," in kept

@@ -21,6 +21,7 @@ from fleet.store.queries import (
     list_gpus,
     list_workers,
     sample_time_range,
+    telemetry_span,
 )
 from phasefit.service.deps import StateDep
 from phasefit.service.models import (
@@ -84,7 +85,10 @@ async def fleet(
                 unattributed += 1
             role = worker.role.value if worker is not None else "unattributed"
             groups[(gpu.sku or "unresolved", role, gpu.state)] += 1
+        data_from, data_until = telemetry_span(connection)
         return FleetSummary(
+            data_from=data_from,
+            data_until=data_until,
             gpus=len(gpus),
             workers=len(workers),
             nodes=len({g.node for g in gpus} | {w.node for w in workers.values()}),

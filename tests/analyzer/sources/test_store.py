@@ -7,13 +7,14 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
-from analyzer.sources.store import read_input, rolled_up_until, store_summary, write_result
+from analyzer.sources.store import read_input, store_summary, write_result
 from fleet.catalog import load_catalog
 from fleet.contract import EngineSample, FindingStatus, GpuSample
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.analysis import latest_analysis
 from fleet.store.engine import writing
 from fleet.store.findings import list_findings
+from fleet.store.queries import rolled_up_until
 from fleet.store.retention import refresh_rollups
 from fleet.store.schema import FindingRow
 from fleet.store.writer import write_samples

@@ -66,6 +66,9 @@ def stocked(client: Any, sqlite_engine: Engine) -> Any:
 
 def test_fleet_counts_gpus_by_sku_role_and_state(stocked: Any) -> None:
     summary = stocked.get("/v1/fleet").json()
+    # where the telemetry starts and ends (the dashboard anchors its ranges there, not on today)
+    assert datetime.fromisoformat(summary["data_from"]) == T0
+    assert datetime.fromisoformat(summary["data_until"]) == T0 + timedelta(minutes=29, seconds=1)
     assert (summary["gpus"], summary["workers"], summary["nodes"], summary["unattributed_gpus"]) == (
         5,
         2,

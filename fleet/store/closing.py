@@ -1,0 +1,196 @@
+"""Open and closed day partitions of raw samples (PostgreSQL): exactly-once, with no B-tree kept at rest.
+
+An open day partition carries a unique ``(ts, key)`` B-tree index (``<partition>_key``): the writer's
+``ON CONFLICT DO NOTHING`` (and its plain ``COPY`` of a file's new rows) relies on it to store a re-sent
+sample once. It costs about 31 bytes per row, a quarter of a stored GPU sample. Samples arrive within
+minutes of their window, and the service refuses records older than ``PHASEFIT_INGEST_MAX_AGE_S``, so once
+a day is behind the ingest horizon the index has almost nothing left to catch. :func:`close_partitions`
+then closes the day: in one transaction a BRIN index on ``ts`` (``<partition>_ts``, a few bytes per
+thousand rows, enough for the time-range reads, which scan whole days anyway) replaces the unique one.
+
+Writes into a closed day still happen (a collector's backlog after a long outage, a backfill of old files)
+and stay exactly-once: the writer sends those rows apart, checks them against the keys the day holds and
+inserts only the new ones, one writer per day at a time (:func:`lock_closed_days`). Which days are closed
+is read from the catalog (the partition, or ``DEFAULT`` for a day without one, has no unique index), never
+from a list that could disagree with it.
+
+Locks: a writer takes a shared advisory lock on every day its batch touches before it reads which are
+closed (:func:`lock_days`, then :func:`closed_days`), and closing takes that day's lock exclusively, so a
+day never closes between a writer's check and its insert. Closing also sets a ``lock_timeout``: the
+``DROP INDEX`` waits for the readers of that day, and a closing that cannot get its locks soon is left to
+the next run rather than stalling the readers and writers queued behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import OperationalError
+
+from fleet.store.engine import driver_connection, is_sqlite, writing
+from fleet.store.partitions import (
+    DAY,
+    Partition,
+    create_open_index,
+    default_partition,
+    floor_day,
+    list_partitions,
+    partition_name,
+    unique_index_name,
+)
+from fleet.store.schema import RAW_SAMPLE_TABLES
+
+DEFAULT_CLOSE_AFTER_DAYS = 1
+_DAY_LOCKS = 0x70666463  # advisory lock class of a day's open/closed state ("pfdc")
+_CLOSED_WRITERS = 0x70666477  # advisory lock class of the writers of a closed day ("pfdw")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DEFAULT_LOCK_TIMEOUT_S = 5.0
+_LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL SQLSTATE of a lock_timeout
+
+
+def brin_index_name(partition: str) -> str:
+    return f"{partition}_ts"
+
+
+def day_number(day: datetime) -> int:
+    """Days since 1970-01-01 of a UTC day: the advisory lock key of that day."""
+    return (floor_day(day) - _EPOCH) // DAY
+
+
+def days_between(earliest: datetime, latest: datetime) -> list[datetime]:
+    """The UTC days (midnights) from ``earliest``'s to ``latest``'s, both included."""
+    first, last = floor_day(earliest), floor_day(latest)
+    return [first + offset * DAY for offset in range((last - first) // DAY + 1)]
+
+
+def lock_days(connection: Connection, days: Sequence[datetime]) -> None:
+    """Hold each day's state lock, shared, until the transaction ends (days in order: no deadlock)."""
+    numbers = sorted({day_number(day) for day in days})
+    with driver_connection(connection).cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_advisory_xact_lock_shared(%s, d)) FROM (SELECT unnest(%s::int4[]) AS d) AS o",
+            (_DAY_LOCKS, numbers),
+        )
+
+
+def closed_days(connection: Connection, days: Sequence[datetime]) -> dict[str, set[datetime]]:
+    """Per raw table, the days among ``days`` whose samples land in a partition without a unique index
+    (their own partition, else ``DEFAULT``). Call after :func:`lock_days`, in a later statement: a
+    statement that waited for a lock reads the catalog as it was before the wait."""
+    names = {table: {partition_name(table, day): day for day in days} for table in RAW_SAMPLE_TABLES}
+    wanted = [name for table in RAW_SAMPLE_TABLES for name in (*names[table], default_partition(table))]
+    with driver_connection(connection).cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND x.indisunique) "
+            "FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE c.relname = ANY(%s)",
+            (wanted,),
+        )
+        unique = dict(cursor.fetchall())
+    closed: dict[str, set[datetime]] = {}
+    for table in RAW_SAMPLE_TABLES:
+        default_open = unique.get(default_partition(table), True)
+        closed[table] = {
+            day for name, day in names[table].items() if not unique.get(name, default_open)
+        }  # no partition of its own: the day lands in DEFAULT
+    return closed
+
+
+def lock_closed_days(connection: Connection, days: Iterable[datetime]) -> None:
+    """Hold each closed day's writer lock, exclusive, until the transaction ends: two writers of a closed
+    day must not both find a sample missing and both store it."""
+    numbers = sorted({day_number(day) for day in days})
+    with driver_connection(connection).cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_advisory_xact_lock(%s, d)) FROM (SELECT unnest(%s::int4[]) AS d) AS o",
+            (_CLOSED_WRITERS, numbers),
+        )
+
+
+def closing_horizon(now: datetime, close_after_days: int) -> datetime:
+    """Day partitions ending at or before this instant are closed: ``close_after_days`` whole days before
+    today's (``now``'s UTC day) start. 1 keeps today and yesterday open."""
+    if close_after_days < 0:
+        raise ValueError(f"close_after_days must be 0 or more, not {close_after_days}")
+    return floor_day(now) - close_after_days * DAY
+
+
+@dataclass(frozen=True)
+class ClosingResult:
+    closed: list[Partition]
+    deferred: list[Partition]  # their locks were not granted within the lock timeout: the next run retries
+
+
+def close_partitions(
+    engine: Engine,
+    now: datetime,
+    close_after_days: int = DEFAULT_CLOSE_AFTER_DAYS,
+    *,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> ClosingResult:
+    """Close every open day partition of both raw tables that ends at or before :func:`closing_horizon`,
+    each in its own transaction. Idempotent, safe from several processes at once; nothing on SQLite."""
+    horizon = closing_horizon(now, close_after_days)
+    closed: list[Partition] = []
+    deferred: list[Partition] = []
+    if is_sqlite(engine):
+        return ClosingResult(closed, deferred)
+    for table in RAW_SAMPLE_TABLES:
+        with engine.connect() as connection:
+            candidates = [
+                p
+                for p in list_partitions(connection, table)
+                if p.end is not None and p.end <= horizon and _has_unique_index(connection, p.name)
+            ]
+        for partition in candidates:
+            try:
+                with writing(engine) as connection:
+                    if close_partition(connection, partition, lock_timeout_s=lock_timeout_s):
+                        closed.append(partition)
+            except OperationalError as exc:
+                if getattr(exc.orig, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+                    raise
+                deferred.append(partition)
+    return ClosingResult(closed, deferred)
+
+
+def close_partition(
+    connection: Connection, partition: Partition, *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> bool:
+    """Close one day partition in the caller's transaction; False when it was closed already."""
+    if partition.start is None:
+        raise ValueError(f"{partition.name} is the DEFAULT partition of {partition.table}; it stays open")
+    connection.execute(text(f"SET LOCAL lock_timeout = {int(lock_timeout_s * 1000)}"))
+    connection.execute(
+        text("SELECT pg_advisory_xact_lock(:lock_class, :day)"),
+        {"lock_class": _DAY_LOCKS, "day": day_number(partition.start)},
+    )
+    if not _has_unique_index(connection, partition.name):
+        return False
+    brin = brin_index_name(partition.name)
+    connection.execute(text(f"CREATE INDEX IF NOT EXISTS {brin} ON {partition.name} USING brin (ts)"))
+    connection.execute(text(f"DROP INDEX {unique_index_name(partition.name)}"))
+    # Statistics for the reads of closed days, which the BRIN index serves once the planner knows the rows.
+    connection.execute(text(f"ANALYZE {partition.name}"))
+    return True
+
+
+def open_partition(connection: Connection, partition: Partition) -> None:
+    """Give a closed partition its unique index back (the downgrade's way back; refused when the day holds
+    a key twice, which the writers never let happen)."""
+    create_open_index(connection, partition.table, partition.name)
+    connection.execute(text(f"DROP INDEX IF EXISTS {brin_index_name(partition.name)}"))
+
+
+def _has_unique_index(connection: Connection, name: str) -> bool:
+    return bool(
+        connection.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = CAST(:name AS regclass) "
+                "AND x.indisunique)"
+            ),
+            {"name": name},
+        ).scalar_one()
+    )
