@@ -10,6 +10,7 @@ GPU per batch, not one per sample.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -44,6 +45,13 @@ _ENGINE_BIG_INTS = (
 _EVIDENCE = codes.encoder(codes.EVIDENCE, nullable=True)  # the evidence values raw rows can hold, and None
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
+# The values each enumeration column can hold (add() checks the same).
+_GPU_CODED: dict[str, Mapping[Any, Any]] = {
+    "state": codes.STATE,
+    "source": codes.SOURCE,
+    "activity_evidence": _EVIDENCE,
+}
+_ENGINE_CODED: dict[str, Mapping[Any, Any]] = {"role": codes.ROLE, "role_source": codes.ROLE_SOURCE}
 
 
 class RowValueError(ValueError):
@@ -76,6 +84,9 @@ class RowBatch:
     nodes: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
     _latest_gpu: dict[str, list[Any]] = field(default_factory=dict, repr=False)  # [first, last, values, tag]
     _latest_worker: dict[str, list[Any]] = field(default_factory=dict, repr=False)
+    # Widened first/last seen that merge() has not written into gpus/workers yet: finish() does, once per
+    # GPU and worker, rather than rebuilding a frozen record for every merged block.
+    _spans: dict[tuple[bool, str], tuple[datetime, datetime]] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.gpu_rows) + len(self.engine_rows)
@@ -84,7 +95,7 @@ class RowBatch:
         """Append one record's row; raises :class:`RowValueError` naming a field the store cannot hold."""
         values = record.__dict__
         ts: datetime = values["ts"]
-        ts_value: Any = (ts - _EPOCH) // _MICROSECOND if self.time_encoding == "epoch_us" else ts
+        ts_value = _time_value(ts, self.time_encoding)
         if isinstance(record, GpuSample):
             _check_ints(values, _GPU_BIG_INTS)
             worker_id = values["worker_id"]
@@ -115,8 +126,69 @@ class RowBatch:
             ))  # fmt: skip
             _remember(self._latest_worker, values["worker_id"], ts, values, tag, key_field="worker_id")
 
+    def add_columns(
+        self,
+        kind: Literal["gpu_sample", "engine_sample"],
+        columns: Mapping[str, Sequence[Any]],
+        ts: Sequence[datetime],
+        values_at: Callable[[int], dict[str, Any]],
+    ) -> None:
+        """:meth:`add` for many records of one kind at once, a column at a time (records validated elsewhere,
+        see :mod:`fleet.fast_records`): ``columns`` holds every sample column but ``ts`` as the rows hold it
+        (enumerations as their values, the derived ``activity_evidence``), ``ts`` the records' windows
+        (aware, UTC) and ``values_at(i)`` record ``i``'s fields as ``record.__dict__`` holds them (asked only
+        for the latest record of each GPU or worker). Checks what :meth:`add` checks and raises
+        :class:`RowValueError` (no tag) before adding anything."""
+        gpu = kind == "gpu_sample"
+        names = GPU_SAMPLE_COLUMNS if gpu else ENGINE_SAMPLE_COLUMNS
+        key_field = "gpu_uuid" if gpu else "worker_id"
+        for name in _GPU_BIG_INTS if gpu else _ENGINE_BIG_INTS:
+            top = max(filter(None, columns[name]), default=0)
+            if top > INT64_MAX:
+                raise RowValueError(name, f"{top} does not fit a 64-bit integer")
+        for name, known in (_GPU_CODED if gpu else _ENGINE_CODED).items():
+            for value in set(columns[name]).difference(known):
+                coded = codes.GPU_COLUMNS.get(name) or codes.ENGINE_COLUMNS[name]
+                raise RowValueError(name, codes.no_code_message(value, coded))
+        for name in ("gpu_uuid", "worker_id") if gpu else ("worker_id",):
+            if "\x00" in "".join(filter(None, set(columns[name]))):
+                raise RowValueError(name, "contains a NUL character")
+        encoded = {t: _time_value(t, self.time_encoding) for t in set(ts)}
+        ts_values = list(map(encoded.__getitem__, ts))
+        (self.gpu_rows if gpu else self.engine_rows).extend(
+            zip(*(ts_values if name == "ts" else columns[name] for name in names), strict=True)
+        )
+        # Windows ascending, a tie with the later record first: the last record per key is its latest window,
+        # the first record of that window (as in add(), where only a later window replaces the latest).
+        keys = columns[key_field]
+        order = sorted(range(len(keys) - 1, -1, -1), key=ts.__getitem__)
+        ordered_keys = list(map(keys.__getitem__, order))
+        latest = dict(zip(ordered_keys, order, strict=True))
+        first = dict(zip(reversed(ordered_keys), map(ts.__getitem__, reversed(order)), strict=True))
+        remembered = self._latest_gpu if gpu else self._latest_worker
+        for key in dict.fromkeys(keys):
+            index = latest[key]
+            seen = remembered.get(key)
+            if seen is None:
+                remembered[key] = [first[key], ts[index], values_at(index), None]
+                continue
+            if ts[index] > seen[1]:
+                seen[1], seen[2], seen[3] = ts[index], values_at(index), None
+            seen[0] = min(seen[0], first[key])
+
     def finish(self) -> RowBatch:
         """Fold the remembered latest records into ``gpus``, ``workers`` and ``nodes`` (idempotent)."""
+        self._fold_latest()
+        for (is_gpu, key), (earliest, latest) in self._spans.items():
+            target: dict[str, Any] = self.gpus if is_gpu else self.workers
+            record = target[key]
+            first, last = min(earliest, record.first_seen), max(latest, record.last_seen)
+            if (record.first_seen, record.last_seen) != (first, last):
+                target[key] = replace(record, first_seen=first, last_seen=last)
+        self._spans.clear()
+        return self
+
+    def _fold_latest(self) -> None:
         for uuid, (first, last, values, tag) in self._latest_gpu.items():
             _check_texts(values, ("gpu_name", "node", "parent_gpu_uuid", "mig_profile", "cluster"), tag)
             if values["gpu_index"] > INT32_MAX:
@@ -146,28 +218,46 @@ class RowBatch:
             self._fold_node(worker.node, first, last)
         self._latest_gpu.clear()
         self._latest_worker.clear()
-        return self
 
     def merge(self, other: RowBatch, *, rows: bool = True) -> None:
         """Fold ``other``'s GPU, worker and node attributes into this batch's; append its rows too unless
         ``rows`` is false (JSONL ingest writes rows chunk by chunk and the dimensions once per file)."""
         if other.time_encoding != self.time_encoding:
             raise ValueError("cannot merge batches encoded for different dialects")
-        self.finish()
+        self._fold_latest()
         other.finish()
         if rows:
             self.gpu_rows.extend(other.gpu_rows)
             self.engine_rows.extend(other.engine_rows)
         for uuid, gpu in other.gpus.items():
-            self.gpus[uuid] = _newer(self.gpus.get(uuid), gpu)
+            self._merge_newer(self.gpus, True, uuid, gpu)
         for worker_id, worker in other.workers.items():
-            self.workers[worker_id] = _newer(self.workers.get(worker_id), worker)
+            self._merge_newer(self.workers, False, worker_id, worker)
         for node, (first, last) in other.nodes.items():
             self._fold_node(node, first, last)
+
+    def _merge_newer(self, target: dict[str, _Dim], is_gpu: bool, key: str, seen: _Dim) -> None:
+        """:func:`_newer` with the first/last seen kept aside until :meth:`finish`: the stored record is
+        always the one with the latest window, so its ``last_seen`` is the latest so far."""
+        known = target.get(key)
+        if known is None:
+            target[key] = seen
+            return
+        assert (
+            known.first_seen and known.last_seen and seen.first_seen and seen.last_seen
+        )  # a batch's always are
+        first, last = self._spans.get((is_gpu, key), (known.first_seen, known.last_seen))
+        self._spans[(is_gpu, key)] = (min(first, seen.first_seen), max(last, seen.last_seen))
+        if seen.last_seen >= known.last_seen:
+            target[key] = seen
 
     def _fold_node(self, node: str, first: datetime, last: datetime) -> None:
         span = self.nodes.get(node)
         self.nodes[node] = (first, last) if span is None else (min(span[0], first), max(span[1], last))
+
+
+def _time_value(ts: datetime, time_encoding: TimeEncoding) -> Any:
+    return (ts - _EPOCH) // _MICROSECOND if time_encoding == "epoch_us" else ts
 
 
 def _uncoded(*named: tuple[str, str | None]) -> RowValueError:

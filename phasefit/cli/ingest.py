@@ -32,7 +32,7 @@ def ingest(  # the help text is ingest.__doc__, set below
     jobs: Annotated[
         int | None,
         typer.Option("--jobs", "-j", min=0, show_default=False,
-                     help="Parsing processes (0: in this process; default: one per idle CPU, up to 4)."),
+                     help="Parsing processes (0: in this process; default: one per CPU, up to 4)."),
     ] = None,
     json_output: JsonFlag = False,
 ) -> None:  # fmt: skip

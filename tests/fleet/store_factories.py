@@ -5,7 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from fleet.contract import EngineSample, GpuSample
+
+# The store_url fixture's PostgreSQL case alone, for what only PostgreSQL has (partitions, closed days).
+POSTGRES_ONLY = pytest.mark.parametrize(
+    "store_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday, on the hour
 H100 = "NVIDIA H100 80GB HBM3"

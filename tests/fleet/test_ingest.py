@@ -190,14 +190,10 @@ def test_a_bad_value_in_the_latest_record_of_a_gpu_names_its_line() -> None:
     assert errors == [LineError(13, "node", message)]
 
 
-def test_parsing_processes_follow_the_idle_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("os.cpu_count", lambda: 8)
-    monkeypatch.setattr("os.getloadavg", lambda: (2.2, 0.0, 0.0))
-    assert default_jobs() == 4
-    monkeypatch.setattr("os.getloadavg", lambda: (6.4, 0.0, 0.0))
-    assert default_jobs() == 1
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
-    assert default_jobs() == 0
+def test_parsing_processes_follow_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cpus, jobs in ((8, 4), (4, 4), (2, 2), (1, 0)):
+        monkeypatch.setattr("os.cpu_count", lambda cpus=cpus: cpus)
+        assert default_jobs() == jobs
 
 
 def test_a_runaway_line_is_refused_without_reading_it_whole(

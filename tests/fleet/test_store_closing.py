@@ -23,11 +23,8 @@ from fleet.store.engine import writing
 from fleet.store.partitions import DAY, ensure_partitions, list_partitions, partition_sizes
 from fleet.store.rows import batch_from_records
 from fleet.store.writer import WriteCounts, write_sample_rows, write_samples
-from tests.fleet.store_factories import T0, engine_sample, gpu_sample
+from tests.fleet.store_factories import POSTGRES_ONLY, T0, engine_sample, gpu_sample
 
-POSTGRES_ONLY = pytest.mark.parametrize(
-    "store_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
-)
 MONDAY = datetime(2026, 3, 2, tzinfo=UTC)  # T0's day
 
 

@@ -36,12 +36,7 @@ from fleet.store.queries import engine_samples, gpu_samples, table_counts
 from fleet.store.rows import RowValueError, batch_from_records
 from fleet.store.schema import EngineSampleRow, GpuSampleRow
 from fleet.store.writer import SMALL_BATCH_ROWS, WriteCounts, write_sample_rows, write_samples
-from tests.fleet.store_factories import T0, engine_sample, gpu_sample
-
-# The store_url fixture's PostgreSQL case alone, for what only PostgreSQL has.
-POSTGRES_ONLY = pytest.mark.parametrize(
-    "store_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
-)
+from tests.fleet.store_factories import POSTGRES_ONLY, T0, engine_sample, gpu_sample
 
 
 def _scalar(engine: Engine, sql: str) -> Any:

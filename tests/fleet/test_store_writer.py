@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select, text
 
-from fleet.contract import GpuState
+from fleet.contract import EngineSample, GpuSample, GpuState
 from fleet.store.engine import writing
 from fleet.store.queries import table_counts
 from fleet.store.rows import INT64_MAX, RowValueError, TimeEncoding, batch_from_records
@@ -183,3 +183,20 @@ def test_a_ratio_below_the_smallest_4_byte_float_is_stored_positive_and_its_rese
     ((stored,),) = _rows(store_engine, select(GpuSampleRow.sm_active))
     assert 0.0 < stored <= FLOAT32_MIN * 1.0000001
     assert stored_equal(store_engine.dialect.name, "sm_active", stored, 1e-300)
+
+
+def test_dimensions_merged_block_by_block_equal_one_batch_of_every_record() -> None:
+    """What JSONL ingest relies on: merging blocks (any order, overlapping windows, a later block with an
+    earlier first window, a record added after merges) gives the GPUs, workers and nodes of one batch."""
+    records: list[GpuSample | EngineSample] = [
+        gpu_sample(g, m, power_w=float(100 + m)) for g in range(3) for m in (5, 1, 9, 3)
+    ] + [engine_sample(w, m, prompt_tokens=m) for w in range(2) for m in (7, 2, 7, 4)]
+    blocks = [records[i::3] for i in range(3)]
+    merged = batch_from_records(blocks[0], "datetime")
+    for block in blocks[1:]:
+        merged.merge(batch_from_records(block, "datetime"), rows=False)
+    late = gpu_sample(1, 11, power_w=1.0)
+    merged.add(late)
+    whole = batch_from_records([*records, late], "datetime")
+    merged.finish()
+    assert (merged.gpus, merged.workers, merged.nodes) == (whole.gpus, whole.workers, whole.nodes)

@@ -1,0 +1,290 @@
+"""Validate a block of JSON lines fast, or say it cannot.
+
+pydantic validates a ``gpu_sample`` line in ~11 us, which made parsing the cost of JSONL ingest. Here
+msgspec decodes each line (~1-1.6 us) into Structs derived from :mod:`fleet.contract`'s own models (the same
+fields, defaults and numeric bounds: every number is checked per record, in C). Names, enumerations and
+timestamps are decoded as plain text and each *distinct* value is validated once through pydantic, with the
+contract's own field annotation (a block of 7,500 lines holds a few thousand names and a handful of
+windows; the values found valid are remembered across blocks). The rows are then built a column at a time
+(:meth:`fleet.store.rows.RowBatch.add_columns`), not record by record.
+
+:func:`fast_block` returns exactly the :class:`~fleet.store.rows.RowBatch` the pydantic path builds, or
+``None`` whenever it is not certain: a line msgspec cannot decode, a value pydantic refuses, one the store
+cannot hold, a contract this module cannot mirror (:data:`UNMIRRORED`). The caller then runs the pydantic
+path, which stays the authority and the only source of error messages (line and field).
+"""
+
+from __future__ import annotations
+
+import operator
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from functools import reduce
+from itertools import chain
+from typing import Annotated, Any, Literal
+
+import msgspec
+from annotated_types import Ge, Gt, Le, Lt, MaxLen, MinLen
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic.types import AllowInfNan, AwareDatetime, Strict
+from pydantic_core import PydanticUndefined, to_jsonable_python
+
+from fleet.contract import ActivityEvidence, Record, activity_evidence
+from fleet.store.rows import ENGINE_SAMPLE_COLUMNS, GPU_SAMPLE_COLUMNS, RowBatch, RowValueError, TimeEncoding
+
+TAG_FIELD = "kind"
+_BOM = b"\xef\xbb\xbf"
+_KNOWN_LIMIT = 50_000  # valid values remembered per field: a 10,000-GPU fleet's names, a bounded memory
+_ROW_COLUMNS = {"gpu_sample": GPU_SAMPLE_COLUMNS, "engine_sample": ENGINE_SAMPLE_COLUMNS}
+_EVIDENCE_VALUE: dict[str | None, str | None] = {None: None, **{m.value: m.value for m in ActivityEvidence}}
+# Constraints on a number msgspec checks itself (Strict: msgspec never takes "5" or true for a number).
+_BOUNDS = {Ge: "ge", Gt: "gt", Le: "le", Lt: "lt"}
+
+
+class NotMirroredError(TypeError):
+    """The contract uses what this module cannot reproduce exactly; ingest then validates with pydantic."""
+
+
+@dataclass
+class TextField:
+    """A field whose JSON form is a string (or a list of strings): decoded as text, each distinct value
+    validated once by ``adapter`` (the contract's annotation for the field, or for a list's items)."""
+
+    name: str
+    adapter: TypeAdapter[Any]
+    shape: Literal["str", "enum", "time", "list"]
+    known: dict[Any, Any] = field(default_factory=dict)  # text -> what pydantic makes of it
+
+    def check(self, column: Sequence[Any]) -> bool:
+        """Whether pydantic accepts every value of ``column`` as it stands (a string stays that string, an
+        enumeration's value is the text); remembers the values it accepts."""
+        known = self.known
+        if self.shape == "list":
+            column = list(chain.from_iterable(filter(None, column)))  # the items of every list
+        if all(map(known.__contains__, column)):
+            return True
+        distinct = set(column)
+        if len(known) + len(distinct) > _KNOWN_LIMIT:
+            known.clear()
+        known[None] = None  # only optional fields decode to None, and None needs no validation
+        for text in distinct.difference(known):
+            try:
+                value = self.adapter.validate_json(msgspec.json.encode(text))
+            except ValidationError:
+                return False
+            if not self._kept(text, value):
+                return False  # the contract would change the text: not a case the rows can take as is
+            known[text] = value
+        return True
+
+    def _kept(self, text: str, value: Any) -> bool:
+        """Whether the rows can hold ``text`` as it is: pydantic made it that string, or the member of it."""
+        if self.shape == "time":
+            return True  # the rows take pydantic's datetime, never the text
+        if self.shape == "enum":
+            return bool(value._value_ == text)
+        return type(value) is str and value == text
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """One record kind of the contract mirrored as a msgspec Struct."""
+
+    tag: str
+    struct: type[msgspec.Struct]
+    fields: tuple[str, ...]  # the Struct's fields, the model's order (the tag field is msgspec's tag)
+    texts: tuple[TextField, ...]
+
+
+def mirror(models: Sequence[type[BaseModel]]) -> tuple[RecordKind, ...]:
+    """Structs for a union of models told apart by their ``kind`` field; raises :class:`NotMirroredError`."""
+    return tuple(_mirror_model(model) for model in models)
+
+
+def _mirror_model(model: type[BaseModel]) -> RecordKind:
+    config = dict(model.model_config)
+    extra = config.pop("extra", "ignore")
+    config.pop("frozen", None)
+    config.pop("title", None)
+    if extra not in ("forbid", "ignore") or config.pop("str_strip_whitespace", False) or config:
+        raise NotMirroredError(f"{model.__name__}: model_config {model.model_config}")
+    decorators = model.__pydantic_decorators__
+    validators = (decorators.validators, decorators.field_validators, decorators.root_validators)
+    if any(validators) or decorators.model_validators or model.__pydantic_post_init__:
+        raise NotMirroredError(f"{model.__name__}: validators")
+    tag: str | None = None
+    fields: list[tuple[str, Any, Any]] = []
+    texts: list[TextField] = []
+    for name, info in model.model_fields.items():
+        if info.alias or info.validation_alias or info.validate_default:
+            raise NotMirroredError(f"{model.__name__}.{name}: alias or validated default")
+        if name == TAG_FIELD:
+            values = typing.get_args(info.annotation)
+            if typing.get_origin(info.annotation) is not Literal or len(values) != 1:
+                raise NotMirroredError(f"{model.__name__}.{name}: not a single Literal")
+            tag = values[0]
+            continue
+        struct_type, text = _mirror_field(model.__name__, name, info)
+        fields.append((name, struct_type, _default(info, text)))
+        if text is not None:
+            texts.append(text)
+    if not isinstance(tag, str):
+        raise NotMirroredError(f"{model.__name__}: no {TAG_FIELD!r} field")
+    if tag not in _ROW_COLUMNS:
+        raise NotMirroredError(f"{model.__name__}: the store has no rows for {tag!r}")
+    shapes = {text.name: text.shape for text in texts}
+    for column in _ROW_COLUMNS[tag]:  # the rows take "ts" as a datetime, every other column as decoded
+        takes = shapes.get(column) == "time" if column == "ts" else shapes.get(column) not in ("time", "list")
+        if column not in model.model_fields or not takes:
+            raise NotMirroredError(f"{model.__name__}: row column {column} is not a field the rows can take")
+    struct = msgspec.defstruct(
+        model.__name__, fields, kw_only=True, tag_field=TAG_FIELD, tag=tag,
+        forbid_unknown_fields=extra == "forbid", gc=False,  # only numbers, text and lists of text: no cycles
+    )  # fmt: skip
+    return RecordKind(tag, struct, tuple(name for name, _, _ in fields), tuple(texts))
+
+
+def _mirror_field(model: str, name: str, info: FieldInfo) -> tuple[Any, TextField | None]:
+    """The Struct type of one field, and how its text is validated (None for a number)."""
+    base, optional, constraints = _unwrap(info.annotation, info.metadata)
+    whole: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    struct_type: Any
+    text: TextField | None = None
+    if base in (int, float):
+        bounds: dict[str, Any] = {}
+        for constraint in constraints:
+            if type(constraint) in _BOUNDS:
+                key = _BOUNDS[type(constraint)]
+                bounds[key] = getattr(constraint, key)
+            elif not isinstance(constraint, Strict | AllowInfNan):
+                raise NotMirroredError(f"{model}.{name}: {constraint!r}")
+        struct_type = Annotated[base, msgspec.Meta(**bounds)] if bounds else base
+    elif typing.get_origin(base) is list:
+        (item,) = typing.get_args(base)
+        if _unwrap(item, [])[0] is not str:
+            raise NotMirroredError(f"{model}.{name}: a list of {item!r}")
+        lengths: dict[str, Any] = {}
+        for constraint in constraints:
+            if isinstance(constraint, MinLen):
+                lengths["min_length"] = constraint.min_length
+            elif isinstance(constraint, MaxLen):
+                lengths["max_length"] = constraint.max_length
+            else:
+                raise NotMirroredError(f"{model}.{name}: {constraint!r}")
+        struct_type = Annotated[list[str], msgspec.Meta(**lengths)] if lengths else list[str]
+        text = TextField(name, TypeAdapter(item), "list")
+    elif base is str or (isinstance(base, type) and issubclass(base, datetime | AwareDatetime | StrEnum)):
+        shape: Literal["str", "enum", "time"] = (
+            "str" if base is str else "enum" if issubclass(base, StrEnum) else "time"
+        )
+        struct_type, text = str, TextField(name, TypeAdapter(whole), shape)
+    else:
+        raise NotMirroredError(f"{model}.{name}: {info.annotation!r}")
+    return (struct_type | None if optional else struct_type), text
+
+
+def _unwrap(annotation: Any, metadata: list[Any]) -> tuple[Any, bool, list[Any]]:
+    """(type, optional, constraints) of ``X``, ``X | None``, ``Annotated[X, ...]`` and their mixes."""
+    optional = False
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        if len(args) != 2 or type(None) not in args:
+            raise NotMirroredError(f"a union {annotation!r}")
+        annotation, optional = next(arg for arg in args if arg is not type(None)), True
+    constraints = list(metadata)
+    while typing.get_origin(annotation) is Annotated:
+        annotation, *extra = typing.get_args(annotation)
+        for item in extra:
+            constraints.extend(item.metadata if isinstance(item, FieldInfo) else [item])
+    return annotation, optional, constraints
+
+
+def _default(info: FieldInfo, text: TextField | None) -> Any:
+    """The Struct's default: the model's, as JSON gives it for text (an enumeration's value), checked to
+    come back as the model's own default through the field's validation."""
+    if info.default_factory is not None:
+        if info.default_factory_takes_validated_data:
+            raise NotMirroredError("a default factory taking the validated data")
+        return msgspec.field(default_factory=info.default_factory)  # type: ignore[arg-type]
+    if info.default is PydanticUndefined:
+        return msgspec.NODEFAULT
+    if text is None or info.default is None:
+        return info.default
+    jsonable = to_jsonable_python(info.default)
+    if text.adapter.validate_json(msgspec.json.encode(jsonable)) != info.default:
+        raise NotMirroredError(f"{text.name}: default {info.default!r}")
+    return jsonable
+
+
+def _record_models() -> tuple[type[BaseModel], ...]:
+    union, _discriminator = typing.get_args(Record)
+    return typing.get_args(union)
+
+
+try:
+    KINDS: tuple[RecordKind, ...] = mirror(_record_models())
+    UNMIRRORED: str | None = None  # why fast_block always declines (tests/fleet/test_fast_records.py: never)
+except NotMirroredError as exc:
+    KINDS, UNMIRRORED = (), str(exc)
+_DECODE: Callable[[bytes], Any] | None = (
+    msgspec.json.Decoder(reduce(operator.or_, (kind.struct for kind in KINDS))).decode if KINDS else None
+)
+
+
+def fast_block(block: bytes, first_line: int, time_encoding: TimeEncoding) -> RowBatch | None:
+    """The finished batch of ``block``'s lines (``first_line``: the number of its first line), exactly as
+    :func:`fleet.ingest.parse_block` builds it through pydantic, or None if this path is not certain."""
+    decode = _DECODE
+    if decode is None or not KINDS:
+        return None
+    lines = list(map(bytes.strip, block.split(b"\n")))  # blank lines and CR: as the pydantic path takes them
+    if first_line == 1 and lines[0].startswith(_BOM):
+        lines[0] = lines[0][3:]
+        if not lines[0]:
+            return None
+    try:
+        records = list(map(decode, filter(None, lines)))
+    except msgspec.DecodeError:  # malformed JSON, or a value msgspec refuses (ValidationError subclasses it)
+        return None
+    batch = RowBatch(time_encoding)
+    try:
+        for kind in KINDS:
+            of_kind = [record for record in records if type(record) is kind.struct]
+            if of_kind and not _add_kind(batch, kind, of_kind):
+                return None
+        return batch.finish()
+    except RowValueError:
+        return None
+
+
+def _add_kind(batch: RowBatch, kind: RecordKind, records: list[Any]) -> bool:
+    """Add ``records`` (all of ``kind``) to ``batch`` column-wise; False if pydantic refuses a value."""
+    astuple = msgspec.structs.astuple
+    transposed = zip(*map(astuple, records), strict=True)  # one tuple per field, at C speed
+    columns: dict[str, Sequence[Any]] = dict(zip(kind.fields, transposed, strict=True))
+    if not all(text.check(columns[text.name]) for text in kind.texts):
+        return False
+    (ts_field,) = (text for text in kind.texts if text.name == "ts")
+    ts = list(map(ts_field.known.__getitem__, columns["ts"]))
+    if kind.tag == "gpu_sample":
+        # The contract's own derivation, on the Structs (it reads the same attributes), as plain text.
+        columns["activity_evidence"] = list(map(_EVIDENCE_VALUE.__getitem__, map(activity_evidence, records)))
+
+    def values_at(index: int) -> dict[str, Any]:
+        """Record ``index``'s fields as pydantic holds them: enumeration members, UTC datetimes."""
+        values = dict(zip(kind.fields, astuple(records[index]), strict=True))
+        for text in kind.texts:
+            value = values[text.name]
+            if text.shape != "list":
+                values[text.name] = text.known[value]
+            elif value is not None:
+                values[text.name] = list(value)  # pydantic's own list of the same strings
+        return {TAG_FIELD: kind.tag, **values}
+
+    batch.add_columns(kind.tag, columns, ts, values_at)  # type: ignore[arg-type]
+    return True
