@@ -66,46 +66,71 @@ def days_between(earliest: datetime, latest: datetime) -> list[datetime]:
     return [first + offset * DAY for offset in range((last - first) // DAY + 1)]
 
 
+_LOCK_SHARED = "SELECT count(pg_advisory_xact_lock_shared(%s, d)) FROM (SELECT unnest(%s::int4[]) AS d) AS o"
+_UNIQUE_INDEXED = (
+    "SELECT c.relname, EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND x.indisunique) "
+    "FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE c.relname = ANY(%s)"
+)
+
+
 def lock_days(connection: Connection, days: Sequence[datetime]) -> None:
     """Hold each day's state lock, shared, until the transaction ends (days in order: no deadlock)."""
-    numbers = sorted({day_number(day) for day in days})
     with driver_connection(connection).cursor() as cursor:
-        cursor.execute(
-            "SELECT count(pg_advisory_xact_lock_shared(%s, d)) FROM (SELECT unnest(%s::int4[]) AS d) AS o",
-            (_DAY_LOCKS, numbers),
-        )
+        cursor.execute(_LOCK_SHARED, (_DAY_LOCKS, _day_numbers(days)))
+
+
+def lock_days_and_find_closed(connection: Connection, days: Sequence[datetime]) -> dict[str, set[datetime]]:
+    """:func:`lock_days`, then :func:`closed_days`, sent together (psycopg's pipeline mode): two
+    statements, so the second reads the catalog after the locks are held, in one round trip."""
+    driver = driver_connection(connection)
+    names = _partition_names(days)
+    with driver.cursor() as lock, driver.cursor() as check:
+        with driver.pipeline():
+            lock.execute(_LOCK_SHARED, (_DAY_LOCKS, _day_numbers(days)))
+            check.execute(_UNIQUE_INDEXED, (_wanted(names),))
+        unique = dict(check.fetchall())
+    return _closed(names, unique)
+
+
+def _day_numbers(days: Iterable[datetime]) -> list[int]:
+    return sorted({day_number(day) for day in days})
 
 
 def closed_days(connection: Connection, days: Sequence[datetime]) -> dict[str, set[datetime]]:
     """Per raw table, the days among ``days`` whose samples land in a partition without a unique index
     (their own partition, else ``DEFAULT``). Call after :func:`lock_days`, in a later statement: a
     statement that waited for a lock reads the catalog as it was before the wait."""
-    names = {table: {partition_name(table, day): day for day in days} for table in RAW_SAMPLE_TABLES}
-    wanted = [name for table in RAW_SAMPLE_TABLES for name in (*names[table], default_partition(table))]
+    names = _partition_names(days)
     with driver_connection(connection).cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND x.indisunique) "
-            "FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE c.relname = ANY(%s)",
-            (wanted,),
-        )
+        cursor.execute(_UNIQUE_INDEXED, (_wanted(names),))
         unique = dict(cursor.fetchall())
+    return _closed(names, unique)
+
+
+def _partition_names(days: Sequence[datetime]) -> dict[str, dict[str, datetime]]:
+    return {table: {partition_name(table, day): day for day in days} for table in RAW_SAMPLE_TABLES}
+
+
+def _wanted(names: dict[str, dict[str, datetime]]) -> list[str]:
+    return [name for table in RAW_SAMPLE_TABLES for name in (*names[table], default_partition(table))]
+
+
+def _closed(names: dict[str, dict[str, datetime]], unique: dict[str, bool]) -> dict[str, set[datetime]]:
     closed: dict[str, set[datetime]] = {}
     for table in RAW_SAMPLE_TABLES:
         default_open = unique.get(default_partition(table), True)
-        closed[table] = {
-            day for name, day in names[table].items() if not unique.get(name, default_open)
-        }  # no partition of its own: the day lands in DEFAULT
+        # a day without a partition of its own lands in DEFAULT
+        closed[table] = {day for name, day in names[table].items() if not unique.get(name, default_open)}
     return closed
 
 
 def lock_closed_days(connection: Connection, days: Iterable[datetime]) -> None:
     """Hold each closed day's writer lock, exclusive, until the transaction ends: two writers of a closed
     day must not both find a sample missing and both store it."""
-    numbers = sorted({day_number(day) for day in days})
     with driver_connection(connection).cursor() as cursor:
         cursor.execute(
             "SELECT count(pg_advisory_xact_lock(%s, d)) FROM (SELECT unnest(%s::int4[]) AS d) AS o",
-            (_CLOSED_WRITERS, numbers),
+            (_CLOSED_WRITERS, _day_numbers(days)),
         )
 
 

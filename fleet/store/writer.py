@@ -37,7 +37,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
 from fleet.contract import EngineSample, GpuSample
-from fleet.store.closing import closed_days, days_between, lock_closed_days, lock_days
+from fleet.store.closing import days_between, lock_closed_days, lock_days_and_find_closed
 from fleet.store.columns import UtcDateTime
 from fleet.store.engine import driver_connection, is_sqlite
 from fleet.store.keys import resolve_keys
@@ -159,8 +159,7 @@ def _write_closed_days(connection: Connection, tables: _Tables) -> tuple[_Tables
         days = days_between(earliest, latest)
     else:  # a batch from far apart (a backfill, stored rows at the calendar's edges): only its own days
         days = sorted({floor_day(row[0]) for _, _, rows in tables for row in rows})
-    lock_days(connection, days)
-    closed = closed_days(connection, days)
+    closed = lock_days_and_find_closed(connection, days)
     if not any(closed.values()):
         return tables, 0
     lock_closed_days(connection, set().union(*closed.values()))
