@@ -15,8 +15,8 @@ is read from the catalog (the partition, or ``DEFAULT`` for a day without one, h
 from a list that could disagree with it.
 
 Locks: a writer takes a shared advisory lock on every day its batch touches before it reads which are
-closed (:func:`lock_days`, then :func:`closed_days`), and closing takes that day's lock exclusively, so a
-day never closes between a writer's check and its insert. Closing also sets a ``lock_timeout``: the
+closed (:func:`lock_days_and_find_closed`), and closing takes that day's lock exclusively, so a day never
+closes between a writer's check and its insert. Closing also sets a ``lock_timeout``: the
 ``DROP INDEX`` waits for the readers of that day, and a closing that cannot get its locks soon is left to
 the next run rather than stalling the readers and writers queued behind it.
 """
@@ -33,8 +33,8 @@ from sqlalchemy.exc import OperationalError
 from fleet.store.engine import driver_connection, is_sqlite, writing
 from fleet.store.partitions import (
     DAY,
+    HAS_UNIQUE_INDEX,
     Partition,
-    create_open_index,
     default_partition,
     floor_day,
     list_partitions,
@@ -68,20 +68,17 @@ def days_between(earliest: datetime, latest: datetime) -> list[datetime]:
 
 _LOCK_SHARED = "SELECT count(pg_advisory_xact_lock_shared(%s, d)) FROM (SELECT unnest(%s::int4[]) AS d) AS o"
 _UNIQUE_INDEXED = (
-    "SELECT c.relname, EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND x.indisunique) "
+    f"SELECT c.relname, {HAS_UNIQUE_INDEX} "
     "FROM pg_class c JOIN pg_inherits i ON i.inhrelid = c.oid WHERE c.relname = ANY(%s)"
 )
 
 
-def lock_days(connection: Connection, days: Sequence[datetime]) -> None:
-    """Hold each day's state lock, shared, until the transaction ends (days in order: no deadlock)."""
-    with driver_connection(connection).cursor() as cursor:
-        cursor.execute(_LOCK_SHARED, (_DAY_LOCKS, _day_numbers(days)))
-
-
 def lock_days_and_find_closed(connection: Connection, days: Sequence[datetime]) -> dict[str, set[datetime]]:
-    """:func:`lock_days`, then :func:`closed_days`, sent together (psycopg's pipeline mode): two
-    statements, so the second reads the catalog after the locks are held, in one round trip."""
+    """Hold each day's state lock, shared, until the transaction ends (days in order: no deadlock), then
+    say, per raw table, which of ``days`` are closed: their samples land in a partition without a unique
+    index (their own partition, else ``DEFAULT``). Two statements, sent together in psycopg's pipeline
+    mode: a statement that waited for a lock reads the catalog as it was before the wait, so the check
+    must be a statement of its own, after the locks."""
     driver = driver_connection(connection)
     names = _partition_names(days)
     with driver.cursor() as lock, driver.cursor() as check:
@@ -94,17 +91,6 @@ def lock_days_and_find_closed(connection: Connection, days: Sequence[datetime]) 
 
 def _day_numbers(days: Iterable[datetime]) -> list[int]:
     return sorted({day_number(day) for day in days})
-
-
-def closed_days(connection: Connection, days: Sequence[datetime]) -> dict[str, set[datetime]]:
-    """Per raw table, the days among ``days`` whose samples land in a partition without a unique index
-    (their own partition, else ``DEFAULT``). Call after :func:`lock_days`, in a later statement: a
-    statement that waited for a lock reads the catalog as it was before the wait."""
-    names = _partition_names(days)
-    with driver_connection(connection).cursor() as cursor:
-        cursor.execute(_UNIQUE_INDEXED, (_wanted(names),))
-        unique = dict(cursor.fetchall())
-    return _closed(names, unique)
 
 
 def _partition_names(days: Sequence[datetime]) -> dict[str, dict[str, datetime]]:
@@ -202,20 +188,10 @@ def close_partition(
     return True
 
 
-def open_partition(connection: Connection, partition: Partition) -> None:
-    """Give a closed partition its unique index back (the downgrade's way back; refused when the day holds
-    a key twice, which the writers never let happen)."""
-    create_open_index(connection, partition.table, partition.name)
-    connection.execute(text(f"DROP INDEX IF EXISTS {brin_index_name(partition.name)}"))
-
-
 def _has_unique_index(connection: Connection, name: str) -> bool:
     return bool(
         connection.execute(
-            text(
-                "SELECT EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = CAST(:name AS regclass) "
-                "AND x.indisunique)"
-            ),
+            text(f"SELECT {HAS_UNIQUE_INDEX} FROM pg_class c WHERE c.oid = CAST(:name AS regclass)"),
             {"name": name},
         ).scalar_one()
     )

@@ -77,6 +77,10 @@ def default_partition(table: str) -> str:
     return f"{table}_default"
 
 
+# SQL: whether the relation ``c`` (a pg_class row) has a unique index, i.e. its day is open.
+HAS_UNIQUE_INDEX = "EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND x.indisunique)"
+
+
 def unique_index_name(partition: str) -> str:
     return f"{partition}_key"
 
@@ -201,9 +205,8 @@ def partition_sizes(connection: Connection, table: str) -> list[PartitionSize]:
     for partition in list_partitions(connection, table):
         size, rows, is_open = connection.execute(
             text(
-                "SELECT pg_total_relation_size(c.oid), greatest(c.reltuples, 0)::bigint, EXISTS (SELECT 1 "
-                "FROM pg_index x WHERE x.indrelid = c.oid AND x.indisunique) FROM pg_class c "
-                "WHERE c.oid = CAST(:name AS regclass)"
+                "SELECT pg_total_relation_size(c.oid), greatest(c.reltuples, 0)::bigint, "
+                f"{HAS_UNIQUE_INDEX} FROM pg_class c WHERE c.oid = CAST(:name AS regclass)"
             ),
             {"name": partition.name},
         ).one()

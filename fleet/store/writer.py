@@ -167,12 +167,13 @@ def _write_closed_days(connection: Connection, tables: _Tables) -> tuple[_Tables
     remaining: _Tables = []
     for table, columns, rows in tables:
         shut = closed[table]
+        kept = rows
         if shut and rows:
-            late = [row for row in rows if floor_day(row[0]) in shut]
+            in_shut = [floor_day(row[0]) in shut for row in rows]
+            late = [row for row, closed_day in zip(rows, in_shut, strict=True) if closed_day]
             stored += _insert_closed_postgres(connection, table, columns, late)
-            remaining.append((table, columns, [row for row in rows if floor_day(row[0]) not in shut]))
-        else:
-            remaining.append((table, columns, rows))
+            kept = [row for row, closed_day in zip(rows, in_shut, strict=True) if not closed_day]
+        remaining.append((table, columns, kept))
     return remaining, stored
 
 

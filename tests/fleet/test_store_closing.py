@@ -13,11 +13,10 @@ from fleet.contract import EngineSample, GpuSample
 from fleet.store.closing import (
     close_partition,
     close_partitions,
-    closed_days,
     closing_horizon,
     day_number,
     days_between,
-    lock_days,
+    lock_days_and_find_closed,
 )
 from fleet.store.engine import writing
 from fleet.store.partitions import DAY, ensure_partitions, list_partitions, partition_sizes
@@ -103,8 +102,8 @@ def test_closed_days_are_read_from_the_catalog_and_a_day_without_partition_follo
     close_partitions(store_engine, MONDAY + 3 * DAY, close_after_days=2)  # closes Monday only
     days = [MONDAY, MONDAY + DAY, MONDAY + 5 * DAY]  # closed, open, no partition (DEFAULT, open)
     with writing(store_engine) as connection:
-        lock_days(connection, days)
-        assert closed_days(connection, days) == {"raw_gpu_samples": {MONDAY}, "raw_engine_samples": {MONDAY}}
+        closed = lock_days_and_find_closed(connection, days)
+        assert closed == {"raw_gpu_samples": {MONDAY}, "raw_engine_samples": {MONDAY}}
 
 
 @POSTGRES_ONLY
