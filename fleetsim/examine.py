@@ -24,6 +24,7 @@ import numpy as np
 from fleet.catalog import Catalog
 from fleet.contract import Finding, FindingKind
 from fleetsim.layout import build_layout
+from fleetsim.physics_choice import Physics, resolve_physics
 from fleetsim.scenario import Scenario, load_scenario
 from fleetsim.source import dict_batches, jsonl_batches
 from fleetsim.truth import compute_truth
@@ -57,6 +58,7 @@ class SimRun:
     engine_columns: dict[str, Any]
     truth: dict[str, Any]
     planted: list[dict[str, Any]] | None  # None: fleetsim.planted is not there
+    physics: str = "model"
 
 
 def _epoch(text: str) -> float:
@@ -90,7 +92,12 @@ def _load(scenario: str | Scenario) -> Scenario:
 
 
 def planted(
-    scenario: str | Scenario, catalog: Catalog, *, days: float, window_s: float
+    scenario: str | Scenario,
+    catalog: Catalog,
+    *,
+    days: float,
+    window_s: float,
+    physics: Physics | None = None,
 ) -> list[dict[str, Any]] | None:
     """The findings the scenario plants by construction; None where ``fleetsim.planted`` does not exist."""
     try:
@@ -98,7 +105,8 @@ def planted(
     except ModuleNotFoundError:
         return None
     sc = _load(scenario)
-    found = module.planted_findings(sc, build_layout(sc, catalog), catalog, days=days, window_s=window_s)
+    layout = build_layout(sc, catalog)
+    found = module.planted_findings(sc, layout, catalog, days=days, window_s=window_s, physics=physics)
     return [dict(item) for item in found]
 
 
@@ -110,16 +118,21 @@ def simulate(
     window_s: float = 60.0,
     seed: int = 0,
     truth: bool = True,
+    physics: str | Physics = "model",
 ) -> SimRun:
-    """A scenario's records as columns, with its ground truth and planted findings."""
+    """A scenario's records as columns, with its ground truth and planted findings, under ``physics``
+    (a name: resolved once for the run, from ``seed``)."""
     sc = _load(scenario)
+    chosen = resolve_physics(physics, seed) if isinstance(physics, str) else physics
     records = (
-        r for batch in dict_batches(sc, catalog, seed=seed, days=days, window_s=window_s) for r in batch
+        r
+        for batch in dict_batches(sc, catalog, seed=seed, days=days, window_s=window_s, physics=chosen)
+        for r in batch
     )
     gpu, engine = records_to_columns(records)
-    report = compute_truth(sc, catalog, seed, days, window_s=window_s) if truth else {}
-    plants = planted(sc, catalog, days=days, window_s=window_s) if truth else None
-    return SimRun(sc.name, seed, days, window_s, gpu, engine, report, plants)
+    report = compute_truth(sc, catalog, seed, days, window_s=window_s, physics=chosen) if truth else {}
+    plants = planted(sc, catalog, days=days, window_s=window_s, physics=chosen) if truth else None
+    return SimRun(sc.name, seed, days, window_s, gpu, engine, report, plants, chosen.name)
 
 
 def write_jsonl(
@@ -130,12 +143,14 @@ def write_jsonl(
     days: float,
     window_s: float = 60.0,
     seed: int = 0,
+    physics: str | Physics = "model",
 ) -> int:
     """The scenario's records as a JSON-lines file (as ``phasefit sim run`` writes it); returns its size."""
     sc = _load(scenario)
+    chosen = resolve_physics(physics, seed) if isinstance(physics, str) else physics
     written = 0
     with path.open("wb") as fh:
-        for data in jsonl_batches(sc, catalog, seed=seed, days=days, window_s=window_s):
+        for data in jsonl_batches(sc, catalog, seed=seed, days=days, window_s=window_s, physics=chosen):
             fh.write(data)
             written += len(data)
     return written

@@ -21,7 +21,7 @@ from fleet.contract import Role
 from fleetsim.counters import DRAM_ACTIVE_CEILING, measured, power_w, worker_activity
 from fleetsim.layout import FleetLayout, build_layout
 from fleetsim.life import LifeEvents
-from fleetsim.physics import Efficiency
+from fleetsim.physics_choice import Physics
 from fleetsim.pool import (
     PREFILL,
     Capacities,
@@ -129,7 +129,7 @@ class FleetSimulation:
         window_s: float | None = None,
         start: datetime | None = None,
         roles: Mapping[str, Role] | None = None,
-        eff: Efficiency | None = None,
+        physics: Physics | None = None,
     ) -> None:
         self.scenario = scenario
         self.seed = seed
@@ -143,7 +143,8 @@ class FleetSimulation:
         self.layout: FleetLayout = build_layout(scenario, catalog, roles)
         self.life = LifeEvents(scenario, self.layout, seed, self.window_s)
         self.schedule = RoleSchedule(scenario, self.layout, self.window_s)
-        self.models = tuple(PoolModel(self.layout, p.index, eff) for p in self.layout.pools)
+        self.physics = physics or Physics()
+        self.models = tuple(PoolModel(self.layout, p.index, self.physics) for p in self.layout.pools)
         self.chunk_windows = chunk_windows_for(len(self.layout.gpus))
         self._gpu_worker = np.array([g.worker for g in self.layout.gpus], dtype=np.int64)
         self._gpu_node = np.array([g.node for g in self.layout.gpus], dtype=np.int64)
@@ -160,7 +161,7 @@ class FleetSimulation:
             pool = self.layout.workers[g.worker].pool
             hbm = float(g.sku.hbm_bytes or 0)
             serving.append(
-                min(hbm, hbm * self.layout.pools[pool].engine.hbm_utilization + _BASELINE_MEM_BYTES)
+                min(hbm, hbm * self.models[pool].step.engine.hbm_utilization + _BASELINE_MEM_BYTES)
             )
             loading.append(self.models[pool].step.weights_gpu / 2 + _BASELINE_MEM_BYTES)  # weights loading
         self._serving_mem = np.array(serving)

@@ -90,6 +90,7 @@ class WorkerHardware:
     kv_precision: Precision
     tp: int
     speed: float = 1.0
+    ep: int = 1  # expert parallelism of a mixture-of-experts model (1: experts sharded by TP)
 
 
 def _required(value: float | int | None, what: str, sku: GpuSku) -> float:

@@ -30,6 +30,7 @@ import numpy as np
 from fleet.catalog import Catalog
 from fleet.contract import FindingKind, Role
 from fleetsim.layout import FleetLayout, SimPool, build_layout
+from fleetsim.physics_choice import Physics
 from fleetsim.pool import DECODE, PREFILL, PoolModel, PoolTraffic
 from fleetsim.scenario import Scenario
 from fleetsim.traffic import WindowArrivals, mix_stats
@@ -69,7 +70,9 @@ def _split_capacity(prefill: np.ndarray, decode: np.ndarray, mean_p: float, mean
     return best
 
 
-def _colocated_capacity(scenario: Scenario, layout: FleetLayout, pool: SimPool, catalog: Catalog) -> float:
+def _colocated_capacity(
+    scenario: Scenario, layout: FleetLayout, pool: SimPool, catalog: Catalog, physics: Physics
+) -> float:
     """Requests/s the pool's workers sustain all colocated ("mixed") on the same GPUs."""
     pools = [
         p.model_copy(update={"serving": "colocated"}) if p.name == pool.spec.name else p
@@ -77,19 +80,21 @@ def _colocated_capacity(scenario: Scenario, layout: FleetLayout, pool: SimPool, 
     ]
     variant = scenario.model_copy(update={"pools": pools})
     mixed = {w.key: Role.MIXED for w in layout.workers if w.pool == pool.index}
-    model = PoolModel(build_layout(variant, catalog, mixed), pool.index)
+    model = PoolModel(build_layout(variant, catalog, mixed), pool.index, physics)
     traffic = _traffic(pool)
     caps = model.capacities(traffic)
     return float(caps.mixed[0].sum() / traffic.mix.mean_output[0])
 
 
-def _pool_facts(scenario: Scenario, layout: FleetLayout, catalog: Catalog) -> list[dict[str, Any]]:
+def _pool_facts(
+    scenario: Scenario, layout: FleetLayout, catalog: Catalog, physics: Physics
+) -> list[dict[str, Any]]:
     out = []
     for pool in layout.pools:
         if not pool.workers:
             continue
         spec = pool.spec
-        model = PoolModel(layout, pool.index)
+        model = PoolModel(layout, pool.index, physics)
         traffic = _traffic(pool)
         caps = model.capacities(traffic)
         mean_p, mean_o = float(traffic.mix.mean_prompt[0]), float(traffic.mix.mean_output[0])
@@ -107,7 +112,7 @@ def _pool_facts(scenario: Scenario, layout: FleetLayout, catalog: Catalog) -> li
                 why = f"{need:.2f} GB/s of KV per prefill worker at peak, link {spec.kv_link_gb_s:g} GB/s"
                 out.append(_entry(FindingKind.KV_FABRIC_UNDERPROVISIONED, pool, None, why))
             split = _split_capacity(caps.prefill_compute[0], caps.decode[0], mean_p, mean_o)
-            colocated = _colocated_capacity(scenario, layout, pool, catalog)
+            colocated = _colocated_capacity(scenario, layout, pool, catalog, physics)
             if colocated > split * (1.0 + NOT_PAYING_MARGIN):
                 why = f"colocated {colocated:.0f} req/s, the best split of the same GPUs {split:.0f} req/s"
                 out.append(_entry(FindingKind.DISAGGREGATION_NOT_PAYING, pool, None, why))
@@ -169,13 +174,19 @@ def _telemetry_facts(scenario: Scenario, layout: FleetLayout, run_h: float) -> l
 
 
 def planted_findings(
-    scenario: Scenario, layout: FleetLayout, catalog: Catalog, *, days: float, window_s: float
+    scenario: Scenario,
+    layout: FleetLayout,
+    catalog: Catalog,
+    *,
+    days: float,
+    window_s: float,
+    physics: Physics | None = None,
 ) -> list[dict[str, Any]]:
     """The findings ``scenario`` plants over a run of ``days`` (see the module docstring), pools first."""
     run_h = days * 24.0
     if run_h < window_s / 3600.0:
         return []
-    found = _pool_facts(scenario, layout, catalog)
+    found = _pool_facts(scenario, layout, catalog, physics or Physics())
     found += _worker_facts(scenario, layout, run_h)
     found += _telemetry_facts(scenario, layout, run_h)
     return found

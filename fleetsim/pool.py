@@ -22,7 +22,8 @@ import numpy.typing as npt
 from fleet.contract import Role
 from fleetsim.layout import FleetLayout, SimPool
 from fleetsim.life import code_share, idle_factor
-from fleetsim.physics import Efficiency, StepModel
+from fleetsim.physics import StepModel
+from fleetsim.physics_choice import Physics
 from fleetsim.rng import STREAM_ARRIVALS, STREAM_BURSTS, rng_for
 from fleetsim.traffic import (
     Kind,
@@ -146,11 +147,15 @@ def _share(weights: FloatArray) -> FloatArray:
 class PoolModel:
     """The physics of one pool's workers, and the flow of a chunk of its traffic through them."""
 
-    def __init__(self, layout: FleetLayout, pool_index: int, eff: Efficiency | None = None) -> None:
+    def __init__(self, layout: FleetLayout, pool_index: int, physics: Physics | None = None) -> None:
         self.pool = layout.pools[pool_index]
         self.workers = [layout.workers[i] for i in self.pool.workers]
-        self.step = StepModel(
-            [layout.hardware(w) for w in self.workers], self.pool.engine, eff or Efficiency()
+        chosen = physics or Physics()
+        self.step: StepModel = chosen.step_model(
+            self.pool.spec.pool_id,
+            self.pool.spec.engine,
+            [layout.hardware(w) for w in self.workers],
+            self.pool.engine,
         )
         spec = self.pool.spec
         self.link_tokens_s = spec.kv_link_gb_s * 1e9 / self.step.kv_bytes_token
@@ -272,7 +277,7 @@ class PoolModel:
             d_batch = np.minimum(self.step.batch_for_rate(d_rate, ctx, 0.0), caps.decode_batch)
             d_full = (d_queue > 1e-6) & is_d
             d_batch = np.where(d_full, caps.decode_batch, d_batch)
-            budget = float(self.pool.engine.token_budget)
+            budget = float(self.step.engine.token_budget)
             tokens_per_step = np.clip(p_rate * self._prefill_step_s(keys), np.minimum(mean_p, budget), budget)
             p_steps = np.divide(p_rate, tokens_per_step, out=np.zeros(up.shape), where=tokens_per_step > 0)
             p_busy = np.minimum(p_steps * self.step.breakdown(0.0, tokens_per_step, 0.0, keys).seconds, 1.0)
@@ -324,7 +329,7 @@ class PoolModel:
 
     def _prefill_step_s(self, keys: FloatArray) -> FloatArray:
         """Time of a full prefill step (the token budget) per worker."""
-        return np.asarray(self.step.breakdown(0.0, float(self.pool.engine.token_budget), 0.0, keys).seconds)
+        return np.asarray(self.step.breakdown(0.0, float(self.step.engine.token_budget), 0.0, keys).seconds)
 
 
 @dataclass(frozen=True)
@@ -351,7 +356,7 @@ def latencies(model: PoolModel, flow: PoolFlow, traffic: PoolTraffic) -> Latenci
     keys = mix.prefill_keys[:, None]
     ctx = mix.decode_context[:, None]
     nan = np.full(flow.up.shape, np.nan)
-    budget = float(model.pool.engine.token_budget)
+    budget = float(model.step.engine.token_budget)
     b = np.maximum(flow.batch, 1.0)
     if model.colocated:
         ratio = (mix.mean_prompt / mix.mean_output)[:, None]

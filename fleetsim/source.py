@@ -39,6 +39,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from fleet.catalog import Catalog
 from fleet.contract import EngineSample, GpuSample
 from fleetsim.fleet_sim import Chunk, FleetSimulation
+from fleetsim.physics_choice import PHYSICS, Physics, resolve_physics
 from fleetsim.records import RecordBuilder, to_records
 from fleetsim.scenario import Scenario, load_scenario
 
@@ -66,9 +67,10 @@ def jsonl_batches(
     days: float | None = None,
     window_s: float | None = None,
     start: datetime | None = None,
+    physics: Physics | None = None,
 ) -> Iterator[bytes]:
     """A whole run as JSON lines, in batches of whole windows (each ends with a newline)."""
-    sim = FleetSimulation(scenario, catalog, seed, window_s=window_s, start=start)
+    sim = FleetSimulation(scenario, catalog, seed, window_s=window_s, start=start, physics=physics)
     builder = RecordBuilder(sim)
     for chunk, window_slice in _batches(sim, scenario.days if days is None else days):
         yield builder.chunk_jsonl(chunk, window_slice)
@@ -82,9 +84,10 @@ def dict_batches(
     days: float | None = None,
     window_s: float | None = None,
     start: datetime | None = None,
+    physics: Physics | None = None,
 ) -> Iterator[list[dict[str, Any]]]:
     """A whole run as record dicts (``{"kind": "gpu_sample", ...}``), in batches of whole windows."""
-    sim = FleetSimulation(scenario, catalog, seed, window_s=window_s, start=start)
+    sim = FleetSimulation(scenario, catalog, seed, window_s=window_s, start=start, physics=physics)
     builder = RecordBuilder(sim)
     for chunk, window_slice in _batches(sim, scenario.days if days is None else days):
         yield builder.chunk_dicts(chunk, window_slice)
@@ -98,6 +101,11 @@ class SimSettings(BaseSettings):
     scenario: str = Field(default="demo", description="Built-in scenario name or a scenario YAML file.")
     seed: int = Field(default=0, ge=0, description="Random seed: the same seed gives the same records.")
     node: str | None = Field(default=None, description="Emit only this simulated node's records.")
+    physics: str = Field(
+        default="model",
+        pattern="^(" + "|".join(PHYSICS) + ")$",
+        description="Step-time physics: model (formulas), measured (AI Configurator tables) or perturbed.",
+    )
 
 
 class SimSource:
@@ -115,8 +123,9 @@ class SimSource:
         window_s: float | None = None,
         days: float | None = None,
         node: str | None = None,
+        physics: Physics | None = None,
     ) -> None:
-        self._sim = FleetSimulation(scenario, catalog, seed, window_s=window_s, start=start)
+        self._sim = FleetSimulation(scenario, catalog, seed, window_s=window_s, start=start, physics=physics)
         if node is not None and node not in self._sim.layout.nodes:
             raise ValueError(
                 f"node {node!r} is not in scenario {scenario.name!r}: {', '.join(self._sim.layout.nodes)}"
@@ -147,6 +156,7 @@ class SimSource:
             start=start,
             window_s=window,
             node=sim.node,
+            physics=resolve_physics(sim.physics, sim.seed),
         )
 
     @property

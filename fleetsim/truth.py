@@ -21,12 +21,14 @@ Lost capacity = the highest of the equivalent set minus the current (saturated),
 tokens/s, output tokens/s and requests/s. ``demand_limited``: the current placement's queues were empty
 in most windows of the segment (it served what arrived); its loss is then idle capacity.
 
-Kinds, from the simulator's physics, per (SKU, from_role, to_role) count of an equivalent best:
-decode -> prefill on a SKU while a higher-bandwidth SKU decodes in that best split:
+Kinds, from what limits the worker in the simulation (never from the catalog's datasheet figures), per
+(SKU, from_role, to_role) count of an equivalent best: decode -> prefill on a SKU while a SKU whose workers
+the simulation measured delivering more decode tokens/s each decodes in that best split:
 ``decode-on-low-bandwidth``, or ``capacity-on-small-memory`` for the moved workers whose decode batch
-was limited by KV memory (KV-bound and full) in most of the windows they were up; prefill -> decode on a
-SKU while a lower-bandwidth SKU decodes now and gains prefill in that split: ``prefill-on-high-bandwidth``;
-any other change re-balances the pool: ``pool-ratio-drift``. A segment shows ratio drift when every
+was limited by KV memory (KV-bound and full) in most of the windows they were up while a SKU holding
+more KV per worker decodes in that split; prefill -> decode on a SKU while a SKU with a lower measured
+decode rate decodes now and gains prefill in that split: ``prefill-on-high-bandwidth``; any other change
+re-balances the pool: ``pool-ratio-drift``. A segment shows ratio drift when every
 equivalent best needs such a re-balance.
 
 Schema (JSON), per segment: ``pool``, ``start``, ``end``, ``current_placement`` ({sku: {role: n}}),
@@ -71,6 +73,7 @@ from fleet.catalog import Catalog
 from fleet.contract import FindingKind, Role
 from fleetsim.fleet_sim import FleetSimulation, PoolChunk, rfc3339
 from fleetsim.life import drift_events
+from fleetsim.physics_choice import Physics
 from fleetsim.placement import Groups, screen
 from fleetsim.pool import DECODE, MIXED, PREFILL, PoolModel, QueueState
 from fleetsim.scenario import Scenario
@@ -141,10 +144,12 @@ class _Truth:
         days: float,
         window_s: float | None,
         start: datetime | None,
+        physics: Physics,
     ) -> None:
         self.catalog = catalog
         self.start = start
-        self.sim = FleetSimulation(scenario, catalog, seed, window_s=window_s, start=start)
+        self.physics = physics
+        self.sim = FleetSimulation(scenario, catalog, seed, window_s=window_s, start=start, physics=physics)
         self.scenario = scenario
         self.seed = seed
         self.days = days
@@ -269,7 +274,12 @@ class _Truth:
         spread: list[list[list[float]]] = [[[], []] for _ in self.segments]
         for k in range(1, NOISE_SEEDS + 1):
             sim = FleetSimulation(
-                self.scenario, self.catalog, self.seed + k, window_s=self.sim.window_s, start=self.start
+                self.scenario,
+                self.catalog,
+                self.seed + k,
+                window_s=self.sim.window_s,
+                start=self.start,
+                physics=self.physics,
             )
             for i, runs in enumerate(self._saturated(sim, pair)):
                 for j, r in enumerate(runs[:2]):
@@ -342,25 +352,45 @@ class _Truth:
             per[_ROLE_NAME[role].value] += 1
         return dict(sorted(out.items()))
 
+    def _decode_per_worker(self, seg: _Segment, groups: Groups) -> list[float]:
+        """Each SKU group's decode capacity per worker, as the simulation measured it over the segment's
+        sampled windows (output tokens/s of an up worker: what its physics delivers, not its datasheet)."""
+        samples = np.array(seg.sample_decode) if seg.sample_decode else np.zeros((1, groups.width))
+        up = samples > 0
+        out = []
+        for order in groups.order:
+            part, live = samples[:, order], up[:, order]
+            out.append(float(part[live].mean()) if live.any() else 0.0)
+        return out
+
     def _moves(self, seg: _Segment, c: int) -> list[tuple[int, FindingKind]]:
-        """(pool worker index, kind) of every role change from the current placement to candidate c."""
+        """(pool worker index, kind) of every role change from the current placement to candidate c.
+
+        The kind is what limits the worker in the re-simulation, not a rule on the catalog: a worker that
+        leaves decode was held by its KV cache (KV-bound while work was queued, most of its up windows)
+        where a group that decodes in candidate c holds more KV per worker (``capacity-on-small-memory``),
+        or another group that decodes in c delivers more decode tokens/s per worker than its own group
+        (``decode-on-low-bandwidth``); a worker that joins decode does so in place of workers of a group
+        whose measured decode is lower and that gains prefill (``prefill-on-high-bandwidth``). Anything
+        else re-balances the pool (``pool-ratio-drift``).
+        """
         groups = seg.groups
         if groups is None or c == seg.now:
             return []
         model = self.sim.models[seg.pool]
         target, now = seg.counts[c], groups.current
         decode_after = groups.sizes - target
-        memory = [model.workers[o[0]].sku.hbm_bytes or 0 for o in groups.order]
+        rate = self._decode_per_worker(seg, groups)
+        kv = [float(model.step.kv_capacity_tokens[o[0]]) for o in groups.order]
         starved = seg.starved if seg.starved is not None else np.zeros(len(model.workers))
         up = seg.up if seg.up is not None else np.ones(len(model.workers))
+        span = range(len(groups.order))
         out: list[tuple[int, FindingKind]] = []
         for g, order in enumerate(groups.order):
             delta = int(target[g] - now[g])
-            higher = [h for h in range(len(groups.order)) if groups.bandwidth[h] > groups.bandwidth[g]]
-            lower = [h for h in range(len(groups.order)) if groups.bandwidth[h] < groups.bandwidth[g]]
             if delta > 0:  # decode -> prefill
-                bigger = any(memory[h] > memory[g] and decode_after[h] > 0 for h in range(len(groups.order)))
-                faster = any(decode_after[h] > 0 for h in higher)
+                bigger = any(kv[h] > kv[g] and decode_after[h] > 0 for h in span if h != g)
+                faster = any(rate[h] > rate[g] and decode_after[h] > 0 for h in span if h != g)
                 for k in order[now[g] : now[g] + delta]:
                     if bigger and starved[k] > 0.5 * up[k]:
                         out.append((k, FindingKind.CAPACITY_ON_SMALL_MEMORY))
@@ -369,7 +399,11 @@ class _Truth:
                     else:
                         out.append((k, FindingKind.POOL_RATIO_DRIFT))
             elif delta < 0:  # prefill -> decode
-                swap = any(groups.sizes[h] > now[h] and target[h] > now[h] for h in lower)
+                swap = any(
+                    rate[h] < rate[g] and groups.sizes[h] > now[h] and target[h] > now[h]
+                    for h in span
+                    if h != g
+                )
                 kind = FindingKind.PREFILL_ON_HIGH_BANDWIDTH if swap else FindingKind.POOL_RATIO_DRIFT
                 out += [(k, kind) for k in order[now[g] + delta : now[g]]]
         return out
@@ -512,6 +546,7 @@ class _Truth:
             "start": self._time(0),
             "end": self._time(self.n),
             "method": "re-simulation of the same traffic on the best placements of the same GPUs (saturated)",
+            "physics": self.physics.describe(),
             "noise": f"2 x the largest std. dev. over {NOISE_SEEDS} extra seeds and {BATCHES} batch means",
             "tokens": "prompt + generated tokens of completed requests, per second",
             "lost_is": "the highest of the equivalent best placements minus the current one",
@@ -562,10 +597,20 @@ def compute_truth(
     *,
     window_s: float | None = None,
     start: datetime | None = None,
+    physics: Physics | None = None,
 ) -> dict[str, Any]:
-    """The ground truth of a scenario run (the module docstring describes the method and the schema)."""
+    """The ground truth of a scenario run (the module docstring describes the method and the schema),
+    under ``physics`` (default: the model formulas), which the truth names."""
     horizon = scenario.days if days is None else days
-    truth = _Truth(scenario, catalog=catalog, seed=seed, days=horizon, window_s=window_s, start=start)
+    truth = _Truth(
+        scenario,
+        catalog=catalog,
+        seed=seed,
+        days=horizon,
+        window_s=window_s,
+        start=start,
+        physics=physics or Physics(),
+    )
     truth.observe()
     truth.resimulate()
     truth.best_under_traffic()

@@ -20,8 +20,19 @@ FORBIDDEN = {
     # fleet is the kernel: it imports nothing of ours (it finds migrations/ as data, never imports it).
     "fleet": {"fleetsim", "collector", "analyzer", "alerts", "dashboard", "phasefit", "migrations"},
     # The simulated fleet plugs into the collector as one source among others (fleetsim.source).
-    "fleetsim": {"analyzer", "alerts", "dashboard", "phasefit", "tests", "benchmarks"},
-    "analyzer": {"fleetsim", "collector", "alerts", "dashboard", "phasefit", "tests", "benchmarks"},
+    # The simulator reads AI Configurator's tables as committed data, never the package itself.
+    "fleetsim": {"analyzer", "alerts", "dashboard", "phasefit", "tests", "benchmarks", "aiconfigurator"},
+    "analyzer": {
+        "fleetsim",
+        "collector",
+        "alerts",
+        "dashboard",
+        "phasefit",
+        "tests",
+        "benchmarks",
+        "aiconfigurator",
+        "scripts",
+    },
     "collector": {"fleetsim", "analyzer", "alerts", "dashboard", "phasefit", "tests", "benchmarks"},
 }
 # Test code is imported by tests alone: the product, its benchmarks and its scripts stand without it.
@@ -184,3 +195,39 @@ def test_analyzer_parts_import_only_what_lies_below_them() -> None:
         if rank[other] > rank[part]
     }
     assert upward == set(), f"analyzer parts import upward in the pipeline: {sorted(upward)}"
+
+
+# What the examined must not know of its examiner: the measured step-time tables (data/measured), the
+# script that writes them, and the simulator's own telemetry and role sources.
+EXAMINER_MARKS = (
+    "data/measured",
+    "measured_physics",
+    "PHASEFIT_MEASURED_TABLES",
+    "aiconfigurator",
+    "TelemetrySource.SIM",
+    "RoleSource.SIM",
+    "fleetsim",
+)
+
+
+def examiner_marks(folder: Path, root: Path = ROOT) -> dict[str, list[str]]:
+    """Module -> the examiner's marks its source text holds (names, paths, the simulator's sources)."""
+    out: dict[str, list[str]] = {}
+    for path in sorted(folder.rglob("*")):
+        if path.suffix not in {".py", ".yaml", ".yml", ".json", ".csv", ".toml"} or not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found = [mark for mark in EXAMINER_MARKS if mark.casefold() in text.casefold()]
+        if found:
+            out[str(path.relative_to(root))] = found
+    return out
+
+
+def test_the_analyzer_knows_nothing_of_its_examiner() -> None:
+    assert examiner_marks(ROOT / "analyzer") == {}
+
+
+def test_the_examiner_marks_are_seen(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text('TABLES = "data/measured/trtllm"\nx = TelemetrySource.SIM\n')
+    (tmp_path / "b.py").write_text("import numpy\n")
+    assert examiner_marks(tmp_path, tmp_path) == {"a.py": ["data/measured", "TelemetrySource.SIM"]}

@@ -100,7 +100,6 @@ _DEFAULT_DRAM_SATURATION = MappingProxyType(
     {
         TelemetrySource.DCGM: 0.8,  # DCGM_FI_PROF_DRAM_ACTIVE peaks near 0.8 in practice
         TelemetrySource.PROMETHEUS: 0.8,  # dcgm-exporter through Prometheus: the same field
-        TelemetrySource.SIM: 0.8,  # the simulated fleet emulates DCGM
         TelemetrySource.NVML_GPM: 0.9,  # GPM DRAM bandwidth utilisation
         TelemetrySource.NVML_BASIC: 0.8,
     }
@@ -249,6 +248,7 @@ def classify(
     cells = _cells(gpu.ts, gpu_rows, start, t.window_s, n_windows)
     lost = gpu.state == STATES.index(GpuState.LOST)
     live = (cells >= 0) & ~lost
+    # A source without a calibrated ceiling (one the contract added later) reads as DCGM's field.
     saturation = np.array([t.dram_saturation.get(s, 0.8) for s in SOURCES])[gpu.source]
     c = cells[live]
     tensor_values = gpu.tensor_active[live]

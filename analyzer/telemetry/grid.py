@@ -382,7 +382,8 @@ def bottleneck_frames(
         gr_engine_active=_column(gpu_buckets, "gr_engine_active_avg", len(ts))[keep],
         mem_copy_util=_column(gpu_buckets, "mem_copy_util_avg", len(ts))[keep],
         source=np.array(
-            [source_names.index(str(gpu_source.get(u, TelemetrySource.SIM))) for u in uuids], dtype=np.int64
+            [source_names.index(str(gpu_source.get(u, TelemetrySource.NVML_BASIC))) for u in uuids],
+            dtype=np.int64,
         ),
         state=state.astype(np.int64),
     )

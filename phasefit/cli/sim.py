@@ -91,6 +91,16 @@ def run(
             "--start", help="Simulated start, UTC (default: the scenario's).", formats=["%Y-%m-%dT%H:%M:%S"]
         ),
     ] = None,
+    physics: Annotated[
+        str,
+        typer.Option(
+            "--physics",
+            help="Step-time physics: 'model' (the simulator's formulas), 'measured' (NVIDIA AI "
+            "Configurator's kernel-measured step times, data/measured) or 'perturbed' (the formulas "
+            "with a per-seed draw of efficiencies, the H200 advantage, the concurrency cap and the "
+            "KV memory share). The truth names it.",
+        ),
+    ] = "model",
     json_output: JsonFlag = False,
 ) -> None:
     """Simulate SCENARIO and write its records (ingestible by 'phasefit ingest') and its ground truth."""
@@ -101,6 +111,7 @@ def run(
     from fleet.catalog import CatalogError, load_catalog
     from fleet.settings import Settings
     from fleetsim.fleet_sim import FleetSimulation
+    from fleetsim.physics_choice import resolve_physics
     from fleetsim.scenario import ScenarioError, load_scenario
     from fleetsim.source import jsonl_batches
     from fleetsim.truth import compute_truth
@@ -110,8 +121,9 @@ def run(
         sc = load_scenario(scenario)
         catalog = load_catalog(Settings().catalog_path)
         begin = start.replace(tzinfo=UTC) if start is not None else None
-        sim = FleetSimulation(sc, catalog, seed, window_s=window_s, start=begin)
-    except (ScenarioError, CatalogError, ValueError) as exc:
+        chosen = resolve_physics(physics, seed)
+        sim = FleetSimulation(sc, catalog, seed, window_s=window_s, start=begin, physics=chosen)
+    except (ScenarioError, CatalogError, ValueError, FileNotFoundError) as exc:
         fail(str(exc), code=2)
         return
     n_days = sc.days if days is None else days
@@ -120,7 +132,10 @@ def run(
     written = lines = 0
     try:
         with partial.open("wb") as fh:
-            for data in jsonl_batches(sc, catalog, seed=seed, days=n_days, window_s=window_s, start=begin):
+            batches = jsonl_batches(
+                sc, catalog, seed=seed, days=n_days, window_s=window_s, start=begin, physics=chosen
+            )
+            for data in batches:
                 fh.write(data)
                 written += len(data)
                 lines += data.count(b"\n")
@@ -132,6 +147,7 @@ def run(
     summary: dict[str, Any] = {
         "scenario": sc.name,
         "seed": seed,
+        "physics": chosen.name,
         "days": n_days,
         "window_s": sim.window_s,
         "gpus": len(sim.layout.gpus),
@@ -144,7 +160,7 @@ def run(
     }
     if truth is not None:
         truth_began = time.perf_counter()
-        report = compute_truth(sc, catalog, seed, n_days, window_s=window_s, start=begin)
+        report = compute_truth(sc, catalog, seed, n_days, window_s=window_s, start=begin, physics=chosen)
         target = _atomic_target(truth)
         try:
             target.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
@@ -164,8 +180,8 @@ def run(
     console = human()
     console.print(
         f"[bold]{sc.name}[/]: {summary['gpus']} GPUs, {summary['workers']} workers, {n_days:g} days of "
-        f"{sim.window_s:g}-s windows -> {lines:,} records ({written / 1e6:,.0f} MB) in {out} "
-        f"({simulated_s:.1f} s)"
+        f"{sim.window_s:g}-s windows, {chosen.name} physics -> {lines:,} records "
+        f"({written / 1e6:,.0f} MB) in {out} ({simulated_s:.1f} s)"
     )
     if truth is not None:
         console.print(

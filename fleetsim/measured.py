@@ -1,0 +1,392 @@
+"""Measured-kernel physics: step times interpolated from NVIDIA AI Configurator's tables (``data/measured``).
+
+Each table (``data/measured/<backend>/<model>.csv``, written by ``scripts/measured_physics.py``) gives,
+per SKU, TP and EP, the decode step time of a batch of B sequences at context C and the prefill time of
+a batch of B prompts of S tokens, composed by AI Configurator from kernels measured on H100 SXM and H200
+SXM. A step here takes its *time* from those tables; its *work* (FLOPs and bytes, which drive the DCGM
+counters) and the KV-cache capacity still come from the formulas of ``fleetsim.physics``.
+
+Interpolation is piecewise linear in the batch and in the context (decode time is close to affine in
+both), extrapolated linearly past the grid's edges; grid points AI Configurator left out (out of memory)
+are filled from the smaller batches of the same context. A prefill step of ``c`` tokens from prompts of
+``L`` tokens reads as ``c / L`` prompts of ``L`` tokens (one prompt of ``c`` tokens when ``c < L``). A
+colocated step (decode and prefill tokens together) takes the sum of the two.
+
+Workers whose SKU, TP or EP the tables do not cover keep the formula's times; ``sources`` says which.
+The analyzer never reads these tables (tests/test_architecture.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from fleetsim.physics import (
+    ArrayLike,
+    BatchLimits,
+    Efficiency,
+    EngineConfig,
+    FloatArray,
+    StepBreakdown,
+    StepModel,
+    WorkerHardware,
+)
+
+TABLES_ENV = "PHASEFIT_MEASURED_TABLES"
+COLUMNS = ("sku", "tp", "ep", "phase", "batch", "tokens", "step_s", "mem_gib")
+_EXTRA_BATCHES = (2048.0, 16384.0, 131072.0)  # linear extrapolation points past the table's largest batch
+
+
+def default_folder() -> Path:
+    """``$PHASEFIT_MEASURED_TABLES``, else ``data/measured`` of the checkout this package lives in."""
+    env = os.environ.get(TABLES_ENV)
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "data" / "measured"
+
+
+def _fold(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.casefold())
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Step seconds on a grid of batches (rows) x tokens (columns), holes filled."""
+
+    batches: FloatArray
+    tokens: FloatArray
+    seconds: FloatArray  # (len(batches), len(tokens))
+
+    @classmethod
+    def from_points(cls, points: dict[tuple[float, float], float]) -> Grid:
+        batches = np.array(sorted({b for b, _ in points}), dtype=np.float64)
+        tokens = np.array(sorted({t for _, t in points}), dtype=np.float64)
+        values = np.full((len(batches), len(tokens)), np.nan)
+        for (b, t), s in points.items():
+            values[np.searchsorted(batches, b), np.searchsorted(tokens, t)] = s
+        for j in range(len(tokens)):
+            values[:, j] = _fill_column(batches, values[:, j])
+        for i in range(len(batches)):  # a column with no point at all: from its neighbours
+            values[i] = _fill_column(tokens, values[i])
+        return cls(batches, tokens, values)
+
+    def extended(self) -> Grid:
+        """The grid with rows at very large batches, extrapolated linearly from its last two rows."""
+        if len(self.batches) < 2:
+            return self
+        b0, b1 = self.batches[-2], self.batches[-1]
+        slope = (self.seconds[-1] - self.seconds[-2]) / (b1 - b0)
+        extra = [b for b in _EXTRA_BATCHES if b > b1]
+        rows = [self.seconds[-1] + np.maximum(slope, 0.0) * (b - b1) for b in extra]
+        return Grid(
+            np.concatenate([self.batches, extra]),
+            self.tokens,
+            np.vstack([self.seconds, *rows]) if rows else self.seconds,
+        )
+
+    def at_tokens(self, tokens: ArrayLike) -> FloatArray:
+        """Seconds at every grid batch for each value of ``tokens``: shape (*tokens.shape, batches)."""
+        t = np.asarray(tokens, dtype=np.float64)
+        return np.stack([_interp(t, self.tokens, self.seconds[i]) for i in range(len(self.batches))], axis=-1)
+
+    def at(self, batch: ArrayLike, tokens: ArrayLike) -> FloatArray:
+        """Seconds at (``batch``, ``tokens``), broadcast, linear in both and extrapolated."""
+        b, t = np.broadcast_arrays(np.asarray(batch, dtype=np.float64), np.asarray(tokens, dtype=np.float64))
+        curves = self.at_tokens(t)
+        return _interp_rows(b, self.batches, curves)
+
+
+def _fill_column(x: FloatArray, y: FloatArray) -> FloatArray:
+    """Missing values of y(x): linear from the known ones (extrapolated from the last two known)."""
+    known = ~np.isnan(y)
+    if known.all() or known.sum() == 0:
+        return y
+    if known.sum() == 1:
+        return np.where(known, y, y[known][0] * np.maximum(x / x[known][0], 1.0))
+    return _interp(x, x[known], y[known])
+
+
+def _interp(x: FloatArray, xp: FloatArray, fp: FloatArray) -> FloatArray:
+    """np.interp with linear extrapolation past both ends, never below a tenth of the smallest value."""
+    if len(xp) == 1:
+        return np.full_like(np.asarray(x, dtype=np.float64), fp[0])
+    y = np.interp(x, xp, fp)
+    lo_slope = (fp[1] - fp[0]) / (xp[1] - xp[0])
+    hi_slope = (fp[-1] - fp[-2]) / (xp[-1] - xp[-2])
+    y = np.where(x < xp[0], fp[0] + lo_slope * (x - xp[0]), y)
+    y = np.where(x > xp[-1], fp[-1] + max(hi_slope, 0.0) * (x - xp[-1]), y)
+    return np.maximum(y, 0.1 * float(np.min(fp)))
+
+
+def _interp_rows(b: FloatArray, batches: FloatArray, curves: FloatArray) -> FloatArray:
+    """Per element, interpolate its curve (last axis, over ``batches``) at its own batch ``b``."""
+    k = (
+        np.clip(np.searchsorted(batches, b) - 1, 0, len(batches) - 2)
+        if len(batches) > 1
+        else np.zeros_like(b, int)
+    )
+    if len(batches) == 1:
+        return curves[..., 0]
+    lo = np.take_along_axis(curves, k[..., None], axis=-1)[..., 0]
+    hi = np.take_along_axis(curves, (k + 1)[..., None], axis=-1)[..., 0]
+    frac = (b - batches[k]) / (batches[k + 1] - batches[k])
+    y = lo + (hi - lo) * frac
+    return np.asarray(np.maximum(y, 0.1 * curves.min(axis=-1)), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Table:
+    """One backend x model table: provenance and grids per (SKU, TP, EP)."""
+
+    path: str
+    meta: dict[str, str]
+    decode: dict[tuple[str, int, int], Grid]
+    prefill: dict[tuple[str, int, int], Grid]
+
+    @property
+    def backend(self) -> str:
+        return self.meta.get("backend", "")
+
+
+def parse_table(text: str, path: str) -> Table:
+    """A table file: ``# key: value`` provenance lines, then CSV with ``COLUMNS``.
+
+    ValueError names the file and line of a bad row."""
+    meta: dict[str, str] = {}
+    lines = text.splitlines()
+    body_from = 0
+    for i, line in enumerate(lines):
+        if not line.startswith("#"):
+            body_from = i
+            break
+        key, _, value = line[1:].strip().partition(":")
+        meta[key.strip()] = f"{meta[key.strip()]}\n{value.strip()}" if key.strip() in meta else value.strip()
+    reader = csv.DictReader(io.StringIO("\n".join(lines[body_from:])))
+    if tuple(reader.fieldnames or ()) != COLUMNS:
+        raise ValueError(f"{path}: header {reader.fieldnames} is not {list(COLUMNS)}")
+    points: dict[str, dict[tuple[str, int, int], dict[tuple[float, float], float]]] = {
+        "decode": {},
+        "prefill": {},
+    }
+    for n, row in enumerate(reader, start=body_from + 2):
+        try:
+            where = (row["sku"], int(row["tp"]), int(row["ep"] or 1))
+            seconds = float(row["step_s"])
+            phase = row["phase"]
+            if phase not in points or not seconds > 0:
+                raise ValueError(f"phase {phase!r}, step_s {seconds}")
+            points[phase].setdefault(where, {})[(float(row["batch"]), float(row["tokens"]))] = seconds
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{path} line {n}: {exc}") from exc
+    return Table(
+        path,
+        meta,
+        {k: Grid.from_points(v).extended() for k, v in points["decode"].items()},
+        {k: Grid.from_points(v).extended() for k, v in points["prefill"].items()},
+    )
+
+
+@dataclass
+class MeasuredTables:
+    """Every table found, looked up by catalog model, backend, SKU, TP and EP."""
+
+    folder: Path
+    tables: list[Table] = field(default_factory=list)
+
+    def find(self, model_key: str, model_name: str, backend: str) -> Table | None:
+        """The table of a catalog model for ``backend``; TensorRT-LLM's when that backend has none."""
+        wanted = {_fold(model_key), _fold(model_name)}
+        mine = [t for t in self.tables if wanted & _names(t)]
+        for name in (backend, "trtllm"):
+            for t in mine:
+                if t.backend == name:
+                    return t
+        return mine[0] if mine else None
+
+    def provenance(self) -> list[dict[str, str]]:
+        keep = ("source", "aiconfigurator_version", "backend", "backend_version", "model", "quantization")
+        return [{"file": t.path, **{k: t.meta.get(k, "") for k in keep}} for t in self.tables]
+
+
+def _names(table: Table) -> set[str]:
+    stem = Path(table.path).stem
+    out = {_fold(stem), _fold(table.meta.get("model", "")), _fold(table.meta.get("catalog_model", ""))}
+    return {n for n in out if n}
+
+
+def load_tables(folder: Path | None = None) -> MeasuredTables:
+    """The tables under ``folder`` (default ``default_folder()``).
+
+    FileNotFoundError, saying how to get them, when there are none."""
+    where = folder or default_folder()
+    files = sorted(where.glob("*/*.csv")) if where.is_dir() else []
+    if not files:
+        raise FileNotFoundError(
+            f"no measured step-time tables under {where}: the 'measured' physics needs data/measured/ of a "
+            f"phasefit checkout (or set {TABLES_ENV}); scripts/measured_physics.py writes them"
+        )
+    return MeasuredTables(
+        where, [parse_table(p.read_text(encoding="utf-8"), str(p.relative_to(where))) for p in files]
+    )
+
+
+class MeasuredStepModel(StepModel):
+    """A ``StepModel`` whose step times come from measured tables where they cover a worker."""
+
+    def __init__(
+        self,
+        workers: Sequence[WorkerHardware],
+        engine: EngineConfig,
+        eff: Efficiency,
+        tables: MeasuredTables,
+        backend: str,
+    ) -> None:
+        super().__init__(workers, engine, eff)
+        first = workers[0]
+        table = tables.find(first.model.key, first.model.name, backend)
+        self.sources: list[str] = []
+        self._decode: list[Grid | None] = []
+        self._prefill: list[Grid | None] = []
+        for w in workers:
+            key = (w.sku.key, w.tp, w.ep if first.model.experts_total else 1)
+            dec = table.decode.get(key) if table else None
+            pre = table.prefill.get(key) if table else None
+            self._decode.append(dec)
+            self._prefill.append(pre)
+            if table is None:
+                self.sources.append(f"model formulas (no measured table for {first.model.name})")
+            elif dec is None or pre is None:
+                self.sources.append(f"model formulas (no measured {w.sku.key} TP {w.tp} EP {key[2]} rows)")
+            else:
+                self.sources.append(f"measured: {table.path} ({table.meta.get('backend_version', '?')})")
+        self._speed = np.array([w.speed for w in workers], dtype=np.float64)
+
+    def _seconds(
+        self, b: FloatArray, c: FloatArray, ctx: FloatArray, keys: FloatArray, formula: FloatArray
+    ) -> FloatArray:
+        """Measured seconds of steps with ``b`` decode sequences and ``c`` prefill tokens (broadcast)."""
+        shape = np.broadcast_shapes(
+            b.shape, c.shape, ctx.shape, keys.shape, formula.shape, (len(self._decode),)
+        )
+        b, c, ctx, keys, formula = (np.broadcast_to(a, shape) for a in (b, c, ctx, keys, formula))
+        prompt = np.maximum(2.0 * keys, 1.0)
+
+        def one(grid_pair: tuple[Grid | None, Grid | None], k: int) -> FloatArray:
+            dec, pre = grid_pair
+            assert dec is not None and pre is not None
+            bk, ck = b[..., k], c[..., k]
+            t_dec = np.where(
+                bk > 0, dec.at(np.maximum(bk, 1.0), np.maximum(ctx[..., k], 1.0)) * np.minimum(bk, 1.0), 0.0
+            )
+            length = np.minimum(prompt[..., k], np.maximum(ck, 1.0))
+            t_pre = np.where(ck > 0, pre.at(np.maximum(ck / length, 1e-3), length), 0.0)
+            return np.asarray((t_dec + t_pre) / self._speed[k], dtype=np.float64)
+
+        pairs = [
+            (d, p) if d is not None and p is not None else None
+            for d, p in zip(self._decode, self._prefill, strict=True)
+        ]
+        out = np.array(formula, dtype=np.float64, copy=True)
+        for k, pair in enumerate(pairs):
+            if pair is not None:
+                out[..., k] = one(pair, k)
+        return out
+
+    def breakdown(
+        self, decode: ArrayLike, prefill: ArrayLike, decode_context: ArrayLike, prefill_keys: ArrayLike
+    ) -> StepBreakdown:
+        work = super().breakdown(decode, prefill, decode_context, prefill_keys)
+        seconds = self._seconds(
+            np.asarray(decode, dtype=np.float64),
+            np.asarray(prefill, dtype=np.float64),
+            np.asarray(decode_context, dtype=np.float64),
+            np.asarray(prefill_keys, dtype=np.float64),
+            work.seconds,
+        )
+        comm = work.comm_seconds * np.where(work.seconds > 0, seconds / np.maximum(work.seconds, 1e-12), 1.0)
+        return StepBreakdown(
+            seconds=seconds,
+            gemm_flops=work.gemm_flops,
+            attention_flops=work.attention_flops,
+            hbm_bytes=work.hbm_bytes,
+            comm_seconds=np.minimum(comm, seconds),
+            fixed_seconds=np.minimum(work.fixed_seconds, seconds),
+            link_bytes=work.link_bytes,
+        )
+
+    # --- batches by search on the measured curve -------------------------------------------------
+
+    def _curve(self, ratio: ArrayLike, ctx: ArrayLike, keys: ArrayLike) -> tuple[FloatArray, FloatArray]:
+        """(batches, seconds of a step at each batch): shapes (B,) and (*broadcast, workers, B)."""
+        batches = np.unique(np.concatenate([np.geomspace(1.0, 131072.0, 52), [0.25, 0.5]]))
+        rho = np.asarray(ratio, dtype=np.float64)
+        base = np.broadcast_shapes(np.shape(rho), np.shape(ctx), np.shape(keys), (len(self._decode),))
+        b = np.broadcast_to(batches, (*base, len(batches)))
+        seconds = self.breakdown(
+            b, b * np.asarray(rho)[..., None], np.asarray(ctx)[..., None], np.asarray(keys)[..., None]
+        ).seconds
+        return batches, np.asarray(seconds, dtype=np.float64)
+
+    def batch_limits(
+        self,
+        decode_context: ArrayLike,
+        prefill_keys: ArrayLike,
+        ratio: ArrayLike = 0.0,
+        tpot_target_s: float | None = None,
+        reserved_context: ArrayLike | None = None,
+    ) -> BatchLimits:
+        plain = super().batch_limits(decode_context, prefill_keys, ratio, None, reserved_context)
+        if tpot_target_s is None:
+            return plain
+        batches, seconds = self._curve(
+            np.broadcast_to(ratio, plain.batch.shape),
+            np.broadcast_to(decode_context, plain.batch.shape),
+            np.broadcast_to(prefill_keys, plain.batch.shape),
+        )
+        by_tpot = _largest_under(batches, seconds, tpot_target_s)
+        batch = np.maximum(np.minimum(plain.batch, by_tpot), 1.0)
+        kv_bound = plain.by_kv <= np.minimum(plain.batch, by_tpot) + 1e-9
+        return BatchLimits(batch=batch, kv_bound=kv_bound & plain.kv_bound, by_kv=plain.by_kv)
+
+    def batch_for_rate(
+        self, rate: ArrayLike, decode_context: ArrayLike, prefill_keys: ArrayLike, ratio: ArrayLike = 0.0
+    ) -> FloatArray:
+        r = np.asarray(rate, dtype=np.float64)
+        shape = np.broadcast_shapes(
+            r.shape, np.shape(decode_context), np.shape(ratio), np.shape(prefill_keys)
+        )
+        batches, seconds = self._curve(
+            np.broadcast_to(ratio, shape),
+            np.broadcast_to(decode_context, shape),
+            np.broadcast_to(prefill_keys, shape),
+        )
+        rates = batches / seconds  # output tokens/s at each grid batch, increasing in practice
+        rates = np.maximum.accumulate(rates, axis=-1)
+        rr = np.broadcast_to(r, shape)
+        k = np.argmax(rates >= rr[..., None], axis=-1)
+        reachable = rates[..., -1] >= rr
+        k = np.clip(k, 1, len(batches) - 1)
+        lo_r = np.take_along_axis(rates, (k - 1)[..., None], axis=-1)[..., 0]
+        hi_r = np.take_along_axis(rates, k[..., None], axis=-1)[..., 0]
+        frac = np.clip((rr - lo_r) / np.maximum(hi_r - lo_r, 1e-12), 0.0, 1.0)
+        batch = batches[k - 1] + frac * (batches[k] - batches[k - 1])
+        batch = np.where(rr <= rates[..., 0], rr * seconds[..., 0], batch)  # below the first point: B = r t
+        return np.asarray(np.where(rr > 0, np.where(reachable, batch, np.inf), 0.0), dtype=np.float64)
+
+
+def _largest_under(batches: FloatArray, seconds: FloatArray, limit: float) -> FloatArray:
+    """Per element, the largest batch whose step takes at most ``limit`` (linear between grid points)."""
+    ok = seconds <= limit
+    count = ok.sum(axis=-1)
+    k = np.clip(count - 1, 0, len(batches) - 2)
+    lo = np.take_along_axis(seconds, k[..., None], axis=-1)[..., 0]
+    hi = np.take_along_axis(seconds, (k + 1)[..., None], axis=-1)[..., 0]
+    frac = np.clip((limit - lo) / np.maximum(hi - lo, 1e-12), 0.0, 1.0)
+    out = batches[k] + frac * (batches[k + 1] - batches[k])
+    out = np.where(count == 0, 1.0, out)
+    return np.asarray(np.where(count == len(batches), np.inf, out), dtype=np.float64)
