@@ -8,8 +8,16 @@ re-simulated truth's equivalent best splits, per finding kind (precision and rec
 spread = population standard deviation over seeds), lost capacity in output tokens/s and requests/s,
 and critical findings on pools the truth finds demand-limited.
 
+Under ``--physics`` (``model``, ``measured`` or ``perturbed``: ``fleetsim.physics_choice``) the fleet and
+its truth run on that physics; the analyzer never knows which. Per physics it also reports, over
+pool-runs (``fleetsim.examine_pools``): pool state (supply- or demand-limited) accuracy, lost output
+tokens/s as a ratio to the truth (share inside [0.75, 1.33], share whose truth lies inside the reported
+range), phantom loss on pools whose best split is the current one, whether decisions agree across
+seeds, and the role changes seen and judged.
+
     .venv/bin/python benchmarks/analyzer_accuracy.py --pure            # every scenario, 5 seeds, 3 days
     .venv/bin/python benchmarks/analyzer_accuracy.py --days 7 demo     # some scenarios, a week
+    .venv/bin/python benchmarks/analyzer_accuracy.py --pure --physics measured --seeds 2
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from fleet.store.engine import make_engine
 from fleet.store.migrate import upgrade
 from fleet.store.retention import apply_retention
 from fleetsim.examine import Score, SimRun, score, simulate, summarise, write_jsonl
+from fleetsim.examine_pools import RATIO_BAND, PoolTotals, decisions_agree
+from fleetsim.physics_choice import PHYSICS, draw_seed, resolve_physics
 from fleetsim.scenario import builtin_scenarios, load_scenario
 
 DAYS = 3.0  # default span: every scenario x 5 seeds stays within about 10 minutes on 2 shared cores
@@ -43,7 +53,10 @@ def _store_result(run: SimRun, catalog: Catalog) -> AnalysisResult:
     start = load_scenario(run.scenario).start
     with tempfile.TemporaryDirectory(prefix="pf-accuracy-") as folder:
         jsonl = Path(folder) / f"{run.scenario}.jsonl"
-        write_jsonl(run.scenario, catalog, jsonl, days=run.days, window_s=run.window_s, seed=run.seed)
+        physics = resolve_physics(run.physics, draw_seed(run.scenario))
+        write_jsonl(
+            run.scenario, catalog, jsonl, days=run.days, window_s=run.window_s, seed=run.seed, physics=physics
+        )
         engine = make_engine(f"sqlite:///{Path(folder) / 'store.db'}")
         upgrade(engine)
         ingest_file(engine, jsonl, sku_resolver=catalog_sku_resolver(), jobs=0)
@@ -67,6 +80,9 @@ def _row(s: Score) -> dict[str, Any]:
         "lost": {unit: {"estimate": est, "truth": tru} for unit, (est, tru) in s.lost.items()},
         "critical_on_demand_limited": s.critical_on_demand_limited,
         "notes": s.notes,
+        "physics": s.physics,
+        "pools": [{**asdict(p), "ratio": p.ratio, "phantom": p.phantom} for p in s.pools],
+        "changes": [asdict(c) for c in s.changes],
     }
 
 
@@ -77,8 +93,8 @@ def _pm(mean: float | None, spread: float | None) -> str:
 def _print(rows: list[dict[str, Any]], kinds: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     path = "records -> analyzer" if args.pure else "JSONL -> fleet.ingest -> SQLite -> rollups -> store_io"
     print(
-        f"Analyzer accuracy: {args.days:g} days at {args.window_s:g} s windows, "
-        f"seeds 0-{args.seeds - 1} ({path})\n"
+        f"Analyzer accuracy under the {args.physics} physics: {args.days:g} days at "
+        f"{args.window_s:g} s windows, seeds 0-{args.seeds - 1} ({path})\n"
     )
     print("| kind | truth | flagged | TP | FP | FN | precision (mean ± spread) | recall (mean ± spread) |")
     print("|---|---|---|---|---|---|---|---|")
@@ -124,6 +140,66 @@ def _print(rows: list[dict[str, Any]], kinds: dict[str, dict[str, Any]], args: a
         print(f"- {note}")
 
 
+def _share(part: int, whole: int) -> str:
+    return "-" if whole == 0 else f"{part}/{whole} = {part / whole:.2f}"
+
+
+def _pool_measures(scores: list[Score]) -> dict[str, Any]:
+    totals = PoolTotals()
+    analyzer: dict[str, dict[int, Any]] = {}
+    truth: dict[str, dict[int, Any]] = {}
+    for s in scores:
+        totals.add_pools(s.pools)
+        totals.add_changes(s.changes)
+        analyzer.setdefault(s.scenario, {})[s.seed] = [p.decision for p in s.pools]
+        truth.setdefault(s.scenario, {})[s.seed] = s.truth_decision
+    agree, runs = decisions_agree(analyzer)
+    truth_agree, _ = decisions_agree(truth)
+    disagree = sorted(
+        name
+        for name, by_seed in analyzer.items()
+        if len(by_seed) > 1 and len({repr(d) for d in by_seed.values()}) > 1
+    )
+    return {
+        **asdict(totals),
+        "decisions_agree": agree,
+        "decision_runs": runs,
+        "truth_decisions_agree": truth_agree,
+        "disagree": disagree,
+    }
+
+
+def _print_pools(m: dict[str, Any], physics: str) -> None:
+    ratios = sorted(m["ratios"])
+    spread = (
+        f"median {ratios[len(ratios) // 2]:.2f}, range {ratios[0]:.2f}-{ratios[-1]:.2f}" if ratios else "none"
+    )
+    print(f"\nPool-runs under the {physics} physics ({m['pool_runs']} pool-runs)\n")
+    print("| measure | value |")
+    print("|---|---|")
+    print(f"| pool state (supply/demand-limited) right | {_share(m['state_right'], m['state_scored'])} |")
+    band = f"[{RATIO_BAND[0]}, {RATIO_BAND[1]}]"
+    print(f"| lost output tokens/s within {band} of the truth | {_share(m['in_band'], m['loss_scored'])} |")
+    print(f"| ratio reported / truth (pool-runs with a true loss) | {spread} |")
+    print(f"| truth inside the reported range | {_share(m['truth_in_range'], m['range_scored'])} |")
+    print(
+        f"| phantom loss: pools with nothing to gain reported losing | "
+        f"{_share(m['phantom_reported'], m['phantom_pools'])} "
+        f"({m['phantom_tokens']:,.0f} output tok/s summed) |"
+    )
+    print(
+        f"| decisions agree across seeds (analyzer; truth) | "
+        f"{_share(m['decisions_agree'], m['decision_runs'])}; "
+        f"{_share(m['truth_decisions_agree'], m['decision_runs'])} |"
+    )
+    print(
+        f"| role changes seen / judged | {_share(m['changes_seen'], m['changes'])} / "
+        f"{_share(m['changes_judged'], m['changes'])} |"
+    )
+    if m["disagree"]:
+        print(f"\nscenarios whose analyzer decisions differ between seeds: {', '.join(m['disagree'])}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -134,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
     parser.add_argument("--pure", action="store_true", help="analyse the records directly, without the store")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--physics", choices=PHYSICS, default="model", help="the fleet's physics (default model)"
+    )
     args = parser.parse_args(argv)
     catalog = load_catalog()
     names = args.scenarios or sorted(builtin_scenarios())
@@ -142,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for seed in range(args.seeds):
             t0 = time.perf_counter()
-            run = simulate(name, catalog, days=args.days, window_s=args.window_s, seed=seed)
+            run = simulate(
+                name, catalog, days=args.days, window_s=args.window_s, seed=seed, physics=args.physics
+            )
             if args.pure:
                 result = analyze(input_from_samples(run.gpu_columns, run.engine_columns), catalog)
             else:
@@ -152,10 +233,19 @@ def main(argv: list[str] | None = None) -> int:
     rows = [_row(s) for s in scores]
     kinds = summarise(scores)
     _print(rows, kinds, args)
+    measures = _pool_measures(scores)
+    _print_pools(measures, args.physics)
     wall = time.perf_counter() - began
     print(f"\nwall time {wall:.0f} s")
     if args.json:
-        payload = {"days": args.days, "window_s": args.window_s, "seeds": args.seeds, "pure": args.pure}
+        payload = {
+            "days": args.days,
+            "window_s": args.window_s,
+            "seeds": args.seeds,
+            "pure": args.pure,
+            "physics": args.physics,
+            "pool_measures": measures,
+        }
         args.json.write_text(json.dumps({**payload, "kinds": kinds, "rows": rows, "wall_s": wall}, indent=2))
     return 0
 

@@ -23,8 +23,10 @@ import numpy as np
 
 from fleet.catalog import Catalog
 from fleet.contract import Finding, FindingKind
+from fleetsim.examine_pools import ChangeScore, PoolScore, change_scores, pool_scores
 from fleetsim.layout import build_layout
-from fleetsim.physics_choice import Physics, resolve_physics
+from fleetsim.measured_facts import missing_fields, underuse
+from fleetsim.physics_choice import Physics, draw_seed, resolve_physics
 from fleetsim.scenario import Scenario, load_scenario
 from fleetsim.source import dict_batches, jsonl_batches
 from fleetsim.truth import compute_truth
@@ -123,7 +125,7 @@ def simulate(
     """A scenario's records as columns, with its ground truth and planted findings, under ``physics``
     (a name: resolved once for the run, from ``seed``)."""
     sc = _load(scenario)
-    chosen = resolve_physics(physics, seed) if isinstance(physics, str) else physics
+    chosen = resolve_physics(physics, draw_seed(sc.name)) if isinstance(physics, str) else physics
     records = (
         r
         for batch in dict_batches(sc, catalog, seed=seed, days=days, window_s=window_s, physics=chosen)
@@ -147,7 +149,7 @@ def write_jsonl(
 ) -> int:
     """The scenario's records as a JSON-lines file (as ``phasefit sim run`` writes it); returns its size."""
     sc = _load(scenario)
-    chosen = resolve_physics(physics, seed) if isinstance(physics, str) else physics
+    chosen = resolve_physics(physics, draw_seed(sc.name)) if isinstance(physics, str) else physics
     written = 0
     with path.open("wb") as fh:
         for data in jsonl_batches(sc, catalog, seed=seed, days=days, window_s=window_s, physics=chosen):
@@ -196,6 +198,10 @@ class Score:
     lost: dict[str, tuple[float | None, float]]  # unit -> (analyzer estimate or None, truth)
     critical_on_demand_limited: int
     notes: list[str] = field(default_factory=list)
+    pools: list[PoolScore] = field(default_factory=list)  # per truth pool (fleetsim.examine_pools)
+    changes: list[ChangeScore] = field(default_factory=list)
+    truth_decision: tuple[tuple[str, ...], ...] = ()  # the truth's best placements, to compare across seeds
+    physics: str = "model"
 
 
 def pool_map(result: Result, truth: Mapping[str, Any]) -> dict[str, str]:
@@ -297,8 +303,14 @@ def _ratio_drift(result: Result, truth: Mapping[str, Any], pools: Mapping[str, s
 
 
 def _planted(
-    result: Result, plants: Sequence[Mapping[str, Any]], pools: Mapping[str, str], kind: str
+    result: Result,
+    plants: Sequence[Mapping[str, Any]],
+    pools: Mapping[str, str],
+    kind: str,
+    grey: frozenset[tuple[str, str | None]] = frozenset(),
 ) -> Tally:
+    """Presence by (pool) or (pool, worker); a finding on a grey (unscored) pool or worker counts neither
+    way."""
     names = {}
     for pool_id in set(pools.values()):
         names[pool_id] = pool_id
@@ -316,7 +328,7 @@ def _planted(
         return t[0] == a[0] and (t[1] is None or t[1] == a[1])
 
     tp = sum(1 for t in wanted if any(match(t, a) for a in found))
-    fp = sum(1 for a in found if not any(match(t, a) for t in wanted))
+    fp = sum(1 for a in found if not any(match(t, a) for t in wanted) and not any(match(g, a) for g in grey))
     return Tally(tp, fp, len(wanted) - tp)
 
 
@@ -372,11 +384,23 @@ def score(result: Result, run: SimRun) -> Score:
     kinds[FindingKind.POOL_RATIO_DRIFT.value] = _ratio_drift(result, truth, pools)
     if run.planted is None:
         notes.append("fleetsim.planted not found: the planted kinds are unscored")
+    measured = {
+        FindingKind.UNDERUTILISED_POOL.value: underuse(truth),
+        FindingKind.TELEMETRY_DEGRADED.value: missing_fields(run.gpu_columns, truth),
+    }
     for kind in FindingKind:
-        if kind.value not in kinds:
-            kinds[kind.value] = (
-                None if run.planted is None else _planted(result, run.planted, pools, kind.value)
-            )
+        if kind.value in kinds or run.planted is None:
+            kinds.setdefault(kind.value, None)
+            continue
+        if kind.value in measured:
+            due, grey = measured[kind.value]
+            # Pool-level telemetry plants (GPUs serving no worker) stay: no worker's samples show them.
+            kept = [p for p in run.planted if p["kind"] == kind.value and p.get("worker_id") is None]
+            if kind is FindingKind.UNDERUTILISED_POOL:
+                kept = []
+            kinds[kind.value] = _planted(result, [*due, *kept], pools, kind.value, frozenset(grey))
+        else:
+            kinds[kind.value] = _planted(result, run.planted, pools, kind.value)
     return Score(
         scenario=run.scenario,
         seed=run.seed,
@@ -387,6 +411,18 @@ def score(result: Result, run: SimRun) -> Score:
         lost=_lost(result, truth, notes),
         critical_on_demand_limited=_critical_on_demand_limited(result, truth, pools),
         notes=notes,
+        pools=pool_scores(result.summary, truth, pools, found),
+        changes=change_scores(result.summary, truth, pools),
+        truth_decision=_truth_decision(truth),
+        physics=run.physics,
+    )
+
+
+def _truth_decision(truth: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:
+    """The truth's shown best placement per pool and segment (what a right decision would be)."""
+    return tuple(
+        (seg["pool"], repr(sorted((sku, sorted(r.items())) for sku, r in seg["best_placement"].items())))
+        for seg in truth.get("segments", [])
     )
 
 

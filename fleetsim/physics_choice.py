@@ -12,12 +12,16 @@
   KV cache. The draw is recorded in the truth.
 
 A ``Physics`` is resolved once per run and handed to every simulation of that run (the truth's
-re-simulations under other seeds included), so a perturbed run keeps one draw throughout.
+re-simulations under other seeds included), so a perturbed run keeps one draw throughout. The draw is
+keyed by the scenario's name and a physics seed (``draw_seed``), not by the traffic seed: the seeds of
+one scenario share a physics, so decisions can be compared across them, while every scenario gets its
+own.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -125,8 +129,15 @@ class Physics:
         return out
 
 
+def draw_seed(scenario: str, physics_seed: int = 0) -> int:
+    """The perturbed draw's seed for a scenario: its name's CRC-32, offset by ``physics_seed``."""
+    return zlib.crc32(scenario.encode()) + 1_000_003 * physics_seed
+
+
 def resolve_physics(name: str = "model", seed: int = 0) -> Physics:
-    """The physics called ``name`` for a run under ``seed``; ``ValueError`` naming the choices."""
+    """The physics called ``name`` with draw seed ``seed`` (``draw_seed``).
+
+    ``ValueError`` naming the choices for an unknown name."""
     if name == "model":
         return Physics("model", seed)
     if name == "perturbed":

@@ -14,7 +14,9 @@ scenario's pool name; worker_id: as the records name it, None for a pool finding
 - ``kv-fabric-underprovisioned``: a disaggregated pool whose prefill workers, at the diurnal peak of
   their base traffic, must hand off more KV bytes per second each than their link carries.
 - ``underutilised-pool``: a pool whose mean request rate is under a fifth of what its workers sustain
-  (the slower of its stages, or its colocated workers) at its base mix.
+  (the slower of its stages, or its colocated workers) at its base mix. The examiner scores this kind
+  and worker-level ``telemetry-degraded`` on what the run measured instead (``fleetsim.measured_facts``):
+  these plants say what a scenario sets out to cause.
 - ``disaggregation-not-paying``: a disaggregated pool whose workers, all colocated on the same GPUs,
   would sustain over 2% more requests than the best prefill/decode split of them.
 

@@ -39,7 +39,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from fleet.catalog import Catalog
 from fleet.contract import EngineSample, GpuSample
 from fleetsim.fleet_sim import Chunk, FleetSimulation
-from fleetsim.physics_choice import PHYSICS, Physics, resolve_physics
+from fleetsim.physics_choice import PHYSICS, Physics, draw_seed, resolve_physics
 from fleetsim.records import RecordBuilder, to_records
 from fleetsim.scenario import Scenario, load_scenario
 
@@ -106,6 +106,7 @@ class SimSettings(BaseSettings):
         pattern="^(" + "|".join(PHYSICS) + ")$",
         description="Step-time physics: model (formulas), measured (AI Configurator tables) or perturbed.",
     )
+    physics_seed: int = Field(default=0, ge=0, description="Seed of the perturbed physics' draw.")
 
 
 class SimSource:
@@ -156,7 +157,7 @@ class SimSource:
             start=start,
             window_s=window,
             node=sim.node,
-            physics=resolve_physics(sim.physics, sim.seed),
+            physics=resolve_physics(sim.physics, draw_seed(scenario.name, sim.physics_seed)),
         )
 
     @property

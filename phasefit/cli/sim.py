@@ -101,6 +101,12 @@ def run(
             "KV memory share). The truth names it.",
         ),
     ] = "model",
+    physics_seed: Annotated[
+        int,
+        typer.Option(
+            "--physics-seed", min=0, help="Seed of the perturbed physics' draw (with the scenario's name)."
+        ),
+    ] = 0,
     json_output: JsonFlag = False,
 ) -> None:
     """Simulate SCENARIO and write its records (ingestible by 'phasefit ingest') and its ground truth."""
@@ -111,7 +117,7 @@ def run(
     from fleet.catalog import CatalogError, load_catalog
     from fleet.settings import Settings
     from fleetsim.fleet_sim import FleetSimulation
-    from fleetsim.physics_choice import resolve_physics
+    from fleetsim.physics_choice import draw_seed, resolve_physics
     from fleetsim.scenario import ScenarioError, load_scenario
     from fleetsim.source import jsonl_batches
     from fleetsim.truth import compute_truth
@@ -121,7 +127,7 @@ def run(
         sc = load_scenario(scenario)
         catalog = load_catalog(Settings().catalog_path)
         begin = start.replace(tzinfo=UTC) if start is not None else None
-        chosen = resolve_physics(physics, seed)
+        chosen = resolve_physics(physics, draw_seed(sc.name, physics_seed))
         sim = FleetSimulation(sc, catalog, seed, window_s=window_s, start=begin, physics=chosen)
     except (ScenarioError, CatalogError, ValueError, FileNotFoundError) as exc:
         fail(str(exc), code=2)
