@@ -326,11 +326,10 @@ class MeasuredStepModel(StepModel):
         batches = np.unique(np.concatenate([np.geomspace(1.0, 131072.0, 52), [0.25, 0.5]]))
         rho = np.asarray(ratio, dtype=np.float64)
         base = np.broadcast_shapes(np.shape(rho), np.shape(ctx), np.shape(keys), (len(self._decode),))
-        b = np.broadcast_to(batches, (*base, len(batches)))
-        seconds = self.breakdown(
-            b, b * np.asarray(rho)[..., None], np.asarray(ctx)[..., None], np.asarray(keys)[..., None]
-        ).seconds
-        return batches, np.asarray(seconds, dtype=np.float64)
+        lead = (len(batches),) + (1,) * len(base)  # the batch axis first: workers stay the last axis
+        b = np.broadcast_to(batches.reshape(lead), (len(batches), *base))
+        seconds = self.breakdown(b, b * rho, np.broadcast_to(ctx, base), np.broadcast_to(keys, base)).seconds
+        return batches, np.moveaxis(np.asarray(seconds, dtype=np.float64), 0, -1)
 
     def batch_limits(
         self,
