@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleet.precision import Precision
 from fleetsim.physics import (
     ArrayLike,
     BatchLimits,
@@ -235,6 +236,26 @@ def load_tables(folder: Path | None = None) -> MeasuredTables:
     )
 
 
+def _grids(table: Table | None, w: WorkerHardware, model: str) -> tuple[tuple[Grid, Grid] | None, str]:
+    """The decode and prefill grids for one worker, and where its step times come from."""
+    if table is None:
+        return None, f"model formulas (no measured table for {model})"
+    quantization = table.meta.get("quantization", "").casefold()
+    if "fp8" in quantization and w.precision is not Precision.FP8:
+        return None, f"model formulas (the measured table is FP8, the pool serves {w.precision})"
+    ep = w.ep if w.model.experts_total else 1
+    keys = [(w.sku.key, w.tp, ep)]
+    keys += sorted(
+        (k for k in table.decode if k[:2] == (w.sku.key, w.tp) and k[2] != ep), key=lambda k: abs(k[2] - ep)
+    )
+    for key in keys:
+        if key in table.decode and key in table.prefill:
+            note = "" if key[2] == ep else f", EP {key[2]} rows for EP {ep}"
+            version = table.meta.get("backend_version", "?")
+            return (table.decode[key], table.prefill[key]), f"measured: {table.path} ({version}{note})"
+    return None, f"model formulas (no measured {w.sku.key} TP {w.tp} rows)"
+
+
 class MeasuredStepModel(StepModel):
     """A ``StepModel`` whose step times come from measured tables where they cover a worker."""
 
@@ -253,17 +274,10 @@ class MeasuredStepModel(StepModel):
         self._decode: list[Grid | None] = []
         self._prefill: list[Grid | None] = []
         for w in workers:
-            key = (w.sku.key, w.tp, w.ep if first.model.experts_total else 1)
-            dec = table.decode.get(key) if table else None
-            pre = table.prefill.get(key) if table else None
-            self._decode.append(dec)
-            self._prefill.append(pre)
-            if table is None:
-                self.sources.append(f"model formulas (no measured table for {first.model.name})")
-            elif dec is None or pre is None:
-                self.sources.append(f"model formulas (no measured {w.sku.key} TP {w.tp} EP {key[2]} rows)")
-            else:
-                self.sources.append(f"measured: {table.path} ({table.meta.get('backend_version', '?')})")
+            found, source = _grids(table, w, first.model.name)
+            self._decode.append(found[0] if found else None)
+            self._prefill.append(found[1] if found else None)
+            self.sources.append(source)
         self._speed = np.array([w.speed for w in workers], dtype=np.float64)
 
     def _seconds(
