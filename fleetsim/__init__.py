@@ -14,10 +14,10 @@ carried out, and what each realized), ``planted`` (findings a scenario plants by
 
 What the records say (per window):
 
-- ``gpu_sample``: ``source`` "sim", ``gpu_name`` as NVML reports it ("NVIDIA H100 80GB HBM3",
-  "NVIDIA H200"), DCGM-definition ``sm_active``/``tensor_active``/``dram_active`` (0..1, DRAM capped
-  at 0.8), ``gpu_util``, ``mem_used_bytes`` (vLLM preallocates: HBM x gpu_memory_utilization while the
-  engine runs, the weights being loaded while it restarts), ``power_w``, NVLink bytes (tensor-parallel
+- ``gpu_sample``: ``source`` "dcgm" (its counters follow DCGM's definitions), ``gpu_name`` as NVML
+  reports it ("NVIDIA H100 80GB HBM3", "NVIDIA H200"), DCGM-definition
+  ``sm_active``/``tensor_active``/``dram_active`` (0..1, DRAM capped at 0.8), ``gpu_util``,
+  ``mem_used_bytes`` (vLLM preallocates: HBM x gpu_memory_utilization while the engine runs, the weights being loaded while it restarts), ``power_w``, NVLink bytes (tensor-parallel
   all-reduces) and PCIe bytes (the KV handoff: sent by prefill GPUs, received by decode GPUs).
   ``sm_clock_mhz`` is not simulated (null). A GPU lost to Xid 79 reports ``state`` "lost" and nulls.
 - ``engine_sample``: ``engine`` "vllm" or "sglang", ``role_source`` "sim", the served model id
@@ -34,7 +34,9 @@ What the records say (per window):
   physics gives the worker and caps its batch with (``records.kv_capacity_tokens``).
 - Restarting engines send no engine sample (their GPUs report idle); a collector gap silences a whole
   node (no GPU or engine samples). A scheduled role change restarts the engine, which then reports its
-  new ``role`` under the same ``worker_id`` (an id that may name the role it started with).
+  new ``role`` under the same ``worker_id`` (an id that may name the role it started with); one made
+  with ``replace_pods`` (the Kubernetes Deployment way) instead deletes the pod and starts a new one on
+  the same GPUs, whose engine and GPU samples carry a new ``worker_id`` named for the new role.
 - Both carry the pool's ``cluster`` (when the scenario names one) and engine samples its ``deployment``.
   A node group with ``telemetry: basic`` reports ``source`` "dcgm" with null profiling ratios (dcgm-exporter's
   default fields), a degraded GPU ``state`` "degraded", and MIG slices ``parent_gpu_uuid``/``mig_profile``.

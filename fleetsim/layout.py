@@ -7,7 +7,9 @@ in the default style they are the keys. GPU UUIDs derive from the scenario name,
 (UUID 5), so they are the same for every seed. A MIG slice is a device of its own ("MIG-" UUID, the
 parent's NVML name plus " MIG <profile>") with the parent's compute and bandwidth in proportion.
 Each GPU has a fixed efficiency ("speed", about 1 +- the scenario's spread) drawn from the scenario name:
-a property of the chip, not of the run.
+a property of the chip, not of the run. ``change_ids`` holds, per scenario role change, the id of the
+pod that replaces the worker (``replace_pods``; None for a change in place), named after every worker
+so that adding changes never renames the fleet.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class FleetLayout:
     pools: tuple[SimPool, ...]
     node_keys: tuple[str, ...] = ()  # nodeNN keys, as scenario events name the nodes
     node_pools: tuple[int, ...] = ()  # the pool each node's group serves
+    change_ids: tuple[str | None, ...] = ()  # per scenario change: the replacing pod's id (None: in place)
 
     def worker_by_id(self) -> dict[str, SimWorker]:
         return {w.worker_id: w for w in self.workers}
@@ -104,6 +107,7 @@ class FleetLayout:
             kv_precision=pool.kv_precision,
             tp=pool.spec.tp,
             speed=worker.speed,
+            ep=pool.spec.ep or 1,
         )
 
 
@@ -147,6 +151,7 @@ def _pool(index: int, spec: PoolSpec, catalog: Catalog) -> SimPool:
             kv_precision = Precision.BF16 if precision in (Precision.INT4, Precision.FP4) else precision
     except ValueError as exc:
         raise ScenarioError(f"pool {spec.name!r}: {exc}") from exc
+    _check_ep(index, spec, model)
     engine = EngineConfig(
         max_batch=spec.max_batch,
         token_budget=spec.token_budget,
@@ -154,6 +159,19 @@ def _pool(index: int, spec: PoolSpec, catalog: Catalog) -> SimPool:
         runtime_reserve_bytes=spec.runtime_reserve_gb * 1e9,
     )
     return SimPool(index, spec, model, precision, kv_precision, engine, ())
+
+
+def _check_ep(index: int, spec: PoolSpec, model: ModelArch) -> None:
+    """Expert parallelism needs experts, split evenly across the expert-parallel ranks."""
+    ep = spec.ep or 1
+    if ep == 1:
+        return
+    where = f"pools[{index}].ep (pool {spec.name!r})"
+    experts = model.experts_total
+    if not experts:
+        raise ScenarioError(f"{where}: ep {ep} needs a mixture-of-experts model; {model.name} has no experts")
+    if experts % ep:
+        raise ScenarioError(f"{where}: ep {ep} does not divide {model.name}'s {experts} routed experts")
 
 
 def build_layout(
@@ -247,15 +265,38 @@ def build_layout(
                     )
                 )
     _check_fit(pools, workers)
+    change_ids = _change_ids(scenario, namer, workers, nodes, pools)
     final_pools = tuple(
         SimPool(p.index, p.spec, p.model, p.precision, p.kv_precision, p.engine, tuple(pool_workers[p.index]))
         for p in pools
     )
     layout = FleetLayout(
-        tuple(nodes), tuple(gpus), tuple(workers), final_pools, tuple(keys), tuple(node_pools)
+        tuple(nodes), tuple(gpus), tuple(workers), final_pools, tuple(keys), tuple(node_pools), change_ids
     )
     _check_references(scenario, layout)
     return layout
+
+
+def _change_ids(
+    scenario: Scenario,
+    namer: Namer,
+    workers: Sequence[SimWorker],
+    nodes: Sequence[str],
+    pools: Sequence[SimPool],
+) -> tuple[str | None, ...]:
+    """Per scenario change, the id of the pod that replaces the worker (None: in place), named in time
+    order after every worker of the layout."""
+    by_key = {w.key: w for w in workers}
+    out: list[str | None] = [None] * len(scenario.changes)
+    order = sorted(range(len(scenario.changes)), key=lambda i: (scenario.changes[i].at_hour, i))
+    for i in order:
+        change = scenario.changes[i]
+        worker = by_key.get(change.worker)
+        if not change.replace_pods or worker is None:
+            continue
+        deployment = pools[worker.pool].spec.deployment_name
+        out[i] = namer.replacement(worker.key, nodes[worker.node], deployment, change.to_role)
+    return tuple(out)
 
 
 def _check_references(scenario: Scenario, layout: FleetLayout) -> None:

@@ -55,7 +55,7 @@ def _fold(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.casefold())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one grid per table row set
 class Grid:
     """Step seconds on a grid of batches (rows) x tokens (columns), holes filled."""
 
@@ -74,6 +74,10 @@ class Grid:
             values[:, j] = _fill_column(batches, values[:, j])
         for i in range(len(batches)):  # a column with no point at all: from its neighbours
             values[i] = _fill_column(tokens, values[i])
+        if len(tokens) == 1:  # one length measured: flat in length
+            tokens, values = np.array([tokens[0], tokens[0] + 1.0]), np.hstack([values, values])
+        if len(batches) == 1:  # one batch measured: in proportion to the batch
+            batches, values = np.array([batches[0], 2.0 * batches[0]]), np.vstack([values, 2.0 * values])
         return cls(batches, tokens, values)
 
     def extended(self) -> Grid:
@@ -90,16 +94,23 @@ class Grid:
             np.vstack([self.seconds, *rows]) if rows else self.seconds,
         )
 
-    def at_tokens(self, tokens: ArrayLike) -> FloatArray:
-        """Seconds at every grid batch for each value of ``tokens``: shape (*tokens.shape, batches)."""
-        t = np.asarray(tokens, dtype=np.float64)
-        return np.stack([_interp(t, self.tokens, self.seconds[i]) for i in range(len(self.batches))], axis=-1)
-
     def at(self, batch: ArrayLike, tokens: ArrayLike) -> FloatArray:
-        """Seconds at (``batch``, ``tokens``), broadcast, linear in both and extrapolated."""
+        """Seconds at (``batch``, ``tokens``), broadcast: bilinear, extrapolated linearly past the edges."""
         b, t = np.broadcast_arrays(np.asarray(batch, dtype=np.float64), np.asarray(tokens, dtype=np.float64))
-        curves = self.at_tokens(t)
-        return _interp_rows(b, self.batches, curves)
+        nb, nt = len(self.batches), len(self.tokens)
+        i = np.clip(np.searchsorted(self.batches, b, side="right") - 1, 0, nb - 2)
+        j = np.clip(np.searchsorted(self.tokens, t, side="right") - 1, 0, nt - 2)
+        fb = (b - self.batches[i]) / (self.batches[i + 1] - self.batches[i])
+        ft = (t - self.tokens[j]) / (self.tokens[j + 1] - self.tokens[j])
+        s = self.seconds
+        low = s[i, j] + (s[i, j + 1] - s[i, j]) * ft
+        high = s[i + 1, j] + (s[i + 1, j + 1] - s[i + 1, j]) * ft
+        return np.asarray(np.maximum(low + (high - low) * fb, self.floor), dtype=np.float64)
+
+    @property
+    def floor(self) -> float:
+        """No step is faster than a tenth of the fastest measured one (extrapolation's guard)."""
+        return 0.1 * float(np.min(self.seconds))
 
 
 def _fill_column(x: FloatArray, y: FloatArray) -> FloatArray:
@@ -122,22 +133,6 @@ def _interp(x: FloatArray, xp: FloatArray, fp: FloatArray) -> FloatArray:
     y = np.where(x < xp[0], fp[0] + lo_slope * (x - xp[0]), y)
     y = np.where(x > xp[-1], fp[-1] + max(hi_slope, 0.0) * (x - xp[-1]), y)
     return np.maximum(y, 0.1 * float(np.min(fp)))
-
-
-def _interp_rows(b: FloatArray, batches: FloatArray, curves: FloatArray) -> FloatArray:
-    """Per element, interpolate its curve (last axis, over ``batches``) at its own batch ``b``."""
-    k = (
-        np.clip(np.searchsorted(batches, b) - 1, 0, len(batches) - 2)
-        if len(batches) > 1
-        else np.zeros_like(b, int)
-    )
-    if len(batches) == 1:
-        return curves[..., 0]
-    lo = np.take_along_axis(curves, k[..., None], axis=-1)[..., 0]
-    hi = np.take_along_axis(curves, (k + 1)[..., None], axis=-1)[..., 0]
-    frac = (b - batches[k]) / (batches[k + 1] - batches[k])
-    y = lo + (hi - lo) * frac
-    return np.asarray(np.maximum(y, 0.1 * curves.min(axis=-1)), dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -279,36 +274,31 @@ class MeasuredStepModel(StepModel):
             self._prefill.append(found[1] if found else None)
             self.sources.append(source)
         self._speed = np.array([w.speed for w in workers], dtype=np.float64)
+        self._groups: dict[tuple[Grid, Grid], list[int]] = {}
+        for k, (dec, pre) in enumerate(zip(self._decode, self._prefill, strict=True)):
+            if dec is not None and pre is not None:
+                self._groups.setdefault((dec, pre), []).append(k)
 
     def _seconds(
         self, b: FloatArray, c: FloatArray, ctx: FloatArray, keys: FloatArray, formula: FloatArray
     ) -> FloatArray:
-        """Measured seconds of steps with ``b`` decode sequences and ``c`` prefill tokens (broadcast)."""
+        """Measured seconds of steps with ``b`` decode sequences and ``c`` prefill tokens (broadcast);
+        the workers (last axis) that share a grid are looked up together."""
         shape = np.broadcast_shapes(
             b.shape, c.shape, ctx.shape, keys.shape, formula.shape, (len(self._decode),)
         )
-        b, c, ctx, keys, formula = (np.broadcast_to(a, shape) for a in (b, c, ctx, keys, formula))
-        prompt = np.maximum(2.0 * keys, 1.0)
-
-        def one(grid_pair: tuple[Grid | None, Grid | None], k: int) -> FloatArray:
-            dec, pre = grid_pair
-            assert dec is not None and pre is not None
-            bk, ck = b[..., k], c[..., k]
-            t_dec = np.where(
-                bk > 0, dec.at(np.maximum(bk, 1.0), np.maximum(ctx[..., k], 1.0)) * np.minimum(bk, 1.0), 0.0
+        out = np.array(np.broadcast_to(formula, shape), dtype=np.float64, copy=True)
+        for (dec, pre), cols in self._groups.items():
+            idx = np.array(cols)
+            bk = np.broadcast_to(b, shape)[..., idx]
+            ck = np.broadcast_to(c, shape)[..., idx]
+            t_dec = np.where(bk > 0, dec.at(np.maximum(bk, 1.0), np.broadcast_to(ctx, shape)[..., idx]), 0.0)
+            t_dec *= np.minimum(bk, 1.0)  # a fraction of a sequence (a mean batch under 1) takes its share
+            length = np.minimum(
+                np.maximum(2.0 * np.broadcast_to(keys, shape)[..., idx], 1.0), np.maximum(ck, 1.0)
             )
-            length = np.minimum(prompt[..., k], np.maximum(ck, 1.0))
             t_pre = np.where(ck > 0, pre.at(np.maximum(ck / length, 1e-3), length), 0.0)
-            return np.asarray((t_dec + t_pre) / self._speed[k], dtype=np.float64)
-
-        pairs = [
-            (d, p) if d is not None and p is not None else None
-            for d, p in zip(self._decode, self._prefill, strict=True)
-        ]
-        out = np.array(formula, dtype=np.float64, copy=True)
-        for k, pair in enumerate(pairs):
-            if pair is not None:
-                out[..., k] = one(pair, k)
+            out[..., idx] = (t_dec + t_pre) / self._speed[idx]
         return out
 
     def breakdown(
@@ -337,7 +327,8 @@ class MeasuredStepModel(StepModel):
 
     def _curve(self, ratio: ArrayLike, ctx: ArrayLike, keys: ArrayLike) -> tuple[FloatArray, FloatArray]:
         """(batches, seconds of a step at each batch): shapes (B,) and (*broadcast, workers, B)."""
-        batches = np.unique(np.concatenate([np.geomspace(1.0, 131072.0, 52), [0.25, 0.5]]))
+        grid = {float(x) for d in self._decode if d is not None for x in d.batches}
+        batches = np.unique(np.concatenate([sorted(grid), np.geomspace(0.25, 131072.0, 20)]))
         rho = np.asarray(ratio, dtype=np.float64)
         base = np.broadcast_shapes(np.shape(rho), np.shape(ctx), np.shape(keys), (len(self._decode),))
         lead = (len(batches),) + (1,) * len(base)  # the batch axis first: workers stay the last axis
@@ -384,10 +375,15 @@ class MeasuredStepModel(StepModel):
         k = np.argmax(rates >= rr[..., None], axis=-1)
         reachable = rates[..., -1] >= rr
         k = np.clip(k, 1, len(batches) - 1)
-        lo_r = np.take_along_axis(rates, (k - 1)[..., None], axis=-1)[..., 0]
-        hi_r = np.take_along_axis(rates, k[..., None], axis=-1)[..., 0]
-        frac = np.clip((rr - lo_r) / np.maximum(hi_r - lo_r, 1e-12), 0.0, 1.0)
-        batch = batches[k - 1] + frac * (batches[k] - batches[k - 1])
+        # Between two curve points the step time is linear in the batch, t = t0 + s (B - b0): solve
+        # B = r t exactly there, clipped to the segment.
+        t0 = np.take_along_axis(seconds, (k - 1)[..., None], axis=-1)[..., 0]
+        t1 = np.take_along_axis(seconds, k[..., None], axis=-1)[..., 0]
+        b0, b1 = batches[k - 1], batches[k]
+        slope = (t1 - t0) / (b1 - b0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            exact = rr * (t0 - slope * b0) / (1.0 - rr * slope)
+        batch = np.clip(np.where(rr * slope < 1.0, exact, b1), b0, b1)
         batch = np.where(rr <= rates[..., 0], rr * seconds[..., 0], batch)  # below the first point: B = r t
         return np.asarray(np.where(rr > 0, np.where(reachable, batch, np.inf), 0.0), dtype=np.float64)
 

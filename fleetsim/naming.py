@@ -6,10 +6,16 @@ Styles: ``nodeNN`` (``node03``, workers ``node03/decode-1``: the simulator's own
 Kubernetes pod: ``<deployment>-<role>-<10 hex>-<5 alnum>`` (the hex shared by a deployment's role, as
 a ReplicaSet's pods share their template hash). Events in a scenario always name nodes and workers by
 their ``nodeNN`` keys; names are only what the records say.
+
+A role change that replaces the pod (``replace_pods``) gives the worker a new id, named as a pod of its
+new role on that node would be (``Namer.replacement``): ``node01/decode-1`` becoming prefill is
+``node01/prefill-<one past the node's highest prefill index>``; a pod name takes the new role's template
+hash and a fresh suffix. No id is ever given twice, so an id that stopped reporting never comes back.
 """
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Callable
 
@@ -80,6 +86,7 @@ class Namer:
     def worker(self, key: str, node: str, deployment: str, role: str) -> str:
         """The id a worker reports (``key`` in the nodeNN style)."""
         if self.style == "nodeNN":
+            self._used.add(key)
             return key
         owner = _short(deployment.rsplit("/", 1)[-1], 40)
         template = self._templates.setdefault((owner, role), _draw(self._pods, _HEX, 10))
@@ -88,3 +95,14 @@ class Namer:
             return f"{owner}-{role}-{template}-{_draw(self._pods, _POD_ALPHABET, 5)}"
 
         return self._unique(draw)
+
+    def replacement(self, key: str, node: str, deployment: str, role: str) -> str:
+        """The id of the pod that replaces worker ``key`` to run ``role``: never one given before."""
+        if self.style != "nodeNN":
+            return self.worker(key, node, deployment, role)
+        prefix = f"{key.split('/', 1)[0]}/{role}-"
+        pattern = re.compile(rf"^{re.escape(prefix)}(\d+)$")
+        taken = [int(m.group(1)) for used in self._used if (m := pattern.match(used))]
+        name = f"{prefix}{max(taken, default=0) + 1}"
+        self._used.add(name)
+        return name

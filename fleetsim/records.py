@@ -7,6 +7,9 @@ constant strings (ids, names, model) are JSON-encoded once by orjson, so escapin
 week is millions of records and this is several times faster than ``orjson.dumps`` per dict. The tests
 check that both paths give the same records and that every line parses with
 ``fleet.contract.parse_record``. Within a window, GPU samples come first (by GPU), then engine samples.
+
+A role change that replaces the pod (``replace_pods``, ``fleetsim.role_changes``) renames the worker:
+from the change's first window on, its engine samples and its GPUs' samples carry the new pod's id.
 """
 
 from __future__ import annotations
@@ -126,7 +129,9 @@ class RecordBuilder:
             "gpu_index": [g.local_index for g in gpus],
             "gpu_name": [g.nvml_name for g in gpus],
             "worker_id": [workers[g.worker].worker_id if g.worker >= 0 else None for g in gpus],
-            "source": [(TelemetrySource.DCGM if g.basic else TelemetrySource.SIM).value for g in gpus],
+            # DCGM: the counters follow DCGM's field definitions (the analyzer keeps no ceiling of the
+            # simulator's own); "basic" GPUs are dcgm-exporter without its profiling fields.
+            "source": [TelemetrySource.DCGM.value for _ in gpus],
             "parent_gpu_uuid": [g.parent_uuid for g in gpus],
             "mig_profile": [g.mig_profile for g in gpus],
             "cluster": [g.cluster for g in gpus],
@@ -147,6 +152,8 @@ class RecordBuilder:
             "kv_capacity_tokens": kv_capacity_tokens(sim),
         }
         self._labels = sim.schedule.labels(sim.epoch0) + _labels(sim)  # role changes, then labels over them
+        self._renames = sim.schedule.renames(sim.epoch0)
+        self._gpu_owner = np.array([g.worker for g in gpus], dtype=np.int64)
         self._gpu_objects = {k: _objects(v) for k, v in self._gpu_static.items()}
         self._engine_objects = {k: _objects(v) for k, v in self._engine_static.items()}
         self._gpu_json = {k: _objects([orjson.dumps(x) for x in v]) for k, v in self._gpu_static.items()}
@@ -176,6 +183,31 @@ class RecordBuilder:
                 source = np.where(hit, label_source, source)
         return [str(x) for x in role], [str(x) for x in source]
 
+    def _ids(
+        self, chunk: Chunk, rows: IntArray, picked: _Picked, gpu: bool, *, encode: bool
+    ) -> npt.NDArray[np.object_]:
+        """Each picked record's worker id (JSON tokens when ``encode``): the layout's, or a replacing pod's
+        in the windows that end after its change."""
+        if encode:
+            table = self._gpu_json if gpu else self._engine_json
+        else:
+            table = self._gpu_objects if gpu else self._engine_objects
+        out: npt.NDArray[np.object_] = table["worker_id"][picked.item]  # a copy (fancy indexing)
+        owner = self._gpu_owner[picked.item] if gpu else picked.item
+        end = chunk.window_end_epoch[rows][picked.window]
+        for worker, since, new_id in self._renames:
+            out[(owner == worker) & (end > since)] = _json(new_id) if encode else new_id
+        return out
+
+    def _static_json(self, chunk: Chunk, rows: IntArray, picked: _Picked, name: str, gpu: bool) -> list[Any]:
+        """One constant column's JSON tokens for the picked records (the worker id as renamed)."""
+        if name == "worker_id" and self._renames:
+            column = self._ids(chunk, rows, picked, gpu, encode=True)
+        else:
+            column = (self._gpu_json if gpu else self._engine_json)[name][picked.item]
+        tokens: list[Any] = column.tolist()
+        return tokens
+
     def chunk_dicts(self, chunk: Chunk, window_slice: slice | None = None) -> list[dict[str, Any]]:
         """Record dicts of a chunk (or of ``window_slice`` of its windows), in output order."""
         rows = self._rows(chunk, window_slice)
@@ -186,9 +218,11 @@ class RecordBuilder:
         gpu_dicts = []
         gpu_values = {k: v.tolist() for k, v in gpu.values.items()}
         state = gpu.state.tolist() if gpu.state is not None else [0] * len(gpu.item)
+        gpu_ids = self._ids(chunk, rows, gpu, True, encode=False).tolist()
         for i, (w, item) in enumerate(zip(gpu.window.tolist(), gpu.item.tolist(), strict=True)):
             record: dict[str, Any] = {"kind": "gpu_sample", "ts": ts[w], "window_s": self.window_s}
             record.update({k: v[item] for k, v in self._gpu_static.items()})
+            record["worker_id"] = gpu_ids[i]
             lost = state[i] == 1
             record.update({k: (None if lost or v[i] != v[i] else v[i]) for k, v in gpu_values.items()})
             record["state"] = _STATES[state[i]]
@@ -196,9 +230,11 @@ class RecordBuilder:
         engine_dicts = []
         engine_values = {k: v.tolist() for k, v in engine.values.items()}
         roles, sources = self._roles(chunk, rows, engine)
+        engine_ids = self._ids(chunk, rows, engine, False, encode=False).tolist()
         for i, (w, item) in enumerate(zip(engine.window.tolist(), engine.item.tolist(), strict=True)):
             record = {"kind": "engine_sample", "ts": ts[w], "window_s": self.window_s}
             record.update({k: v[item] for k, v in self._engine_static.items()})
+            record["worker_id"] = engine_ids[i]
             record.update({k: (None if v[i] != v[i] else v[i]) for k, v in engine_values.items()})
             record.update(role=roles[i], role_source=sources[i])
             engine_dicts.append(record)
@@ -222,7 +258,7 @@ class RecordBuilder:
             _GPU_TEMPLATE % (t, window, *fields)
             for t, *fields in zip(
                 ts[gpu.window].tolist(),
-                *(self._gpu_json[k][gpu.item].tolist() for k in _GPU_STATIC),
+                *(self._static_json(chunk, rows, gpu, k, True) for k in _GPU_STATIC),
                 *gpu_tokens,
                 state,
                 strict=True,
@@ -238,7 +274,7 @@ class RecordBuilder:
             _ENGINE_TEMPLATE % (t, window, *fields)
             for t, *fields in zip(
                 ts[engine.window].tolist(),
-                *(self._engine_json[k][engine.item].tolist() for k in _ENGINE_STATIC),
+                *(self._static_json(chunk, rows, engine, k, False) for k in _ENGINE_STATIC),
                 role_json,
                 source_json,
                 *(_tokens(engine.values[f]) for f in _ENGINE_FIELDS),

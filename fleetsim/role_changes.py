@@ -1,18 +1,29 @@
 """Scheduled role changes: advice carried out in the simulated fleet.
 
 A scenario's ``changes`` (``RoleChangeSpec``) switch workers of disaggregated pools between prefill and
-decode mid-run, as a swap in place: from the change on the worker runs its new role on the same GPUs,
-its engine is down for the change's ``restart_minutes`` (``LifeEvents.restarting``, like any restart)
-and its engine samples then report the new role. The worker keeps its id: the scenario's key
-(``node00/decode-1``) or a pod-style name, both carrying the role the worker started with, so after a
-change the id no longer names the role; it lets an observer follow the worker across the change. A
-window runs (and reports) the new role when it ends after the change time, the rule role labels follow,
-so the first window of the new role is ``floor(at_s / window_s)``.
+decode mid-run: from the change on the worker runs its new role on the same GPUs, its engine is down for
+the change's ``restart_minutes`` (``LifeEvents.restarting``, like any restart) and its engine samples
+then report the new role. A window runs (and reports) the new role when it ends after the change time,
+the rule role labels follow, so the first window of the new role is ``floor(at_s / window_s)``.
+
+Two ways to make a change:
+
+- in place (the default): the worker keeps its id, the scenario's key (``node00/decode-1``) or a
+  pod-style name, both carrying the role the worker started with, so after a change the id no longer
+  names the role; it lets an observer follow the worker across the change.
+- ``replace_pods``, the Kubernetes Deployment way: the old pod is deleted and a new pod, with a new
+  worker id named for its new role (``FleetLayout.change_ids``, ``Namer.replacement``:
+  ``node00/decode-1`` -> ``node00/prefill-3``; a new pod name with the new role's template hash), runs
+  on the same GPUs. From the change's first window on, engine samples and the GPUs' samples carry the
+  new id; the old id never reports again. An observer can tie the two only by the GPUs they hold.
+
+Either way the fleet's worker (its index, its scenario key) is the same: changes, drains and the truth
+name it by key; ``Switch`` carries the id it had before each change and the new one.
 
 ``with_role_changes(scenario, changes)`` returns a copy of a scenario with changes added, e.g. an
 analyzer's recommendations fed back into the fleet they came from; ``keys_by_worker_id`` maps the ids
-records carry to the keys changes name. What a change realized is in the ground truth
-(``fleetsim.truth_changes``).
+records carry (replacing pods' ids too) to the keys changes name. What a change realized is in the
+ground truth (``fleetsim.truth_changes``).
 """
 
 from __future__ import annotations
@@ -48,8 +59,15 @@ def with_role_changes(scenario: Scenario, changes: Iterable[RoleChangeSpec | Map
 
 
 def keys_by_worker_id(scenario: Scenario, catalog: Catalog) -> dict[str, str]:
-    """The worker ids records carry -> the scenario keys ``changes`` name (the same in nodeNN naming)."""
-    return {w.worker_id: w.key for w in build_layout(scenario, catalog).workers}
+    """The worker ids records carry -> the scenario keys ``changes`` name (the same in nodeNN naming),
+    replacing pods' ids included."""
+    layout = build_layout(scenario, catalog)
+    out = {w.worker_id: w.key for w in layout.workers}
+    by_key = layout.worker_by_key()
+    for change, new_id in zip(scenario.changes, layout.change_ids, strict=True):
+        if new_id is not None:
+            out[new_id] = by_key[change.worker].key
+    return out
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,8 @@ class Switch:
     at_s: float  # seconds from the scenario start
     role: int
     spec_index: int  # position in the scenario's ``changes``
+    worker_id: str = ""  # the id the worker reports until the change
+    new_worker_id: str | None = None  # the replacing pod's id (replace_pods); None: the id is kept
 
 
 class RoleSchedule:
@@ -74,13 +94,19 @@ class RoleSchedule:
             for pool in layout.pools
         ]
         by_key = layout.worker_by_key()
+        current = {w.index: w.worker_id for w in layout.workers}
         switches = []
-        for i, change in enumerate(scenario.changes):
+        for i in sorted(range(len(scenario.changes)), key=lambda i: (scenario.changes[i].at_hour, i)):
+            change = scenario.changes[i]
             worker = by_key[change.worker]
             position = layout.pools[worker.pool].workers.index(worker.index)
             role = ROLE_CODE[Role(change.to_role)]
-            switches.append(Switch(worker.index, worker.pool, position, change.at_hour * 3600.0, role, i))
-        self.switches = sorted(switches, key=lambda s: (s.at_s, s.spec_index))
+            new_id = layout.change_ids[i] if i < len(layout.change_ids) else None
+            at_s = change.at_hour * 3600.0
+            old_id = current[worker.index]
+            switches.append(Switch(worker.index, worker.pool, position, at_s, role, i, old_id, new_id))
+            current[worker.index] = new_id or old_id
+        self.switches = switches  # in time order (ties: the scenario's order)
 
     def first_window(self, switch: Switch) -> int:
         """The first window that runs the new role (it ends after the change time)."""
@@ -109,3 +135,18 @@ class RoleSchedule:
         """(worker, from epoch, role, role source) of each change, in time order: what engines report."""
         names = {code: role.value for role, code in ROLE_CODE.items()}
         return [(s.worker, epoch0 + s.at_s, names[s.role], RoleSource.SIM.value) for s in self.switches]
+
+    def renames(self, epoch0: float) -> list[tuple[int, float, str]]:
+        """(worker, from epoch, new id) of each change that replaces the pod, in time order: the id the
+        worker's engine and GPUs report in windows ending after that moment."""
+        return [(s.worker, epoch0 + s.at_s, s.new_worker_id) for s in self.switches if s.new_worker_id]
+
+    def worker_id_in(self, worker: int, window: int, layout_id: str) -> str:
+        """The id ``worker`` reports in ``window``: its last replacing pod's by then, else ``layout_id``;
+        for naming a worker the way the records of that window do."""
+        end = (window + 1) * self._window_s
+        found = layout_id
+        for s in self.switches:
+            if s.worker == worker and s.new_worker_id and end > s.at_s:
+                found = s.new_worker_id
+        return found

@@ -3,8 +3,10 @@
 A scenario describes model pools (what they serve, how, and the traffic they get), node groups (GPU SKU,
 GPUs per node, and the workers each node runs for a pool), life events (drift, idle periods,
 restarts, collector gaps, GPUs lost to Xid 79) and scheduled role changes (``changes``: advice carried
-out, ``fleetsim.role_changes``). Built-in scenarios live next to this module in ``scenarios/*.yaml``;
-``load_scenario`` takes a built-in name or a path.
+out, in place or by replacing the pod, ``fleetsim.role_changes``). A pool of a mixture-of-experts model
+may set ``ep`` (expert parallelism, checked against the model's experts when the layout resolves it).
+Built-in scenarios live next to this module in ``scenarios/*.yaml``; ``load_scenario`` takes a built-in
+name or a path.
 """
 
 from __future__ import annotations
@@ -88,6 +90,9 @@ class PoolSpec(_Spec):
     precision: str = "fp8"
     kv_precision: str | None = None  # default: the weights' precision (bf16 for int4)
     tp: Annotated[int, Field(ge=1, le=16)] = 2
+    # Expert parallelism of a mixture-of-experts model (None: 1, experts sharded by TP); the layout checks
+    # the model has experts and that ep divides their number.
+    ep: Annotated[int, Field(ge=1, le=64)] | None = None
     engine: Literal["vllm", "sglang"] = "vllm"
     serving: Literal["disaggregated", "colocated"] = "disaggregated"
     routing: Literal["capacity", "round-robin"] = "capacity"
@@ -201,13 +206,19 @@ class LifeSpec(_Spec):
 
 
 class RoleChangeSpec(_Spec):
-    """``worker`` (its scenario key) switches to ``to_role`` at ``at_hour``: a swap in place, on the same
-    GPUs and under the same worker id; its engine is down for ``restart_minutes`` while it restarts."""
+    """``worker`` (its scenario key) switches to ``to_role`` at ``at_hour`` on the same GPUs; its engine is
+    down for ``restart_minutes`` while it restarts.
+
+    By default a swap in place, under the same worker id. ``replace_pods``: made the Kubernetes
+    Deployment way, the old pod deleted and a new one, under a new worker id named for its new role,
+    started on the same GPUs (``fleetsim.role_changes``); the scenario key still names the GPUs' worker.
+    """
 
     worker: WorkerKey
     to_role: Literal["prefill", "decode"]
     at_hour: Positive
     restart_minutes: Annotated[float, Field(gt=0.0, le=240.0)] = 5.0
+    replace_pods: bool = False
 
 
 class Scenario(_Spec):

@@ -424,7 +424,9 @@ class _Truth:
         model = self.sim.models[seg.pool]
         return [
             {
-                "worker_id": model.workers[k].worker_id,
+                "worker_id": self.sim.schedule.worker_id_in(
+                    model.workers[k].index, seg.first, model.workers[k].worker_id
+                ),
                 "pool": model.pool.spec.pool_id,
                 "kind": kind.value,
                 "role": _ROLE_NAME[int(seg.current[k])].value,

@@ -14,6 +14,10 @@ The entries of the truth's ``changes`` (their schema is in ``fleetsim.truth``'s 
 (pool, change time); ``after_among_best`` on a traffic: the after placement within the segment's
 equivalence noise of the highest re-simulated placement there; ``beyond_noise``: the primary gain's
 magnitude exceeds its noise. Changes in the run's first window or beyond its end are not reported.
+
+Each entry's ``workers`` name every moved worker by ``worker_id``, the id it reported until the change,
+and ``new_worker_id``, the id of the pod that replaced it (``replace_pods``; null when the change kept the
+id), so a scorer can match a change seen under either id; ``key`` is its scenario key.
 """
 
 from __future__ import annotations
@@ -149,11 +153,12 @@ def change_report(
         }
         primary = traffic[PRIMARY]
         workers = []
-        for s in sorted(e.switches, key=lambda s: layout.workers[s.worker].worker_id):
+        for s in sorted(e.switches, key=lambda s: s.worker_id):
             w = layout.workers[s.worker]
             workers.append(
                 {
-                    "worker_id": w.worker_id,
+                    "worker_id": s.worker_id,
+                    "new_worker_id": s.new_worker_id,
                     "key": w.key,
                     "sku": w.sku.key,
                     "from_role": _ROLE[int(before.current[s.position])],

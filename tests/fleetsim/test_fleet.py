@@ -78,7 +78,7 @@ def test_records_parse_and_both_paths_agree(catalog: Catalog) -> None:
     gpus = [r for r in parsed if isinstance(r, GpuSample)]
     engines = [r for r in parsed if isinstance(r, EngineSample)]
     assert {g.gpu_name for g in gpus} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
-    assert {g.source.value for g in gpus} == {"sim"}
+    assert {g.source.value for g in gpus} == {"dcgm"}
     assert {e.engine for e in engines} == {"vllm"}
     assert {e.model for e in engines} == {"meta-llama/Llama-3.1-70B-Instruct"}
     assert {e.role_source.value for e in engines} == {"sim"}

@@ -200,6 +200,88 @@ def test_a_pod_named_worker_keeps_its_name_and_reports_its_new_role(catalog: Cat
     assert roles[0] is Role.DECODE and roles[-1] is Role.PREFILL and set(roles) == {Role.DECODE, Role.PREFILL}
 
 
+def _replace(at_hour: float, *pairs: tuple[str, str]) -> list[dict[str, Any]]:
+    return [{**c, "replace_pods": True} for c in _swap(at_hour, *pairs)]
+
+
+def test_a_replaced_pod_reports_under_a_new_id_on_the_same_gpus(catalog: Catalog) -> None:
+    scenario = with_role_changes(_fleet(INVERTED, QUIET), _replace(1.0, ("node00/decode-1", "prefill")))
+    layout = build_layout(scenario, catalog)
+    assert layout.change_ids == ("node00/prefill-3",)  # node00 runs prefill-1 and prefill-2 already
+    assert keys_by_worker_id(scenario, catalog)["node00/prefill-3"] == "node00/decode-1"
+    records = _records(scenario, catalog, days=2 / 24, window_s=60.0)
+    change = scenario.start.timestamp() + 3600.0
+    old = [r for r in records if isinstance(r, EngineSample) and r.worker_id == "node00/decode-1"]
+    new = [r for r in records if isinstance(r, EngineSample) and r.worker_id == "node00/prefill-3"]
+    assert (
+        len(old) == 60
+        and all(r.ts.timestamp() <= change for r in old)
+        and {r.role for r in old} == {Role.DECODE}
+    )
+    ends = sorted(r.ts.timestamp() - change for r in new)
+    assert ends[0] == 360.0 and len(new) == 60 - 5  # the new pod starts after the 5-minute restart
+    assert {r.role for r in new} == {Role.PREFILL} and sum(r.prompt_tokens for r in new) > 0
+    assert {tuple(r.gpu_uuids) for r in old} == {tuple(r.gpu_uuids) for r in new}  # the same GPUs
+    (gpus,) = {tuple(r.gpu_uuids) for r in old}
+    owners = [
+        (g.ts.timestamp() > change, g.worker_id)
+        for g in records
+        if isinstance(g, GpuSample) and g.gpu_uuid in gpus
+    ]
+    assert len(owners) == 2 * 120  # the GPUs report throughout, their worker id following the pod
+    assert {(after, w) for after, w in owners} == {(False, "node00/decode-1"), (True, "node00/prefill-3")}
+    others = {r.worker_id for r in records if isinstance(r, EngineSample)} - {"node00/prefill-3"}
+    assert others == set(worker_keys(scenario))  # no other worker is renamed
+
+
+def test_dict_and_json_paths_agree_across_a_replacement(catalog: Catalog) -> None:
+    scenario = with_role_changes(_fleet(INVERTED), _replace(0.5, *MEND))
+    sim = FleetSimulation(scenario, catalog, window_s=300.0)
+    builder = RecordBuilder(sim)
+    chunk = next(sim.chunks(sim.windows_in(2 / 24)))
+    parsed = [parse_record(line) for line in builder.chunk_jsonl(chunk).splitlines()]
+    assert parsed == to_records(builder.chunk_dicts(chunk))
+    ids = {(r.worker_id, r.role) for r in parsed if isinstance(r, EngineSample)}
+    assert {("node01/prefill-1", Role.PREFILL), ("node01/decode-3", Role.DECODE)} <= ids
+    assert ("node01/prefill-1", Role.DECODE) not in ids
+    gpu_ids = {r.worker_id for r in parsed if isinstance(r, GpuSample)}
+    assert {"node00/prefill-3", "node00/prefill-4", "node01/decode-3", "node01/decode-4"} <= gpu_ids
+
+
+def test_a_worker_replaced_twice_never_reuses_an_id(catalog: Catalog) -> None:
+    changes = _replace(1.0, ("node00/decode-1", "prefill")) + _replace(2.0, ("node00/decode-1", "decode"))
+    scenario = with_role_changes(_fleet(INVERTED), changes)
+    assert build_layout(scenario, catalog).change_ids == ("node00/prefill-3", "node00/decode-3")
+    schedule = FleetSimulation(scenario, catalog, window_s=300.0).schedule
+    assert [(s.worker_id, s.new_worker_id) for s in schedule.switches] == [
+        ("node00/decode-1", "node00/prefill-3"),
+        ("node00/prefill-3", "node00/decode-3"),
+    ]
+    worker = schedule.switches[0].worker
+    windows = (11, 12, 23, 24, 30)  # 5-minute windows: the changes start windows 12 and 24
+    assert [schedule.worker_id_in(worker, w, "node00/decode-1") for w in windows] == [
+        "node00/decode-1", "node00/prefill-3", "node00/prefill-3", "node00/decode-3", "node00/decode-3",
+    ]  # fmt: skip
+    in_place = with_role_changes(scenario, _swap(3.0, ("node00/decode-1", "prefill")))
+    assert build_layout(in_place, catalog).change_ids == ("node00/prefill-3", "node00/decode-3", None)
+
+
+def test_a_replaced_pod_takes_a_new_pod_name_of_its_new_role(catalog: Catalog) -> None:
+    eks = load_scenario("eks-inverted")
+    keys = keys_by_worker_id(eks, catalog)
+    pod = next(w for w, key in keys.items() if "/decode-" in key)
+    prefill_hash = next(w for w in keys if "-prefill-" in w).split("-")[-2]
+    changed = with_role_changes(eks, _replace(0.5, (keys[pod], "prefill")))
+    (new,) = set(keys_by_worker_id(changed, catalog)) - set(keys)
+    assert new.startswith(f"chat-70b-prefill-{prefill_hash}-") and new not in keys
+    assert {w.worker_id for w in build_layout(changed, catalog).workers} == set(keys)  # nobody else renamed
+    records = _records(changed, catalog, days=1 / 24, window_s=300.0)
+    roles = {
+        (r.worker_id, r.role) for r in records if isinstance(r, EngineSample) and r.worker_id in (pod, new)
+    }
+    assert roles == {(pod, Role.DECODE), (new, Role.PREFILL)}
+
+
 # --- truth ---------------------------------------------------------------------------------------------
 
 
@@ -246,6 +328,21 @@ def test_a_swap_that_mends_an_inverted_placement_realizes_a_gain(catalog: Catalo
         assert figures["gain_tokens_per_s"] == pytest.approx(
             figures["after_tokens_per_s"] - figures["before_tokens_per_s"], abs=0.2
         )
+
+
+def test_a_change_by_pod_replacement_names_both_ids_in_the_truth(catalog: Catalog) -> None:
+    truth = _truth(with_role_changes(_fleet(INVERTED), _replace(24.0, *MEND)), catalog)
+    (change,) = truth["changes"]
+    assert [(w["worker_id"], w["new_worker_id"], w["key"]) for w in change["workers"]] == [
+        ("node00/decode-1", "node00/prefill-3", "node00/decode-1"),
+        ("node00/decode-2", "node00/prefill-4", "node00/decode-2"),
+        ("node01/prefill-1", "node01/decode-3", "node01/prefill-1"),
+        ("node01/prefill-2", "node01/decode-4", "node01/prefill-2"),
+    ]
+    in_place = _truth(with_role_changes(_fleet(INVERTED), _swap(24.0, *MEND)), catalog)
+    assert {w["new_worker_id"] for w in in_place["changes"][0]["workers"]} == {None}
+    same = ("realized_gain_tokens_per_s", "noise_tokens_per_s", "beyond_noise", "after_is_best")
+    assert {k: change[k] for k in same} == {k: in_place["changes"][0][k] for k in same}  # only names differ
 
 
 def test_a_swap_that_inverts_a_good_placement_realizes_a_loss(catalog: Catalog) -> None:

@@ -14,10 +14,16 @@ from fleetsim.scenario import ScenarioError, builtin_scenarios, load_scenario, p
 from fleetsim.truth import compute_truth
 
 SCENARIOS = ("demo", "balanced", "inverted", "all-h100", "capacity", "underused", "mixed")
+# Overload, light load, pod replacement, seed agreement, large models, utilisation-only telemetry, diurnal
+# drift: their intents are checked in test_new_scenarios.py.
+NEW_SCENARIOS = (
+    "over-demand", "misplaced-quarter-load", "pod-replacement", "seed-twins", "llama-405b-tp8",
+    "qwen3-moe-ep8", "utilisation-only-misplaced", "diurnal-prompt-shift",
+)  # fmt: skip
 
 
 def test_the_issue_scenarios_are_built_in() -> None:
-    assert set(SCENARIOS) <= set(builtin_scenarios())
+    assert set(SCENARIOS) | set(NEW_SCENARIOS) <= set(builtin_scenarios())
 
 
 def _truth(
@@ -171,6 +177,8 @@ def test_a_small_scenario_file_loads(tmp_path: Path, catalog: Catalog) -> None:
         (lambda t: t.replace("name: tiny", "name: Tiny!"), "name"),
         (lambda t: t + "surprise: 1\n", "surprise"),
         (lambda t: t.replace("description: one node", "description: [unclosed"), "not valid YAML"),
+        (lambda t: t.replace("traffic:", "ep: 0\n    traffic:"), "pools.0.ep"),
+        (lambda t: t.replace("traffic:", "ep: 128\n    traffic:"), "pools.0.ep"),
     ],
 )
 def test_bad_scenarios_name_the_problem(change: object, message: str) -> None:
@@ -193,6 +201,23 @@ def test_bad_catalog_references_name_the_problem(catalog: Catalog) -> None:
         build_layout(parse_scenario(tp1), catalog)
     with pytest.raises(ScenarioError, match="no scenario 'nope'"):
         load_scenario("nope")
+
+
+def test_expert_parallelism_needs_experts_it_divides(catalog: Catalog) -> None:
+    dense = parse_scenario(_VALID.replace("traffic:", "ep: 2\n    traffic:"))
+    with pytest.raises(ScenarioError, match=r"pools\[0\]\.ep .*ep 2 needs a mixture-of-experts model"):
+        build_layout(dense, catalog)
+    moe = (
+        _VALID.replace("meta-llama/Llama-3.1-70B-Instruct", "Qwen/Qwen3-235B-A22B-FP8")
+        .replace("traffic:", "tp: 4\n    ep: 3\n    traffic:")
+        .replace("{prefill: 2, decode: 2}", "{prefill: 1, decode: 1}")
+    )
+    with pytest.raises(ScenarioError, match=r"pools\[0\]\.ep .*ep 3 does not divide .* 128 routed experts"):
+        build_layout(parse_scenario(moe), catalog)
+    layout = build_layout(parse_scenario(moe.replace("ep: 3", "ep: 4")), catalog)
+    assert {layout.hardware(w).ep for w in layout.workers} == {4}
+    plain = build_layout(parse_scenario(_VALID), catalog)
+    assert parse_scenario(_VALID).pools[0].ep is None and {plain.hardware(w).ep for w in plain.workers} == {1}
 
 
 def test_corpus_truth_sees_the_misplacements_whatever_the_names(catalog: Catalog) -> None:

@@ -128,7 +128,7 @@ def test_the_report_leads_with_output_tokens_and_requests(audit: AuditReport, re
 def test_data_quality_and_coverage(audit: AuditReport) -> None:
     q = audit.quality
     assert (q.gpus, q.workers, q.unattributed_gpus, q.workers_role_unknown) == (64, 32, 0, 0)
-    assert q.role_sources == {"sim": 32} and set(q.gpu_hours_by_source) == {"sim"}
+    assert q.role_sources == {"sim": 32} and set(q.gpu_hours_by_source) == {"dcgm"}
     assert q.coverage is not None and 0.95 <= q.coverage <= 1.0
     assert q.gpu_hours_with_telemetry == pytest.approx(64 * 72, rel=0.03)
     hours = {row.sku: row for row in audit.sku_hours}
