@@ -14,12 +14,13 @@ carried out, and what each realized), ``planted`` (findings a scenario plants by
 
 What the records say (per window):
 
-- ``gpu_sample``: ``source`` "dcgm" (its counters follow DCGM's definitions), ``gpu_name`` as NVML
-  reports it ("NVIDIA H100 80GB HBM3", "NVIDIA H200"), DCGM-definition
+- ``gpu_sample``: ``source`` "dcgm" (its counters follow DCGM's definitions), ``gpu_name`` as NVML reports
+  it ("NVIDIA H100 80GB HBM3", "NVIDIA H200"), DCGM-definition
   ``sm_active``/``tensor_active``/``dram_active`` (0..1, DRAM capped at 0.8), ``gpu_util``,
-  ``mem_used_bytes`` (vLLM preallocates: HBM x gpu_memory_utilization while the engine runs, the weights being loaded while it restarts), ``power_w``, NVLink bytes (tensor-parallel
-  all-reduces) and PCIe bytes (the KV handoff: sent by prefill GPUs, received by decode GPUs).
-  ``sm_clock_mhz`` is not simulated (null). A GPU lost to Xid 79 reports ``state`` "lost" and nulls.
+  ``mem_used_bytes`` (vLLM preallocates: HBM x gpu_memory_utilization while the engine runs, the weights
+  being loaded while it restarts), ``power_w``, NVLink bytes (tensor-parallel all-reduces) and PCIe bytes
+  (the KV handoff: sent by prefill GPUs, received by decode GPUs). ``sm_clock_mhz`` is not simulated
+  (null). A GPU lost to Xid 79 reports ``state`` "lost" and nulls.
 - ``engine_sample``: ``engine`` "vllm" or "sglang", ``role_source`` "sim", the served model id
   (an HF id), ``precision``. ``prompt_tokens`` counts every prompt token of the requests the engine took
   in the window; on a decode worker that is the prompt tokens whose KV it received (vLLM counts them,
