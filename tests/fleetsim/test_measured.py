@@ -121,3 +121,20 @@ def test_a_sku_without_rows_keeps_the_formulas_and_says_so(catalog: Catalog, tmp
     assert model.sources[1].startswith("model formulas")
     formula = StepModel(workers, EngineConfig(), Efficiency()).breakdown(8.0, 0.0, 2048.0, 0.0).seconds
     assert model.breakdown(8.0, 0.0, 2048.0, 0.0).seconds[1] == pytest.approx(formula[1])
+
+
+def test_a_pool_of_another_precision_keeps_the_formulas(catalog: Catalog, tmp_path: Path) -> None:
+    (tmp_path / "trtllm").mkdir()
+    text = _table_text().replace(
+        "# backend: trtllm\n", "# backend: trtllm\n# quantization: gemm fp8, kv fp8\n"
+    )
+    (tmp_path / "trtllm" / "llama-3.1-70b.csv").write_text(text)
+    bf16 = WorkerHardware(
+        catalog.gpus.get("H100-SXM"), catalog.models.get("llama-3.1-70b"), Precision.BF16, Precision.BF16, 2
+    )
+    model = MeasuredStepModel([bf16], EngineConfig(), Efficiency(), load_tables(tmp_path), "trtllm")
+    assert model.sources == ["model formulas (the measured table is FP8, the pool serves bf16)"]
+    fp8 = MeasuredStepModel(
+        [_hw(catalog, "H100-SXM")], EngineConfig(), Efficiency(), load_tables(tmp_path), "trtllm"
+    )
+    assert fp8.sources[0].startswith("measured: ")

@@ -7,6 +7,7 @@ import pytest
 
 from fleet.catalog import Catalog
 from fleetsim.fleet_sim import FleetSimulation
+from fleetsim.measured import MeasuredStepModel
 from fleetsim.physics_choice import Perturbation, Physics, draw_seed, resolve_physics
 from fleetsim.scenario import load_scenario
 from fleetsim.truth import compute_truth
@@ -48,3 +49,33 @@ def test_the_default_truth_says_it_ran_on_the_model(catalog: Catalog) -> None:
     assert truth["physics"]["name"] == "model"
     assert "draw" not in truth["physics"]
     assert Physics().name == "model"
+
+
+@pytest.mark.parametrize(
+    ("scenario", "pool", "table"),
+    [
+        ("demo", "sim-east/llama-70b", "vllm/llama-3.1-70b.csv"),
+        ("llama-405b-tp8", None, "llama-3.1-405b.csv"),
+        ("qwen3-moe-ep8", "sim-moe/qwen3-235b", "qwen3-235b-a22b.csv"),
+    ],
+)
+def test_measured_runs_on_the_committed_tables(
+    catalog: Catalog, scenario: str, pool: str | None, table: str
+) -> None:
+    physics = resolve_physics("measured")
+    truth = compute_truth(load_scenario(scenario), catalog, 0, 0.05, window_s=60, physics=physics)
+    assert truth["physics"]["name"] == "measured"
+    sources = truth["physics"]["sources"][pool] if pool else next(iter(truth["physics"]["sources"].values()))
+    assert set(sources) == {"H100-SXM", "H200-SXM"}
+    assert all(s.startswith("measured: ") and table in s for s in sources.values()), sources
+    assert {t["aiconfigurator_version"][:6] for t in truth["physics"]["tables"]} == {"0.12.0"}
+
+
+def test_measured_physics_changes_what_a_worker_sustains(catalog: Catalog) -> None:
+    scenario = load_scenario("demo")
+    plain = FleetSimulation(scenario, catalog, 0).models[0].step
+    measured = FleetSimulation(scenario, catalog, 0, physics=resolve_physics("measured")).models[0].step
+    assert isinstance(measured, MeasuredStepModel)
+    model_s = plain.breakdown(64.0, 0.0, 2048.0, 0.0).seconds
+    measured_s = measured.breakdown(64.0, 0.0, 2048.0, 0.0).seconds
+    assert not (abs(measured_s / model_s - 1.0) < 0.01).all()  # the tables, not the formulas, set the step
