@@ -107,6 +107,20 @@ class Grid:
         high = s[i + 1, j] + (s[i + 1, j + 1] - s[i + 1, j]) * ft
         return np.asarray(np.maximum(low + (high - low) * fb, self.floor), dtype=np.float64)
 
+    def curve(self, batches: FloatArray, tokens: FloatArray) -> FloatArray:
+        """``at`` for every batch of ``batches`` at each of ``tokens``: shape (*tokens.shape, B). The
+        interpolation along the lengths is done once per grid row, not once per batch."""
+        nt = len(self.tokens)
+        j = np.clip(np.searchsorted(self.tokens, tokens, side="right") - 1, 0, nt - 2)
+        ft = (tokens - self.tokens[j]) / (self.tokens[j + 1] - self.tokens[j])
+        rows = self.seconds[:, j] + (self.seconds[:, j + 1] - self.seconds[:, j]) * ft  # (rows, *tokens)
+        nb = len(self.batches)
+        i = np.clip(np.searchsorted(self.batches, batches, side="right") - 1, 0, nb - 2)
+        fb = (batches - self.batches[i]) / (self.batches[i + 1] - self.batches[i])
+        shape = (len(batches),) + (1,) * tokens.ndim
+        out = rows[i] + (rows[i + 1] - rows[i]) * fb.reshape(shape)
+        return np.moveaxis(np.maximum(out, self.floor), 0, -1)
+
     @property
     def floor(self) -> float:
         """No step is faster than a tenth of the fastest measured one (extrapolation's guard)."""
@@ -331,10 +345,25 @@ class MeasuredStepModel(StepModel):
         batches = np.unique(np.concatenate([sorted(grid), np.geomspace(0.25, 131072.0, 20)]))
         rho = np.asarray(ratio, dtype=np.float64)
         base = np.broadcast_shapes(np.shape(rho), np.shape(ctx), np.shape(keys), (len(self._decode),))
+        if not rho.any() and all(d is not None for d in self._decode):
+            return batches, self._decode_curve(
+                batches, np.broadcast_to(np.asarray(ctx, dtype=np.float64), base)
+            )
         lead = (len(batches),) + (1,) * len(base)  # the batch axis first: workers stay the last axis
         b = np.broadcast_to(batches.reshape(lead), (len(batches), *base))
         seconds = self.breakdown(b, b * rho, np.broadcast_to(ctx, base), np.broadcast_to(keys, base)).seconds
         return batches, np.moveaxis(np.asarray(seconds, dtype=np.float64), 0, -1)
+
+    def _decode_curve(self, batches: FloatArray, ctx: FloatArray) -> FloatArray:
+        """Decode-only steps at every batch of ``batches`` (same as ``breakdown``), each context's
+        interpolation along the table's lengths done once for all batches: (*ctx.shape, B)."""
+        out = np.empty((*ctx.shape, len(batches)), dtype=np.float64)
+        fraction = np.minimum(batches, 1.0)
+        for (dec, _), cols in self._groups.items():
+            idx = np.array(cols)
+            curve = dec.curve(np.maximum(batches, 1.0), ctx[..., idx]) * fraction
+            out[..., idx, :] = curve / self._speed[idx][:, None]
+        return out
 
     def batch_limits(
         self,

@@ -138,3 +138,12 @@ def test_a_pool_of_another_precision_keeps_the_formulas(catalog: Catalog, tmp_pa
         [_hw(catalog, "H100-SXM")], EngineConfig(), Efficiency(), load_tables(tmp_path), "trtllm"
     )
     assert fp8.sources[0].startswith("measured: ")
+
+
+def test_the_decode_curve_shortcut_matches_the_step_times(catalog: Catalog, tables: Path) -> None:
+    workers = [_hw(catalog, "H100-SXM"), _hw(catalog, "H200-SXM"), _hw(catalog, "H100-SXM")]
+    model = MeasuredStepModel(workers, EngineConfig(), Efficiency(), load_tables(tables), "trtllm")
+    ctx = np.array([[300.0, 2000.0, 9000.0], [5000.0, 700.0, 1024.0]])
+    batches, fast = model._curve(0.0, ctx, 0.0)
+    slow = np.stack([model.breakdown(b, 0.0, ctx, 0.0).seconds for b in batches], axis=-1)
+    assert fast == pytest.approx(slow, rel=1e-9)
