@@ -15,7 +15,6 @@ import importlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,7 +22,7 @@ import numpy as np
 
 from fleet.catalog import Catalog
 from fleet.contract import Finding, FindingKind
-from fleetsim.examine_pools import ChangeScore, PoolScore, change_scores, pool_scores
+from fleetsim.examine_pools import ChangeScore, PoolScore, change_scores, epoch, pool_scores
 from fleetsim.layout import build_layout
 from fleetsim.measured_facts import missing_fields, underuse
 from fleetsim.physics_choice import Physics, draw_seed, resolve_physics
@@ -63,10 +62,6 @@ class SimRun:
     physics: str = "model"
 
 
-def _epoch(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 def records_to_columns(records: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Record dicts (``kind`` gpu_sample / engine_sample) -> (GPU columns, engine columns), epoch ``ts``."""
     columns: dict[str, dict[str, list[Any]]] = {
@@ -78,7 +73,7 @@ def records_to_columns(records: Iterable[Mapping[str, Any]]) -> tuple[dict[str, 
         target = columns[record["kind"]]
         for key, value in record.items():
             if key == "ts" and value not in cache:
-                cache[value] = _epoch(value)
+                cache[value] = epoch(value)
             target[key].append(cache[value] if key == "ts" else value)
     gpu: dict[str, Any] = dict(columns["gpu_sample"])
     engine: dict[str, Any] = dict(columns["engine_sample"])
@@ -283,9 +278,9 @@ def _ratio_drift(result: Result, truth: Mapping[str, Any], pools: Mapping[str, s
     for d in truth.get("ratio_drift", []):
         if last == (d["pool"], d["segment"] - 1):
             pool, start, _ = episodes[-1]
-            episodes[-1] = (pool, start, _epoch(d["end"]))
+            episodes[-1] = (pool, start, epoch(d["end"]))
         else:
-            episodes.append((d["pool"], _epoch(d["start"]), _epoch(d["end"])))
+            episodes.append((d["pool"], epoch(d["start"]), epoch(d["end"])))
         last = (d["pool"], d["segment"])
     found = [
         (pools.get(f.pool or "", ""), *span)
@@ -335,7 +330,7 @@ def _planted(
 def _critical_on_demand_limited(result: Result, truth: Mapping[str, Any], pools: Mapping[str, str]) -> int:
     segments = defaultdict(list)
     for seg in truth.get("segments", []):
-        segments[seg["pool"]].append((_epoch(seg["start"]), _epoch(seg["end"]), bool(seg["demand_limited"])))
+        segments[seg["pool"]].append((epoch(seg["start"]), epoch(seg["end"]), bool(seg["demand_limited"])))
     count = 0
     for f in result.findings:
         if f.severity.value != "critical" or (f.pool or "") not in pools:

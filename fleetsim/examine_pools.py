@@ -31,7 +31,8 @@ CHANGE_SLACK_H = 3.0
 _UNJUDGED = {"too early to tell", "not comparable", "not carried out"}
 
 
-def _epoch(text: str) -> float:
+def epoch(text: str) -> float:
+    """An RFC 3339 timestamp of the truth (``Z`` or an offset) as epoch seconds."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
@@ -94,7 +95,7 @@ def _truth_pools(truth: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Per truth pool: time-weighted demand-limited share and lost output, current-is-best everywhere."""
     out: dict[str, dict[str, Any]] = defaultdict(lambda: {"dl": 0.0, "lost": 0.0, "span": 0.0, "best": True})
     for seg in truth.get("segments", []):
-        span = _epoch(seg["end"]) - _epoch(seg["start"])
+        span = epoch(seg["end"]) - epoch(seg["start"])
         p = out[seg["pool"]]
         p["span"] += span
         p["dl"] += span * bool(seg["demand_limited"])
@@ -168,12 +169,12 @@ def change_scores(
         ids = {w["worker_id"] for w in change["workers"]} | {
             w["new_worker_id"] for w in change["workers"] if w.get("new_worker_id")
         }
-        at = _epoch(change["at"])
+        at = epoch(change["at"])
         match = next(
             (
                 c
                 for c in reported.get(change["pool"], [])
-                if abs(_epoch(str(c["at"])) - at) <= CHANGE_SLACK_H * 3600.0
+                if abs(epoch(str(c["at"])) - at) <= CHANGE_SLACK_H * 3600.0
                 and ids & {m["worker_id"] for m in c.get("moved") or []}
             ),
             None,

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from fleet.contract import FindingKind
+from fleetsim.examine_pools import epoch
 
 UNDERUSED_BELOW = 0.3
 USED_ABOVE = 0.5
@@ -36,16 +36,12 @@ Due = list[dict[str, Any]]
 Grey = set[tuple[str, str | None]]
 
 
-def _epoch(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
 def underuse(truth: Mapping[str, Any]) -> tuple[Due, Grey]:
     """Pools the truth measured under- or fully used (module docstring)."""
     span: dict[str, float] = defaultdict(float)
     used: dict[str, float] = defaultdict(float)
     for seg in truth.get("segments", []):
-        length = _epoch(seg["end"]) - _epoch(seg["start"])
+        length = epoch(seg["end"]) - epoch(seg["start"])
         span[seg["pool"]] += length
         used[seg["pool"]] += length * float(seg["utilisation"])
     due: Due = []
