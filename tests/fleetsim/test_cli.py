@@ -66,3 +66,19 @@ def test_run_rejects_an_unknown_scenario(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "no scenario 'no-such-scenario'" in result.output
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_run_takes_a_physics_and_the_truth_names_it(tmp_path: Path) -> None:
+    out, truth = tmp_path / "b.jsonl", tmp_path / "truth.json"
+    common = ["run", "balanced", "--days", "0.02", "--window-s", "60", "--out", str(out)]
+    result = runner.invoke(app, [*common, "--truth", str(truth), "--physics", "perturbed", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["physics"] == "perturbed"
+    report = json.loads(truth.read_text())
+    assert report["physics"]["name"] == "perturbed" and "max_running_requests" in report["physics"]["draw"]
+    other = tmp_path / "other.json"
+    seeded = [*common, "--truth", str(other), "--physics", "perturbed", "--physics-seed", "3"]
+    assert runner.invoke(app, seeded).exit_code == 0
+    assert json.loads(other.read_text())["physics"]["draw"] != report["physics"]["draw"]
+    bad = runner.invoke(app, [*common, "--physics", "roofline"])
+    assert bad.exit_code == 2 and "model, measured, perturbed" in bad.output
