@@ -305,7 +305,15 @@ def _pool_summary(
         segments=[_segment_summary(pool, s) for s in analysis.segments],
         notes=list(analysis.notes),
         changes=sorted(
-            [*change_outcomes(analysis.segments, grid.workers, outcome_params), *extra_changes],
+            [
+                *change_outcomes(
+                    analysis.segments,
+                    grid.workers,
+                    outcome_params,
+                    {w.worker_id: frozenset(w.gpu_uuids) for w in inventory.workers},
+                ),
+                *extra_changes,
+            ],
             key=lambda c: c.at,
         ),
     )
@@ -322,11 +330,11 @@ def unjudged_reason(
     last: int,
 ) -> str | None:
     """Why a worker cannot be judged (None when its bottleneck was measured and its role is known)."""
+    if bottleneck is Bottleneck.UNKNOWN and not (grid.engine_s[row, first:last] > 0).any():
+        return NOT_SERVING  # a pod replaced or removed: its GPUs are another worker's now
     if worker not in attributed:
         return NO_GPUS
     if bottleneck is Bottleneck.UNKNOWN:
-        if not (grid.engine_s[row, first:last] > 0).any():
-            return NOT_SERVING
         reasons: Counter[int] = Counter()
         if worker in bottlenecks.workers:
             b = bottlenecks.workers.index(worker)

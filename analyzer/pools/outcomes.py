@@ -84,14 +84,66 @@ def _group_of(placement: PlacementResult | None) -> dict[int, str]:
     return {row: g.group.sku.key for g in placement.groups for row in g.group.members}
 
 
+def replaced(
+    before: SegmentAnalysis,
+    after: SegmentAnalysis,
+    workers: Sequence[str],
+    gpus: Mapping[str, frozenset[str]] | None = None,
+) -> list[MovedWorker]:
+    """Role changes made by replacing workers (a Deployment rollout: old pods gone, new pods on the same
+    GPUs): a worker that left in one role paired with one that arrived in the other role on the same GPU
+    group, on a GPU the two share where both report theirs (``gpus``: worker -> GPU UUIDs). The split by
+    group and role is what changed, whatever the ids; a replacement in the same role is a restart."""
+    held = gpus or {}
+    group = _group_key(before.placement) | _group_key(after.placement)
+    left = sorted(row for row in before.roles.keys() - after.roles.keys() if row in group)
+    arrived = sorted(row for row in after.roles.keys() - before.roles.keys() if row in group)
+
+    def same_gpus(old: int, new: int) -> bool:
+        a, b = held.get(workers[old], frozenset()), held.get(workers[new], frozenset())
+        return not a or not b or bool(a & b)
+
+    out = []
+    for old in left:
+        match = next(
+            (
+                new
+                for new in arrived
+                if group.get(new) == group[old]
+                and after.roles[new] != before.roles[old]
+                and {after.roles[new], before.roles[old]} <= {"prefill", "decode"}
+                and same_gpus(old, new)
+            ),
+            None,
+        )
+        if match is not None:
+            arrived.remove(match)
+            moved = MovedWorker(
+                worker_id=workers[old],
+                from_role=before.roles[old],
+                to_role=after.roles[match],
+                new_worker_id=workers[match],
+            )
+            out.append(moved)
+    return out
+
+
+def _group_key(placement: PlacementResult | None) -> dict[int, str]:
+    if placement is None:
+        return {}
+    return {row: g.group.key for g in placement.groups for row in g.group.members}
+
+
 def _outcome(
     before: SegmentAnalysis,
     after: SegmentAnalysis,
     workers: Sequence[str],
     p: OutcomeParams,
     skus: Mapping[str, tuple[str, str]] | None = None,
+    gpus: Mapping[str, frozenset[str]] | None = None,
 ) -> ChangeOutcome | None:
-    """``skus``: worker -> (GPU model before, after) for workers that moved across GPU models."""
+    """``skus``: worker -> (GPU model before, after) for workers that moved across GPU models; ``gpus``:
+    worker -> its GPU UUIDs, to pair a replaced worker with its replacement."""
     moves = skus or {}
     moved = [
         MovedWorker(
@@ -104,6 +156,7 @@ def _outcome(
         for row in sorted(before.roles.keys() & after.roles.keys())
         if before.roles[row] != after.roles[row] or workers[row] in moves
     ]
+    moved += replaced(before, after, workers, gpus)
     if not moved:
         return None
     at, hours = iso(after.start), after.hours
@@ -220,12 +273,20 @@ def change_outcome(
 
 
 def change_outcomes(
-    segments: Sequence[SegmentAnalysis], workers: Sequence[str], p: OutcomeParams | None = None
+    segments: Sequence[SegmentAnalysis],
+    workers: Sequence[str],
+    p: OutcomeParams | None = None,
+    gpus: Mapping[str, frozenset[str]] | None = None,
 ) -> list[ChangeOutcome]:
-    """Every role change between settled segments, judged; then a recommendation left standing."""
+    """Every role change between settled segments, judged, in place or by replacing workers (``gpus``:
+    worker -> GPU UUIDs, pairs them); then a recommendation left standing."""
     params = p or OutcomeParams()
     settled = _settled(segments, params)
-    out = [o for a, b in itertools.pairwise(settled) if (o := _outcome(a, b, workers, params)) is not None]
+    out = [
+        o
+        for a, b in itertools.pairwise(settled)
+        if (o := _outcome(a, b, workers, params, gpus=gpus)) is not None
+    ]
     out += _standing(segments, params)
     return out
 

@@ -18,7 +18,8 @@ def _range(low: float | None, high: float | None, osl_share: float | None) -> st
 
 def _moved(m: MovedWorker) -> str:
     gpus = f" ({m.from_sku}->{m.to_sku})" if m.from_sku and m.to_sku else ""
-    return f"{m.worker_id} {m.from_role}->{m.to_role}{gpus}"
+    replaced = f" (replaced by {m.new_worker_id})" if m.new_worker_id else ""
+    return f"{m.worker_id} {m.from_role}->{m.to_role}{gpus}{replaced}"
 
 
 def _row(c: PoolChange) -> list[str]:

@@ -28,6 +28,11 @@ class MovedWorker(BaseModel):
     to_role: str
     from_sku: str | None = Field(default=None, description="The GPU model it left; null: it kept its GPUs.")
     to_sku: str | None = None
+    new_worker_id: str | None = Field(
+        default=None,
+        description="The worker that replaced it on the same GPU group in its new role (a Deployment "
+        "rollout: old pods gone, new pods in their place); null: it changed role under its own id.",
+    )
 
 
 class ChangeOutcome(BaseModel):

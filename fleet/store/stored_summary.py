@@ -137,10 +137,12 @@ class StoredMoved(_View):
     to_role: Text = None
     from_sku: Text = None
     to_sku: Text = None
+    new_worker_id: Text = None  # the worker that replaced it (a Deployment rollout)
 
     def describe(self) -> str:
         gpus = f" ({self.from_sku}->{self.to_sku})" if self.from_sku and self.to_sku else ""
-        return f"{self.worker_id} {self.from_role}->{self.to_role}{gpus}"
+        replaced = f" (replaced by {self.new_worker_id})" if self.new_worker_id else ""
+        return f"{self.worker_id} {self.from_role}->{self.to_role}{gpus}{replaced}"
 
 
 class StoredChange(_View):

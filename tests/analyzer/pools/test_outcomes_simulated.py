@@ -36,3 +36,32 @@ def test_the_carried_out_swap_paid_off_as_the_truth_says() -> None:
     assert abs(change.predicted_output_tokens_per_s / realized - 1.0) < 0.15
     assert abs(change.realized_output_tokens_per_s / realized - 1.0) < 0.15
     assert result.typed_summary.model.changes_scored == 1
+
+
+@pytest.mark.slow
+def test_a_swap_by_pod_replacement_is_a_change_judged_like_one_in_place() -> None:
+    """The Deployment way: old pods deleted, new pods with new names on the same GPUs."""
+    base = load_scenario("carried-out").model_copy(update={"changes": [], "days": 2.0, "naming": "gke"})
+    swap = [
+        {"worker": "node01/prefill-1", "to_role": "decode", "at_hour": 24.0, "replace_pods": True},
+        {"worker": "node01/prefill-2", "to_role": "decode", "at_hour": 24.0, "replace_pods": True},
+        {"worker": "node00/decode-1", "to_role": "prefill", "at_hour": 24.0, "replace_pods": True},
+        {"worker": "node00/decode-2", "to_role": "prefill", "at_hour": 24.0, "replace_pods": True},
+    ]
+    run = simulate(with_role_changes(base, swap), CATALOG, days=2.0, window_s=300.0, seed=0)
+    result = analyze(input_from_samples(run.gpu_columns, run.engine_columns), CATALOG)
+    (pool,) = result.typed_summary.pools
+    (change,) = [c for c in pool.changes if c.moved]
+    (truth,) = run.truth["changes"]
+    expected = {(w["worker_id"], w["new_worker_id"], w["from_role"], w["to_role"]) for w in truth["workers"]}
+    assert {(m.worker_id, m.new_worker_id, m.from_role, m.to_role) for m in change.moved} == expected
+    assert change.followed == "as recommended" and change.verdict == "paid off as predicted"
+    realized = float(truth["realized_gain_output_tokens_per_s"])
+    assert change.realized_output_tokens_per_s is not None
+    assert abs(change.realized_output_tokens_per_s / realized - 1.0) < 0.15
+    # The pods that left are not serving, not "without GPUs": their GPUs serve their replacements.
+    departed = {w["worker_id"] for w in truth["workers"]}
+    reasons = {
+        w.worker_id: w.unjudged_reason for w in result.typed_summary.workers if w.worker_id in departed
+    }
+    assert set(reasons) == departed and all(r and r.startswith("not serving") for r in reasons.values())

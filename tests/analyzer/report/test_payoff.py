@@ -93,3 +93,29 @@ def test_a_standing_recommendation_shows_its_gain_in_total_tokens_and_a_gpu_move
     ]
     assert "output tok/s" not in table.rows[0][4] and "prompt + output" in table.rows[0][4]
     assert table.rows[1][2] == "w decode->decode (H100-SXM->H200-SXM)"
+
+
+def test_a_replaced_worker_names_its_replacement() -> None:
+    replaced = MovedWorker(
+        worker_id="chat-decode-7f9-abcde",
+        from_role="decode",
+        to_role="prefill",
+        new_worker_id="chat-prefill-1c2-xyz12",
+    )
+    change = _change("paid off as predicted", 1.0).model_copy(update={"moved": [replaced]})
+    blocks = payoff_blocks([PoolChange("east/llama", change)], Accuracy(0, None))
+    (table,) = [b for b in blocks if isinstance(b, Table)]
+    assert "chat-decode-7f9-abcde decode->prefill (replaced by chat-prefill-1c2-xyz12)" in table.rows[0]
+
+
+def test_a_stored_replaced_worker_names_its_replacement() -> None:
+    from fleet.store.stored_summary import StoredMoved
+
+    stored = StoredMoved.model_validate(
+        {"worker_id": "a", "from_role": "prefill", "to_role": "decode", "new_worker_id": "b"}
+    )
+    assert stored.describe() == "a prefill->decode (replaced by b)"
+    assert (
+        StoredMoved.model_validate({"worker_id": "a", "from_role": "x", "to_role": "y"}).describe()
+        == "a x->y"
+    )
