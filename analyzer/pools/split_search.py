@@ -547,7 +547,9 @@ def place(
     draws_p, draws_d = capacity_draws(groups, cp, cd, seed)
     chosen = best_plan(sizes, draws_p, draws_d, isl, osl, current_x, tolerance, r)
     best = _plan([int(v) for v in chosen], sizes, cp, cd, isl, osl, r)
-    if best.tokens_per_s <= current.tokens_per_s:
+    if best.tokens_per_s <= current.tokens_per_s or best.prefill == current.prefill:
+        # The same split is the same pool: its figure is the current one (measured where it was), never a
+        # modelled twin of it, so a pool already at its best split loses nothing.
         best = current
     lost = max(0.0, best.tokens_per_s - current.tokens_per_s)
     low = high = lost

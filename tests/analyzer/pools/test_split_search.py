@@ -249,6 +249,22 @@ def test_a_phase_seen_saturated_replaces_the_model_for_the_current_plan() -> Non
     )
 
 
+def test_a_pool_at_its_best_split_loses_nothing_whatever_was_measured() -> None:
+    """A decode phase seen saturated below the model's figure must not turn the same split, modelled,
+    into a phantom gain (issue 27, point 4)."""
+    h100 = _group("H100-SXM", range(0, 8), 13_000.0, 6_500.0)
+    h200 = _group("H200-SXM", range(8, 16), 13_000.0, 9_000.0)
+    roles = [_roles(range(0, 8), 8), _roles(range(8, 16), 5)]
+    common = {"isl": 1300.0, "osl": 180.0, "demand_tokens_per_s": 1.0, "peak_demand_tokens_per_s": 1.0}
+    modeled = place([h100, h200], roles, **common)  # type: ignore[arg-type]
+    assert modeled.best.prefill == modeled.current.prefill
+    measured = place([h100, h200], roles, measured=(None, 20_000.0), **common)  # type: ignore[arg-type]
+    assert measured.current.decode_tokens_per_s == 20_000.0
+    assert measured.best.prefill == measured.current.prefill
+    assert measured.best == measured.current
+    assert (measured.lost_tokens_per_s, measured.lost_low, measured.lost_high) == (0.0, 0.0, 0.0)
+
+
 def _role(tokens: float, uncertainty: float, shared: float) -> RoleCapacity:
     return RoleCapacity(tokens, uncertainty, "measured", shared=shared)
 
