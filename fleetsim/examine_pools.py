@@ -5,8 +5,8 @@ Per truth pool of a run (a "pool-run"), read duck-typed from the summary's ``poo
 are matched to truth pools by their workers, ``examine.pool_map``):
 
 - state: supply-limited or demand-limited. The truth's is the time-weighted majority of its segments
-  (a segment is demand-limited when its queues were empty in most windows); the analyzer's is its
-  pool's ``demand_limited``.
+  (a segment is demand-limited when its queues were empty in most windows); the analyzer's the same
+  majority of its segments' ``demand_limited`` (its pool's own where no segment has one).
 - lost output tokens/s: the analyzer's ``lost_output_tokens_per_s_mean`` (and ``_low``/``_high``)
   against the truth's time-weighted loss. Scored as a ratio where the truth lost something; on pools
   whose best split is the current one in every segment, any reported loss is phantom.
@@ -104,6 +104,22 @@ def _truth_pools(truth: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _state(pool: Mapping[str, Any]) -> bool | None:
+    """The analyzer's pool state over the range, as the truth's is taken: the time-weighted majority of its
+    segments' ``demand_limited`` (segments without one left out); the pool's own where no segment says."""
+    span = weight = 0.0
+    for seg in pool.get("segments") or []:
+        if seg.get("demand_limited") is None or not seg.get("start") or not seg.get("end"):
+            continue
+        length = epoch(str(seg["end"])) - epoch(str(seg["start"]))
+        span += length
+        weight += length * bool(seg["demand_limited"])
+    if span > 0:
+        return weight > 0.5 * span
+    value = pool.get("demand_limited")
+    return None if value is None else bool(value)
+
+
 def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
@@ -136,7 +152,7 @@ def pool_scores(
         lost = [_float(p.get("lost_output_tokens_per_s_mean")) for p in mine]
         low = [_float(p.get("lost_output_tokens_per_s_mean_low")) for p in mine]
         high = [_float(p.get("lost_output_tokens_per_s_mean_high")) for p in mine]
-        states = [p.get("demand_limited") for p in mine]
+        states = [_state(p) for p in mine]
         span = max(t["span"], 1e-9)
         out.append(
             PoolScore(

@@ -30,7 +30,7 @@ class SeverityParams:
 
 
 def supply_limited(placement: PlacementResult, waiting_typical: float) -> bool:
-    """The pool does not serve its demand: its peak demand exceeds its capacity and requests queue then."""
+    """The pool does not serve its demand: not demand-limited, and requests wait in its median bucket."""
     return not placement.demand_limited and math.isfinite(waiting_typical) and waiting_typical >= 1.0
 
 

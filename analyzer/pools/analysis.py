@@ -244,6 +244,12 @@ def _segment(
             grid, [row for members in current_roles for row, _ in members], first, last, nodes
         ),
     )
+    placement = replace(placement, demand_limited=served_its_demand(placement, waiting))
+    if math.isfinite(waiting):
+        notes.append(
+            f"pool state from its queues: {waiting:,.1f} requests waiting in the median bucket "
+            + ("(it served what arrived)" if placement.demand_limited else "(supply-limited)")
+        )
     return SegmentAnalysis(
         first,
         last,
@@ -257,6 +263,15 @@ def _segment(
         tuple(notes),
         waiting,
     )
+
+
+def served_its_demand(placement: PlacementResult, waiting: float) -> bool:
+    """Demand-limited from the fleet's evidence where it has some: the pool served what arrived when no
+    request waited in its median bucket (a queue most of the time is supply, whatever the model says).
+    Without a reported queue, the model's answer: its peak demand within its modelled capacity."""
+    if math.isfinite(waiting):
+        return waiting < 1.0
+    return placement.demand_limited
 
 
 def _median(values: np.ndarray) -> float:

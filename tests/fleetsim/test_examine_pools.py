@@ -121,3 +121,15 @@ def test_missing_profiling_fields_are_read_from_the_records() -> None:
     due, grey = missing_fields(gpu, TRUTH)
     assert [(d["pool"], d["worker_id"]) for d in due] == [("c/a", "w1"), ("c/a", "w2")]  # w2: 10% of its own
     assert grey == set()  # w3 lacks one field once: not a lost exporter field set
+
+
+def test_the_analyzer_state_is_its_segments_time_weighted_majority() -> None:
+    summary = _summary(500.0, 0.0)
+    summary["pools"][0]["demand_limited"] = True  # the latest segment's, say
+    summary["pools"][0]["segments"] = [
+        {"start": "2024-06-03T00:00:00Z", "end": "2024-06-03T18:00:00Z", "demand_limited": False},
+        {"start": "2024-06-03T18:00:00Z", "end": "2024-06-04T00:00:00Z", "demand_limited": True},
+        {"start": "2024-06-04T00:00:00Z", "end": "2024-06-04T01:00:00Z", "demand_limited": None},
+    ]
+    a, _ = pool_scores(summary, TRUTH, POOLS, Counter())
+    assert a.reported_demand_limited is False and a.state_right
