@@ -67,6 +67,8 @@ class SegmentAnalysis:
     # Requests waiting in the pool's queues in the segment's median bucket (the pool's total); NaN where no
     # engine reports a queue. >= 1: the pool queues most of the time: supply-limited.
     waiting_typical: float = float("nan")
+    # Prompt and generated tokens/s each phase delivered while seen saturated (None: never seen so).
+    measured: tuple[float | None, float | None] = (None, None)
 
     @property
     def hours(self) -> float:
@@ -262,6 +264,7 @@ def _segment(
         placement.current.tokens_per_s,
         tuple(notes),
         waiting,
+        measured,
     )
 
 

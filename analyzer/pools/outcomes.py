@@ -1,7 +1,10 @@
 """Did a placement change pay off? The model's prediction at the time against what the pool did afterwards.
 
-A change is a segment boundary where serving workers changed role. Predicted and realized gains are both
-taken at the traffic mix of the segment before. Reasoning: docs/analyzer.md#outcomes
+A change is a segment boundary where the pool's split by GPU group and role changed (in place or by
+replacing workers). Predicted and realized gains are both taken at the traffic mix of the segment before.
+The realized gain is measured, never modelled: it needs the phase that bounds the pool seen saturated
+before and after the change; otherwise the verdict is "not measurable yet". Reasoning:
+docs/analyzer.md#outcomes
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Verdict(StrEnum):
     WORSE = "made things worse"
     NONE_EXPECTED = "no gain predicted, none seen"
     TOO_EARLY = "too early to tell"
+    NOT_MEASURABLE = "not measurable yet"
     UNSCORED = "not comparable"
     NOT_CARRIED_OUT = "not carried out"
 
@@ -192,7 +196,12 @@ def _outcome(
     )
     rate_before = _rate(pb.current.prefill_tokens_per_s, pb.current.decode_tokens_per_s, isl, osl)
     rate_after = _rate(pa.current.prefill_tokens_per_s, pa.current.decode_tokens_per_s, isl, osl)
-    realized_rate = rate_after - rate_before
+    unmeasured = [
+        name
+        for name, seg, plan in (("before", before, pb), ("after", after, pa))
+        if not _bound_measured(seg, plan, isl, osl)
+    ]
+    realized_rate = math.nan if unmeasured else rate_after - rate_before
     tokens = isl + osl
     outcome = ChangeOutcome(
         at=at,
@@ -213,13 +222,22 @@ def _outcome(
         delivered_output_tokens_per_s_after=num(after.mix.output_rate),
         hours_after=round(hours, 2),
     )
-    judged = _judge(outcome, rate_before * tokens, p)
-    if pb.demand_limited and pa.demand_limited and judged.verdict in {v.value for v in SCORED}:
-        # Neither segment saturated: delivered tokens followed demand, and what was realized is the model's
-        # capacity calibrated on each segment's telemetry, not an observed throughput.
-        caveat = "; the pool served its demand before and after: realized is calibrated capacity, not served"
-        judged = judged.model_copy(update={"reason": judged.reason + caveat})
-    return judged
+    if unmeasured and outcome.hours_after >= p.min_hours_after:
+        served = "; the pool served all its demand after it" if pa.demand_limited else ""
+        reason = (
+            f"the phase bounding the pool was not seen saturated {' or '.join(unmeasured)} the change: what "
+            f"it realized would be the model's own figure, not a measurement (predicted "
+            f"{predicted_rate * tokens:+,.0f} tokens/s){served}"
+        )
+        return outcome.model_copy(update={"verdict": Verdict.NOT_MEASURABLE.value, "reason": reason})
+    return _judge(outcome, rate_before * tokens, p)
+
+
+def _bound_measured(seg: SegmentAnalysis, plan: PlacementResult, isl: float, osl: float) -> bool:
+    """Whether the phase that bounds the pool's rate (at this mix) was seen saturated in the segment: then
+    the rate is a delivered throughput, not the model's."""
+    prefill_bound = plan.current.prefill_tokens_per_s / isl <= plan.current.decode_tokens_per_s / osl
+    return seg.measured[0 if prefill_bound else 1] is not None
 
 
 def _judge(o: ChangeOutcome, capacity: float, p: OutcomeParams) -> ChangeOutcome:

@@ -14,6 +14,7 @@ Verdict = Literal[
     "made things worse",
     "no gain predicted, none seen",
     "too early to tell",
+    "not measurable yet",
     "not comparable",
     "not carried out",
 ]

@@ -77,4 +77,7 @@ def test_a_move_across_gpu_models_is_judged_like_a_role_change() -> None:
     }
     assert all(m.from_role == m.to_role for m in change.moved)  # the roles stayed; the GPUs changed
     assert change.verdict != "not comparable" and change.predicted_tokens_per_s is not None
-    assert change.realized_tokens_per_s is not None
+    # The synthetic pool serves a constant demand with room to spare on both sides: what the move realized
+    # cannot be measured (it would be the model's own figure), so it waits.
+    assert change.verdict == "not measurable yet" and change.realized_tokens_per_s is None
+    assert "served all its demand after" in change.reason

@@ -26,8 +26,14 @@ def _group(sku: str, rows: range, decode: float) -> GroupCapacity:
 
 
 def _segment(
-    roles: dict[int, str], start_h: float, hours: float, h200_decode: float = 9_000.0
+    roles: dict[int, str],
+    start_h: float,
+    hours: float,
+    h200_decode: float = 9_000.0,
+    *,
+    saturated: bool = True,
 ) -> SegmentAnalysis:
+    """A segment of the pool; ``saturated``: both phases were seen saturated (their figures measured)."""
     groups = (_group("H100-SXM", H100_ROWS, 6_500.0), _group("H200-SXM", H200_ROWS, h200_decode))
     placement = place(
         groups,
@@ -49,6 +55,11 @@ def _segment(
         capacities=groups,
         placement=placement,
         capacity_tokens_per_s=placement.current.tokens_per_s,
+        measured=(
+            (placement.current.prefill_tokens_per_s, placement.current.decode_tokens_per_s)
+            if saturated
+            else (None, None)
+        ),
     )
 
 
@@ -123,3 +134,19 @@ def test_a_short_transition_between_two_settled_segments_is_looked_through() -> 
     outcomes = [o for o in change_outcomes([before, transition, after], WORKERS) if o.moved]
     assert len(outcomes) == 1 and outcomes[0].verdict == Verdict.AS_PREDICTED
     assert len(outcomes[0].moved) == len(before.placement.changes)
+
+
+def test_a_change_is_not_measurable_while_the_pool_is_never_seen_saturated() -> None:
+    """The realized gain is measured, never the model's: without a saturated bounding phase on both sides
+    the verdict waits, and the change stays out of the running error."""
+    before = _segment(INVERTED, 0, 48)
+    assert before.placement is not None
+    after = _segment(_as_recommended(before.placement), 48, 48, saturated=False)
+    (outcome,) = change_outcomes([before, after], WORKERS)
+    assert outcome.verdict == Verdict.NOT_MEASURABLE and "not seen saturated after" in outcome.reason
+    assert outcome.realized_tokens_per_s is None and outcome.realized_to_predicted is None
+    assert outcome.predicted_tokens_per_s is not None and outcome.predicted_tokens_per_s > 0
+    assert running_error([outcome]) == (0, None)
+    early = _segment(_as_recommended(before.placement), 48, 2, saturated=False)
+    (waiting,) = change_outcomes([before, early], WORKERS)
+    assert waiting.verdict == Verdict.TOO_EARLY
