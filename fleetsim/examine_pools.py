@@ -127,8 +127,12 @@ def _float(value: Any) -> float | None:
 def _decision(
     pools: Sequence[Mapping[str, Any]], flagged: Counter[tuple[str, ...]]
 ) -> tuple[tuple[str, ...], ...]:
-    """What the analyzer decided for a truth pool: flagged moves and the recommended split per SKU."""
-    rows = [(*key, str(n)) for key, n in sorted(flagged.items())]
+    """What the analyzer decided for a truth pool: how many workers of each SKU it would move from which
+    role to which (the kind it names them by is not the decision), and the recommended split per SKU."""
+    moves: Counter[tuple[str, ...]] = Counter()
+    for key, n in flagged.items():
+        moves[key[:3]] += n  # (sku, from, to): the kind dropped
+    rows = [(*key, str(n)) for key, n in sorted(moves.items())]
     for p in pools:
         for group, r in sorted((p.get("recommended") or {}).items()):
             rows.append(("split", group, str(r.get("prefill_best")), str(r.get("decode_best"))))

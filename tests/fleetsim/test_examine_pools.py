@@ -133,3 +133,14 @@ def test_the_analyzer_state_is_its_segments_time_weighted_majority() -> None:
     ]
     a, _ = pool_scores(summary, TRUTH, POOLS, Counter())
     assert a.reported_demand_limited is False and a.state_right
+
+
+def test_a_decision_is_the_moves_and_the_split_not_the_kinds_named() -> None:
+    one = Counter({("c/a", "H100", "decode", "prefill", "capacity-on-small-memory"): 1,
+                   ("c/a", "H100", "decode", "prefill", "decode-on-low-bandwidth"): 1})  # fmt: skip
+    other = Counter({("c/a", "H100", "decode", "prefill", "capacity-on-small-memory"): 2})
+    a1, _ = pool_scores(_summary(500.0, 0.0), TRUTH, POOLS, one)
+    a2, _ = pool_scores(_summary(500.0, 0.0), TRUTH, POOLS, other)
+    assert a1.decision == a2.decision
+    assert ("H100", "decode", "prefill", "2") in a1.decision
+    assert ("split", "H100/tp2", "2", "0") in a1.decision
