@@ -25,7 +25,7 @@ from analyzer.pools.capacity import (
 )
 from analyzer.pools.pool import Pool
 from analyzer.pools.reported_budgets import ReportedBudgets
-from analyzer.pools.split_search import PlacementResult, Routing, WorkerLoad, place
+from analyzer.pools.split_search import CONFIDENCE, HEADROOM, PlacementResult, Routing, WorkerLoad, place
 from analyzer.pools.workload import PoolTraffic, TrafficMix, pool_traffic
 from analyzer.telemetry.drift import ChangePoint, DriftParams, change_points, segments, state_changes
 from analyzer.telemetry.frames import ROLES
@@ -45,6 +45,14 @@ class PoolParams:
         0.0,
         "A materiality floor: a plan with more role changes must also sustain this share more on average "
         "(0: beating the current plan in most capacity draws decides alone).",
+    )
+    confidence: float = tunable(
+        CONFIDENCE,
+        "Share of the capacity draws a plan with more role changes must win to replace the current one.",
+    )
+    headroom: float = tunable(
+        HEADROOM,
+        "Spare capacity of the non-binding phase a plan must add to be worth more changes at the same rate.",
     )
     peak_quantile: float = tunable(0.95, "The quantile of a segment's hourly demand taken as its peak.")
     serving_share: float = tunable(
@@ -239,6 +247,8 @@ def _segment(
         demand_tokens_per_s=mix.tokens_rate,
         peak_demand_tokens_per_s=traffic.peak(first, last, p.peak_quantile),
         tolerance=p.tolerance,
+        confidence=p.confidence,
+        headroom=p.headroom,
         routing=routing,
         measured=measured,
         seed=first,
@@ -359,8 +369,9 @@ def measured_phases(
     """Prompt and generated tokens/s each phase delivered while saturated (None where never seen so).
 
     A phase is saturated in a bucket when its workers queue work at their limit (decode: KV cache full with
-    a queue; prefill: busy with a queue): all of them under a load-aware router, any one under round-robin,
-    where the slowest bounds the phase. Needs ``min_saturated_buckets`` such buckets; the median over them.
+    a queue; prefill: ``saturated_busy`` busy with a queue): all of them under a load-aware router, any one
+    under round-robin, where the slowest bounds the phase. Needs ``min_saturated_buckets`` such buckets;
+    the median over them.
     """
     sl = slice(first, last)
     out: list[float | None] = []
@@ -374,7 +385,7 @@ def measured_phases(
             at_limit = np.nan_to_num(grid.kv_usage[rows, sl]) >= params.saturated_kv
             tokens = grid.rate(grid.generation_tokens[rows, sl], (rows, sl))
         else:
-            at_limit = np.nan_to_num(busy_share(grid, rows)[:, sl]) >= 0.9
+            at_limit = np.nan_to_num(busy_share(grid, rows)[:, sl]) >= params.saturated_busy
             tokens = grid.rate(grid.prompt_tokens[rows, sl], (rows, sl))
         saturated = queued & at_limit
         reporting = (grid.engine_s[rows, sl] > 0).all(axis=0)

@@ -55,6 +55,9 @@ class CapacityParams:
     extrapolation_per_doubling: float = tunable(
         0.04, "Uncertainty added per doubling of batch beyond the largest one seen."
     )
+    saturated_busy: float = tunable(
+        0.9, "A prefill bucket this busy (GPU utilisation share) with a queue is saturated."
+    )
     saturated_kv: float = tunable(
         0.9, "A decode bucket with this much KV cache in use and a queue is saturated."
     )

@@ -219,6 +219,7 @@ def best_plan(
     routing: Routing | None = None,
     shortlist: int = SHORTLIST,
     confidence: float = CONFIDENCE,
+    headroom: float = HEADROOM,
 ) -> npt.NDArray[np.int64]:
     """The plan (prefill workers per group) to recommend, from capacity draws (rows of ``draws_p`` /
     ``draws_d``; the first row is the central estimate).
@@ -248,7 +249,7 @@ def best_plan(
         if chosen_rate <= 0:
             better |= expected > 0
         if moved:  # the same tokens on average with each phase on the hardware it needs: more headroom
-            better |= (expected >= chosen_rate * (1.0 - _SAME_RATE)) & (buffer > chosen_buffer + HEADROOM)
+            better |= (expected >= chosen_rate * (1.0 - _SAME_RATE)) & (buffer > chosen_buffer + headroom)
         found = np.flatnonzero((changes == k) & better)
         if found.size:
             i = int(found[np.lexsort((-buffer[found], -wins[found], -expected[found]))[0]])
@@ -528,6 +529,8 @@ def place(
     measured: tuple[float | None, float | None] = (None, None),
     seed: int = 0,
     loads: Mapping[int, WorkerLoad] | None = None,
+    confidence: float = CONFIDENCE,
+    headroom: float = HEADROOM,
 ) -> PlacementResult:
     """Best placement of a disaggregated pool's workers. ``current_roles`` lists, per group, the
     (grid row, "prefill"|"decode") of each available worker; ``loads`` (grid row -> ``WorkerLoad``) chooses
@@ -545,7 +548,9 @@ def place(
     modeled = _plan([int(v) for v in current_x], sizes, cp, cd, isl, osl, r)
     current = _with_measured(modeled, measured, isl, osl)
     draws_p, draws_d = capacity_draws(groups, cp, cd, seed)
-    chosen = best_plan(sizes, draws_p, draws_d, isl, osl, current_x, tolerance, r)
+    chosen = best_plan(
+        sizes, draws_p, draws_d, isl, osl, current_x, tolerance, r, confidence=confidence, headroom=headroom
+    )
     best = _plan([int(v) for v in chosen], sizes, cp, cd, isl, osl, r)
     if best.tokens_per_s <= current.tokens_per_s or best.prefill == current.prefill:
         # The same split is the same pool: its figure is the current one (measured where it was), never a
