@@ -85,7 +85,9 @@ class RoleCapacity:
 
     tokens_per_s: float
     uncertainty: float
-    source: str  # "measured", "transferred" or "model"
+    # "measured" (a saturated worker's delivered throughput), "calibrated" (the model fitted to this group's
+    # unsaturated telemetry), "transferred" (another group's calibration) or "model"
+    source: str
     fits: bool = True
     batch: float | None = None  # decode: the saturated batch
     tpot_s: float | None = None
@@ -126,6 +128,9 @@ class PoolCalibration:
 
     prefill_factor: dict[str, tuple[float, float]] = field(default_factory=dict)  # group -> (factor, spread)
     prefill_measured: dict[str, float] = field(default_factory=dict)  # group -> tokens per busy second
+    prefill_saturated: set[str] = field(
+        default_factory=set
+    )  # groups whose factor comes from saturated buckets
     decode: dict[str, DecodeLine] = field(default_factory=dict)
     kv_bytes: dict[str, float] = field(default_factory=dict)  # group -> measured KV bytes per worker
     # group -> (generated tokens/s, prompt length, output length) of decode workers saturated (KV full with
@@ -238,12 +243,12 @@ def calibrate(
             speed_per_bucket = grid.rate(grid.prompt_tokens[rows], rows) / np.where(busy > 0, busy, np.nan)
             model = _model_prefill_series(d, isl, osl, prefill.any(axis=0)) if d is not None else None
             per_worker, factors = [], []
+            # Saturated: busy at its limit with prompts queued. Only there is a worker's speed its capacity.
+            saturated = prefill & (busy >= p.saturated_busy) & (np.nan_to_num(grid.waiting[rows]) >= 1.0)
             for i in range(len(rows)):
-                use = (
-                    prefill[i] & (busy[i] >= p.loaded_busy)
-                    if (prefill[i] & (busy[i] >= p.loaded_busy)).sum() >= 3
-                    else prefill[i]
-                )
+                at_limit = saturated[i].sum() >= p.min_saturated_buckets
+                loaded = prefill[i] & (busy[i] >= p.loaded_busy)
+                use = saturated[i] if at_limit else (loaded if loaded.sum() >= 3 else prefill[i])
                 if not use.any():
                     continue
                 per_worker.append(float(np.nanmedian(speed_per_bucket[i][use])))
@@ -255,7 +260,12 @@ def calibrate(
                     else None
                 )
                 if ratio is not None and np.isfinite(ratio).any():
-                    factors.append(float(np.nanmedian(ratio)))
+                    factor = float(np.nanmedian(ratio))
+                    # An unsaturated worker's speed is a floor on its capacity (small batches, idle gaps):
+                    # it may show the model too slow, never too fast.
+                    factors.append(factor if at_limit else max(factor, 1.0))
+                    if at_limit:
+                        cal.prefill_saturated.add(group.key)
             speed = float(np.median(per_worker))
             cal.prefill_measured[group.key] = speed
             finite = [f for f in factors if math.isfinite(f)]
@@ -446,8 +456,9 @@ def _prefill(
         # the pooled factor the others borrow; a spread beyond it is this group's own.
         factor, spread = cal.prefill_factor[group.key]
         uncertainty = max(p.measured_uncertainty, spread)
+        source = "measured" if group.key in cal.prefill_saturated else "calibrated"
         return RoleCapacity(
-            model * factor, uncertainty, "measured", fits, shared=min(uncertainty, p.measured_uncertainty)
+            model * factor, uncertainty, source, fits, shared=min(uncertainty, p.measured_uncertainty)
         )
     if cal.prefill_factor:
         uncertainty = _transfer_uncertainty(
@@ -529,7 +540,7 @@ def _decode(
     # and the extrapolation of the same step-time model beyond the batches seen.
     shared = p.measured_uncertainty + extrapolation
     if line is not None:
-        uncertainty, source = max(p.measured_uncertainty, line.residual) + extrapolation, "measured"
+        uncertainty, source = max(p.measured_uncertainty, line.residual) + extrapolation, "calibrated"
     elif cal.decode:
         sources = [cal.skus[k] for k in cal.decode if k in cal.skus]
         uncertainty, source = _transfer_uncertainty(d, sources, "decode", p) + extrapolation, "transferred"

@@ -390,7 +390,8 @@ def _changes(
 
 
 _ORIGIN = {
-    "measured": "measured on this pool's workers",
+    "measured": "measured on this pool's workers, seen saturated",
+    "calibrated": "calibrated on this pool's workers' telemetry (not seen saturated)",
     "transferred": "borrowed from another SKU's calibration (no worker of this SKU runs the role)",
     "model": "the performance model's figure, uncalibrated",
 }

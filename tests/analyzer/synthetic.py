@@ -57,6 +57,7 @@ class Fleet:
     source: str = "dcgm"
     counters: str = PROFILING  # PROFILING, UTILISATION or BUSY_ONLY (what the GPUs report)
     decode_waiting: float = 0.0  # requests queued at each decode worker (a supply-limited pool queues)
+    prefill_waiting: float = 0.0  # prompts queued at each prefill worker
     # (worker_id, first hour, last hour) -> override applied to that worker's windows
     silent: list[tuple[str, float, float]] = field(default_factory=list)  # engine up, no tokens
     lost: list[tuple[str, float, float]] = field(default_factory=list)  # GPUs lost, engine gone
@@ -118,7 +119,7 @@ class Fleet:
                     "prompt": requests * isl * win,
                     "generation": requests * win,
                     "running": 4 * busy,
-                    "waiting": 0.0,
+                    "waiting": self.prefill_waiting,
                     "kv": 0.01,
                     "tpot": None,
                     "ttft": 0.3,

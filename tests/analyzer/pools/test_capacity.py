@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -36,10 +37,11 @@ REPORTED = {H100.key: (400_000.0, 0.0), H200.key: (1_100_000.0, 0.0)}
 
 
 def _inverted_calibration() -> PoolCalibration:
-    """H100s decode (a line up to batch 38), H200s prefill (a measured factor): every other figure is
-    transferred, as in a fleet placed backwards."""
+    """H100s decode (a line up to batch 38), H200s prefill (a factor measured while saturated): every other
+    figure is transferred, as in a fleet placed backwards."""
     return PoolCalibration(
         prefill_factor={H200.key: (1.07, 0.006)},
+        prefill_saturated={H200.key},
         decode={H100.key: DecodeLine(scale=0.97, residual=0.02, max_batch_seen=38.0, points=200)},
         pooled_prefill=1.07,
         pooled_decode=0.97,
@@ -68,12 +70,18 @@ def test_capacities_from_one_source_share_its_error() -> None:
     assert h200.prefill.correlation == pytest.approx(1.0)
     # Decode: both extrapolate the H100's line beyond batch 38; the H200 also borrows its scale, and only
     # the cross-SKU part of its error (bandwidth and memory differ) is its own.
-    assert (h100.decode.source, h200.decode.source) == ("measured", "transferred")
+    # A TPOT line fitted below saturation calibrates the model: it is not a saturated worker's throughput.
+    assert (h100.decode.source, h200.decode.source) == ("calibrated", "transferred")
     assert h100.decode.correlation == pytest.approx(1.0, abs=1e-3)  # a reported budget is all but exact
     assert h200.decode.batch is not None and h200.decode.batch > 4 * 38.0
     extrapolation = p.extrapolation_per_doubling * math.log2(h200.decode.batch / 38.0)
     assert h200.decode.shared == pytest.approx(p.measured_uncertainty + extrapolation, rel=1e-3)
     assert 0.5 < h200.decode.correlation < 1.0
+
+
+def test_a_factor_from_unsaturated_buckets_is_calibrated_not_measured() -> None:
+    cal = replace(_inverted_calibration(), prefill_saturated=set())
+    assert group_capacity(H200, cal, ISL, OSL).prefill.source == "calibrated"
 
 
 def test_a_borrowed_figure_is_never_less_certain_than_the_uncalibrated_model() -> None:
