@@ -20,6 +20,7 @@ from analyzer.pools.outcomes import OutcomeParams
 from analyzer.pools.parallel import analyze_pools
 from analyzer.pools.pool import Inventory, Pool, build_pools, gpu_sku, inventory_from_samples
 from analyzer.pools.reported_budgets import ReportedBudgets
+from analyzer.pools.saturation import SaturationParams
 from analyzer.pools.selection import PoolSelection, select
 from analyzer.results.changes import ChangeOutcome
 from analyzer.results.summary import Scope, Summary
@@ -64,6 +65,7 @@ class AnalyzerParams:
     pool: PoolParams = field(default_factory=PoolParams)
     findings: FindingParams = field(default_factory=FindingParams)
     outcomes: OutcomeParams = field(default_factory=OutcomeParams)
+    saturation: SaturationParams = field(default_factory=SaturationParams)
     clusters: Mapping[str, str] | None = None  # node -> cluster, over what the collectors reported
     pool_params: Mapping[str, PoolParams] = field(default_factory=dict)  # per pool key
 
@@ -248,6 +250,7 @@ def analyze(
         catalog=catalog,
         finding_params=p.findings,
         outcome_params=p.outcomes,
+        saturation_params=p.saturation,
         extra_changes=moved,
     )
     if not chosen.everything:

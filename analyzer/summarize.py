@@ -19,6 +19,7 @@ from analyzer.model.efficiency import CALIBRATION_ACCURACY, CALIBRATION_PROVENAN
 from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
 from analyzer.pools.outcomes import OutcomeParams, change_outcomes
 from analyzer.pools.pool import DeviceCounts, Inventory, Pool, device_counts
+from analyzer.pools.saturation import SaturationParams, worker_saturation
 from analyzer.pools.split_search import PlacementResult
 from analyzer.results.changes import ChangeOutcome
 from analyzer.results.summary import (
@@ -379,6 +380,7 @@ def build_summary(
     finding_params: FindingParams | None = None,
     outcome_params: OutcomeParams | None = None,
     extra_changes: Mapping[str, Sequence[ChangeOutcome]] | None = None,
+    saturation_params: SaturationParams | None = None,
 ) -> Summary:
     pool_rows = [
         _pool_summary(
@@ -441,9 +443,12 @@ def build_summary(
     n = grid.shape[1]
     first = max(0, n - 3)
     attributed = set(inventory.gpu_worker().values())
+    latest_range = {a.pool.key: (a.latest.first, a.latest.last) for a in analyses if a.latest is not None}
     workers = []
     for pool in pools:
+        span = latest_range.get(pool.key, (0, n))
         for row in pool.members:
+            saturation = worker_saturation(grid, row, grid_role(grid, row), *span, params=saturation_params)
             worker = grid.workers[row]
             bottleneck = dominant_bottleneck(bottlenecks, worker, first, n)
             # A misplacement finding is only made on a measured bottleneck (analyzer.findings.misplacement):
@@ -477,6 +482,9 @@ def build_summary(
                     lost_output_tokens_per_s=num(mine.get("lost_output_tokens_per_s", 0.0)),
                     lost_requests_per_s=num(mine.get("lost_requests_per_s", 0.0), 4),
                     lost_tokens_per_s=num(mine.get("lost_tokens_per_s", 0.0)),
+                    saturation=saturation.state,
+                    saturated_share=num(saturation.share, 3),
+                    saturation_evidence=saturation.reason,
                 )
             )
 

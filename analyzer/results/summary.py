@@ -233,6 +233,16 @@ class WorkerSummary(_Model):
     lost_output_tokens_per_s: float | None
     lost_requests_per_s: float | None
     lost_tokens_per_s: float | None
+    saturation: Literal["saturated", "unsaturated", "unknown"] = Field(
+        default="unknown",
+        description="Over its pool's latest segment: saturated when work waited for it while it ran at its "
+        "limit (KV cache nearly full or running requests on their plateau; prefill: busy) in most buckets; "
+        "unknown where its engine reports no queue. Only a saturated worker's throughput is its capacity.",
+    )
+    saturated_share: float | None = Field(
+        default=None, description="Share of its serving buckets it was saturated in; null: unknown."
+    )
+    saturation_evidence: str = Field(default="", description="What the saturation verdict rests on.")
 
 
 class FleetTotals(_Model):
