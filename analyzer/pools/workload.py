@@ -99,6 +99,19 @@ class TrafficMix:
         return TrafficMix(self.prompt_rate, self.output_rate, rate, isl, osl, self.buckets)
 
 
+def role_transitions(role: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
+    """Per bucket (columns of ``role``: workers x buckets, -1 where silent): whether some worker's role
+    there differs from its role in the bucket before or after (the change lies in one of the two)."""
+    out = np.zeros(role.shape[1], dtype=bool)
+    if role.shape[1] < 2:
+        return out
+    both = (role[:, 1:] >= 0) & (role[:, :-1] >= 0)
+    changed = (both & (role[:, 1:] != role[:, :-1])).any(axis=0)
+    out[1:] |= changed
+    out[:-1] |= changed
+    return out
+
+
 def pool_traffic(pool: Pool, grid: WorkerGrid) -> PoolTraffic:
     """The pool's per-bucket traffic from its workers' engine counters."""
     rows = np.array(pool.members, dtype=np.int64)
@@ -130,13 +143,16 @@ def pool_traffic(pool: Pool, grid: WorkerGrid) -> PoolTraffic:
         if counted
         else np.full(grid.shape[1], np.nan)
     )
+    # A bucket where a worker changes role holds counters of both roles under one (a rollup keeps one role
+    # per bucket): its tokens cannot be told apart by phase, so it says nothing of the mix.
+    mixed_up = role_transitions(role)
     return PoolTraffic(
         pool=pool.key,
         bucket_start=grid.bucket_start,
         bucket_s=grid.bucket_s,
-        prompt_rate=prompt_rate,
-        output_rate=output_rate,
-        request_rate=requests,
+        prompt_rate=np.where(mixed_up, np.nan, prompt_rate),
+        output_rate=np.where(mixed_up, np.nan, output_rate),
+        request_rate=np.where(mixed_up, np.nan, requests),
         prefill_workers=(prefill & reporting).sum(axis=0).astype(np.float64),
         decode_workers=(decode & reporting).sum(axis=0).astype(np.float64),
         mixed_workers=(mixed & reporting).sum(axis=0).astype(np.float64),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from analyzer.pipeline import analyze, input_from_samples
@@ -65,3 +66,27 @@ def test_a_swap_by_pod_replacement_is_a_change_judged_like_one_in_place() -> Non
         w.worker_id: w.unjudged_reason for w in result.typed_summary.workers if w.worker_id in departed
     }
     assert set(reasons) == departed and all(r and r.startswith("not serving") for r in reasons.values())
+
+
+@pytest.mark.slow
+def test_the_traffic_mix_around_an_in_place_change_is_not_garbled() -> None:
+    """The hour a worker changes role holds both roles' counters under one: it says nothing of the mix
+    (it once read 8 prompt and 5 output tokens per request)."""
+    base = load_scenario("carried-out").model_copy(update={"changes": [], "days": 2.0})
+    swap = [
+        {"worker": "node01/prefill-1", "to_role": "decode", "at_hour": 24.0},
+        {"worker": "node00/decode-1", "to_role": "prefill", "at_hour": 24.0},
+    ]
+    run = simulate(with_role_changes(base, swap), CATALOG, days=2.0, window_s=300.0, seed=0, truth=False)
+    result = analyze(input_from_samples(run.gpu_columns, run.engine_columns), CATALOG)
+    (pool,) = result.typed_summary.pools
+    for segment in pool.segments:
+        assert segment.mean_prompt_tokens is not None and segment.mean_output_tokens is not None
+        assert 1200 < segment.mean_prompt_tokens < 1500 and 700 < segment.mean_output_tokens < 1100
+
+
+def test_role_transitions_mark_both_buckets_around_a_change() -> None:
+    from analyzer.pools.workload import role_transitions
+
+    role = np.array([[0, 0, 0, 1, 1], [1, 1, -1, 1, 1]], dtype=np.int8)  # a change; a restart in a role
+    assert role_transitions(role).tolist() == [False, False, True, True, False]
