@@ -20,7 +20,14 @@ from analyzer.planning.plan import Figure, Gain, gain_from_tokens
 from analyzer.pools.analysis import PoolAnalysis
 from analyzer.pools.capacity import CapacityParams, GroupCapacity, group_capacity
 from analyzer.pools.pool import SkuGroup
-from analyzer.pools.split_search import best_plan, capacity_draws, draw_rates, evaluate, weekly_cost_usd
+from analyzer.pools.split_search import (
+    DECISION_SEED,
+    best_plan,
+    capacity_draws,
+    draw_rates,
+    evaluate,
+    weekly_cost_usd,
+)
 from fleet.gpus import GpuCatalog, GpuSku
 
 _LOW, _HIGH = 0.1, 0.9  # the range: 10th and 90th percentiles of the capacity draws, as placement reports
@@ -288,7 +295,7 @@ def what_if(
     hyp_sizes = np.array(sizes, dtype=np.int64)
     cp = np.array([g.prefill.tokens_per_s if g.prefill.fits else 0.0 for g in groups])
     cd = np.array([g.decode.tokens_per_s if g.decode.fits else 0.0 for g in groups])
-    draws_p, draws_d = capacity_draws(groups, cp, cd, segment.first)
+    draws_p, draws_d = capacity_draws(groups, cp, cd, DECISION_SEED)
     routing = placement.routing
     chosen = best_plan(
         hyp_sizes, draws_p, draws_d, isl, osl, np.array(start, dtype=np.int64), tolerance, routing

@@ -25,7 +25,15 @@ from analyzer.pools.capacity import (
 )
 from analyzer.pools.pool import Pool
 from analyzer.pools.reported_budgets import ReportedBudgets
-from analyzer.pools.split_search import CONFIDENCE, HEADROOM, PlacementResult, Routing, WorkerLoad, place
+from analyzer.pools.split_search import (
+    CONFIDENCE,
+    DECISION_SEED,
+    HEADROOM,
+    PlacementResult,
+    Routing,
+    WorkerLoad,
+    place,
+)
 from analyzer.pools.workload import PoolTraffic, TrafficMix, pool_traffic
 from analyzer.telemetry.drift import ChangePoint, DriftParams, change_points, segments, state_changes
 from analyzer.telemetry.frames import ROLES
@@ -251,7 +259,7 @@ def _segment(
         headroom=p.headroom,
         routing=routing,
         measured=measured,
-        seed=first,
+        seed=DECISION_SEED,
         loads=worker_loads(
             grid, [row for members in current_roles for row, _ in members], first, last, nodes
         ),

@@ -19,7 +19,7 @@ from enum import StrEnum
 import numpy as np
 
 from analyzer.pools.analysis import SegmentAnalysis
-from analyzer.pools.split_search import PlacementResult, capacity_draws, draw_rates, evaluate
+from analyzer.pools.split_search import DECISION_SEED, PlacementResult, capacity_draws, draw_rates, evaluate
 from analyzer.results.changes import ChangeOutcome, MovedWorker
 from analyzer.results.summary import iso
 from analyzer.results.totals import num
@@ -190,7 +190,7 @@ def _outcome(
     # The model's gain for the split adopted, model against model (a measured offset applies to both sides).
     modeled_now = float(evaluate(x_before, sizes, cp, cd, isl, osl, pb.routing)[0][0])
     predicted_rate = float(evaluate(x_after, sizes, cp, cd, isl, osl, pb.routing)[0][0]) - modeled_now
-    draws_p, draws_d = capacity_draws(pb.groups, cp, cd, seed=0)
+    draws_p, draws_d = capacity_draws(pb.groups, cp, cd, seed=DECISION_SEED)
     gains = draw_rates(x_after, sizes, draws_p, draws_d, isl, osl, pb.routing) - draw_rates(
         x_before, sizes, draws_p, draws_d, isl, osl, pb.routing
     )

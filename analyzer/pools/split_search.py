@@ -30,6 +30,9 @@ CONFIDENCE = 0.75
 # same expected rate, once the pool is worth moving: the non-binding phase on the hardware its bottleneck
 # needs (decode on the higher-bandwidth SKU) absorbs a shift of the mix or a worker down.
 HEADROOM = 0.05
+# The capacity draws are a fixed sample of the uncertainty, the same for every pool and segment: the same
+# capacities give the same decision wherever and whenever they are analysed (no randomness in a decision).
+DECISION_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -528,7 +531,7 @@ def place(
     tolerance: float = 0.0,
     routing: Routing | None = None,
     measured: tuple[float | None, float | None] = (None, None),
-    seed: int = 0,
+    seed: int = DECISION_SEED,
     loads: Mapping[int, WorkerLoad] | None = None,
     confidence: float = CONFIDENCE,
     headroom: float = HEADROOM,

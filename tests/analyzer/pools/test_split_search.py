@@ -358,3 +358,27 @@ def test_a_pool_is_never_moved_for_buffer_alone() -> None:
     for current in ([6, 7], [7, 6]):  # the best rate already; (8, 5) only has more buffer
         chosen = best_plan(sizes, cp, cd, 1334.3, 174.8, np.array(current))
         assert chosen.tolist() == current
+
+
+def test_the_same_pool_under_other_seeds_gets_the_same_decision() -> None:
+    """No randomness in a decision: the capacity draws are one fixed sample of the uncertainty, whatever the
+    segment or the telemetry's noise (issue 27, point 5)."""
+    from analyzer.pipeline import analyze, input_from_samples
+    from tests.analyzer.synthetic import H100 as H100_NAME
+    from tests.analyzer.synthetic import H200 as H200_NAME
+    from tests.analyzer.synthetic import Fleet, Worker
+
+    workers = [
+        *(Worker(f"node00/decode-{i}", H100_NAME, "decode") for i in range(2)),
+        *(Worker(f"node00/prefill-{i}", H100_NAME, "prefill") for i in range(2)),
+        *(Worker(f"node01/prefill-{i}", H200_NAME, "prefill") for i in range(2)),
+        *(Worker(f"node01/decode-{i}", H200_NAME, "decode") for i in range(2)),
+    ]
+    decisions = set()
+    for seed in range(4):
+        fleet = Fleet(workers, seed=seed, hours=24.0 + seed)
+        (pool,) = analyze(input_from_samples(*fleet.columns()), CATALOG).summary["pools"]
+        decisions.add(
+            repr(sorted((k, v["prefill_best"], v["decode_best"]) for k, v in pool["recommended"].items()))
+        )
+    assert len(decisions) == 1
