@@ -18,7 +18,8 @@ import numpy.typing as npt
 from analyzer.model.deployment import Deployment, DeploymentError, default_kv_precision
 from analyzer.planning.plan import Figure, Gain, gain_from_tokens
 from analyzer.pools.analysis import PoolAnalysis
-from analyzer.pools.capacity import CapacityParams, GroupCapacity, group_capacity
+from analyzer.pools.calibration import CapacityParams
+from analyzer.pools.capacity import GroupCapacity, group_capacity
 from analyzer.pools.pool import SkuGroup
 from analyzer.pools.split_search import (
     DECISION_SEED,

@@ -14,15 +14,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from analyzer.pools.capacity import (
-    CapacityParams,
-    GroupCapacity,
-    PoolCalibration,
-    busy_share,
-    calibrate,
-    group_capacity,
-    lengths_from_kv,
-)
+from analyzer.pools.calibration import CapacityParams, PoolCalibration, busy_share, calibrate
+from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv
 from analyzer.pools.pool import Pool
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.pools.split_search import (

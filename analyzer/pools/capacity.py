@@ -8,74 +8,36 @@ it shared with the pool's other groups (``RoleCapacity.shared``). Reasoning: doc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from analyzer.model import uncertainty as bands
 from analyzer.model.deployment import Deployment
-from analyzer.model.efficiency import CALIBRATED, CALIBRATION_ACCURACY, EfficiencyParams
+from analyzer.model.efficiency import CALIBRATED
 from analyzer.model.kv_budget import (
     BudgetSource,
     KvBudget,
     measured_budget,
     modelled_budget,
 )
-from analyzer.model.moe import kv_bytes_per_sequence, routing_experts, step_time, weights_per_gpu
-from analyzer.model.perf_model import Workload, default_budget, predict
-from analyzer.pools.decode_fit import DecodeLine, fit_decode_line
+from analyzer.model.moe import kv_bytes_per_sequence, routing_experts, step_time
+from analyzer.model.perf_model import default_budget
+from analyzer.pools.calibration import (
+    CapacityParams,
+    PoolCalibration,
+    mean_context,
+    memory_kv_bytes,
+    model_prefill,
+)
 from analyzer.pools.pool import Pool, SkuGroup
-from analyzer.pools.reported_budgets import ReportedBudgets, peer_key, reported_median
 from analyzer.pools.workload import PoolTraffic
-from analyzer.telemetry.frames import ROLES, FloatArray
+from analyzer.telemetry.frames import ROLES
 from analyzer.telemetry.grid import WorkerGrid
-from analyzer.tunable import tunable
-from fleet.catalog import EngineSettings
 from fleet.contract import Role
 from fleet.gpus import GpuSku
 
 _PREFILL, _DECODE = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE)
-
-
-@dataclass(frozen=True)
-class CapacityParams:
-    tpot_slo_s: float | None = tunable(
-        None, "The operator's TPOT objective in seconds: decode batches are sized to meet it (null: none)."
-    )
-    max_decode_batch: int | None = tunable(
-        None, "The engines' cap on concurrent sequences (vLLM --max-num-seqs; null: the model's own)."
-    )
-    min_busy: float = tunable(0.05, "Buckets busier than this share can measure a worker's prefill speed...")
-    loaded_busy: float = tunable(0.3, "...and those busier than this do, where a worker has a few of them.")
-    min_kv_usage: float = tunable(0.02, "Buckets with more KV cache in use than this measure KV capacity.")
-    min_kv_sequences: int = tunable(
-        4, "A decode role fits a GPU where its weights plus this many sequences' KV cache fit."
-    )
-    extrapolation_per_doubling: float = tunable(
-        0.04, "Uncertainty added per doubling of batch beyond the largest one seen."
-    )
-    saturated_busy: float = tunable(
-        0.9, "A prefill bucket this busy (GPU utilisation share) with a queue is saturated."
-    )
-    saturated_kv: float = tunable(
-        0.9, "A decode bucket with this much KV cache in use and a queue is saturated."
-    )
-    min_saturated_buckets: int = tunable(
-        2, "Saturated buckets a group needs before its measured throughput is its capacity."
-    )
-    measured_uncertainty: float = tunable(0.03, "Relative uncertainty of a measured capacity.")
-    transfer_uncertainty: float = tunable(
-        CALIBRATION_ACCURACY.heldout_ratio_p90,
-        "Relative uncertainty of a capacity transferred from another SKU (the model's held-out ratio p90).",
-    )
-    model_uncertainty: float = tunable(
-        CALIBRATION_ACCURACY.heldout_absolute_p90,
-        "Relative uncertainty of a capacity from the model alone (its held-out absolute p90).",
-    )
-    inferred_kv_uncertainty: float = tunable(
-        0.10, "Relative uncertainty of a KV budget inferred from KV in use per sequence or memory held."
-    )
 
 
 @dataclass(frozen=True)
@@ -122,238 +84,6 @@ class GroupCapacity:
     kv_reporting: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
-class PoolCalibration:
-    """What the pool's own telemetry says about the model: factors per group and pooled."""
-
-    prefill_factor: dict[str, tuple[float, float]] = field(default_factory=dict)  # group -> (factor, spread)
-    prefill_measured: dict[str, float] = field(default_factory=dict)  # group -> tokens per busy second
-    prefill_saturated: set[str] = field(
-        default_factory=set
-    )  # groups whose factor comes from saturated buckets
-    decode: dict[str, DecodeLine] = field(default_factory=dict)
-    kv_bytes: dict[str, float] = field(default_factory=dict)  # group -> measured KV bytes per worker
-    # group -> (generated tokens/s, prompt length, output length) of decode workers saturated (KV full with
-    # a queue): their throughput is their capacity at that mix
-    decode_saturated: dict[str, tuple[float, float, float]] = field(default_factory=dict)
-    kv_scale: float = 1.0  # measured KV / memory-based estimate
-    mem_used: dict[str, float] = field(default_factory=dict)  # group -> median bytes per GPU
-    mem_share: dict[str, float] = field(default_factory=dict)  # group -> median share of HBM in use
-    pooled_prefill: float = 1.0
-    pooled_decode: float = 1.0
-    skus: dict[str, GpuSku] = field(default_factory=dict)  # group -> SKU, for every group of the pool
-    # group -> (median tokens, relative spread) its own engines report, and the rows that report
-    kv_reported: dict[str, tuple[float, float]] = field(default_factory=dict)
-    kv_reporting: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    # group -> (median tokens, relative spread, workers) reported by peers elsewhere in the fleet
-    kv_peer: dict[str, tuple[float, float, int]] = field(default_factory=dict)
-    engines: dict[str, EngineSettings] = field(default_factory=dict)  # group -> its engine's KV rule
-
-    def as_dict(self) -> dict[str, float | str | None]:
-        out: dict[str, float | str | None] = {
-            "pooled_prefill_factor": self.pooled_prefill,
-            "pooled_decode_scale": self.pooled_decode,
-            "kv_scale": self.kv_scale,
-        }
-        for key, (factor, _) in self.prefill_factor.items():
-            out[f"prefill_factor[{key}]"] = factor
-        for key, line in self.decode.items():
-            out[f"decode_scale[{key}]"] = line.scale
-        return out
-
-    def params(self) -> EfficiencyParams:
-        """The model's efficiencies with the compute rate the fleet's prefill workers achieve."""
-        return replace(
-            CALIBRATED, compute_efficiency=min(1.0, CALIBRATED.compute_efficiency * self.pooled_prefill)
-        )
-
-    def decode_params(self) -> EfficiencyParams:
-        """Efficiencies for decode steps: the decode matmuls' own compute rate where the fleet's decode
-        workers reached the compute-bound regime (skinny GEMMs run below prefill's rate), else prefill's."""
-        fitted = [line.compute_efficiency for line in self.decode.values() if line.compute_efficiency]
-        if not fitted:
-            return self.params()
-        return replace(CALIBRATED, compute_efficiency=float(np.median(fitted)))
-
-
-def _context(isl: float, osl: float) -> float:
-    return max(1.0, isl + osl / 2.0)
-
-
-def _model_prefill(d: Deployment, isl: float, osl: float, budget: KvBudget | None = None) -> float:
-    workload = Workload(max(1, round(isl)), max(1, round(osl)))
-    return predict(d, workload, budget=budget, with_range=False).prefill_tokens_per_s
-
-
-def _model_prefill_series(
-    d: Deployment, isl: FloatArray, osl: FloatArray, needed: npt.NDArray[np.bool_]
-) -> FloatArray:
-    """The model's prefill tokens/s at each bucket's mix (NaN where not needed or lengths unknown)."""
-    out = np.full(isl.shape, np.nan)
-    cache: dict[tuple[int, int], float] = {}
-    for t in np.flatnonzero(needed & np.isfinite(isl) & np.isfinite(osl) & (isl >= 1)):
-        key = (round(float(isl[t])), max(1, round(float(osl[t]))))
-        if key not in cache:
-            cache[key] = _model_prefill(d, key[0], key[1])
-        out[t] = cache[key]
-    return out
-
-
-def busy_share(grid: WorkerGrid, rows: npt.NDArray[np.int64]) -> FloatArray:
-    """Share of time a kernel ran: ``gpu_util``, else ``gr_engine_active`` (a MIG instance's own activity:
-    GPU_UTIL is not supported on MIG), else SM activity over its high-water mark."""
-    util = np.where(np.isnan(grid.gpu_util[rows]), grid.gr_engine_active[rows], grid.gpu_util[rows])
-    sm = grid.sm_active[rows]
-    finite_sm = sm[~np.isnan(sm)]
-    sm_full = float(np.quantile(finite_sm, 0.99)) if finite_sm.size else 1.0
-    busy: FloatArray = np.where(np.isnan(util), sm / max(sm_full, 1e-6), util)
-    return busy
-
-
-def calibrate(
-    pool: Pool,
-    grid: WorkerGrid,
-    traffic: PoolTraffic,
-    params: CapacityParams | None = None,
-    budgets: ReportedBudgets | None = None,
-) -> PoolCalibration:
-    """Fit the pool's calibration from every bucket of the grid; ``budgets`` are the KV budgets the
-    fleet's engines report (and each worker's engine), where known."""
-    p = params or CapacityParams()
-    cal = PoolCalibration()  # filled in place below, then frozen into the result
-    decode_points: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
-    cal.skus.update({group.key: group.sku for group in pool.groups})
-    if budgets is not None:
-        _reported(pool, budgets, cal)
-    isl, osl = traffic.isl, traffic.osl
-    context = isl + osl / 2.0
-    for group in pool.groups:
-        rows = np.array(group.members, dtype=np.int64)
-        d = group.deployment
-        mem = grid.mem_used_bytes[rows]
-        if (~np.isnan(mem)).any():
-            cal.mem_used[group.key] = float(np.nanmedian(mem))
-            if group.sku.hbm_bytes:
-                cal.mem_share[group.key] = cal.mem_used[group.key] / group.sku.hbm_bytes
-        # Prefill: per bucket, prompt tokens per busy second over the model's prediction at that bucket's
-        # mix; the median over a worker's loaded buckets is robust to counter resets and gaps.
-        busy = busy_share(grid, rows)
-        prefill = (grid.role[rows] == _PREFILL) & (busy >= p.min_busy) & (grid.engine_s[rows] > 0)
-        if prefill.any():
-            speed_per_bucket = grid.rate(grid.prompt_tokens[rows], rows) / np.where(busy > 0, busy, np.nan)
-            model = _model_prefill_series(d, isl, osl, prefill.any(axis=0)) if d is not None else None
-            per_worker, factors = [], []
-            # Saturated: busy at its limit with prompts queued. Only there is a worker's speed its capacity.
-            saturated = prefill & (busy >= p.saturated_busy) & (np.nan_to_num(grid.waiting[rows]) >= 1.0)
-            for i in range(len(rows)):
-                at_limit = saturated[i].sum() >= p.min_saturated_buckets
-                loaded = prefill[i] & (busy[i] >= p.loaded_busy)
-                use = saturated[i] if at_limit else (loaded if loaded.sum() >= 3 else prefill[i])
-                if not use.any():
-                    continue
-                per_worker.append(float(np.nanmedian(speed_per_bucket[i][use])))
-                # The model's prediction is 0 where the model does not fit the GPU (a MIG slice too small
-                # for it): no factor from there.
-                ratio = (
-                    speed_per_bucket[i][use] / np.where(model[use] > 0, model[use], np.nan)
-                    if model is not None
-                    else None
-                )
-                if ratio is not None and np.isfinite(ratio).any():
-                    factor = float(np.nanmedian(ratio))
-                    # An unsaturated worker's speed is a floor on its capacity (small batches, idle gaps):
-                    # it may show the model too slow, never too fast.
-                    factors.append(factor if at_limit else max(factor, 1.0))
-                    if at_limit:
-                        cal.prefill_saturated.add(group.key)
-            speed = float(np.median(per_worker))
-            cal.prefill_measured[group.key] = speed
-            finite = [f for f in factors if math.isfinite(f)]
-            if finite:
-                factor = float(np.median(finite))
-                spread = float(np.median(np.abs(np.array(finite) / factor - 1.0))) if len(finite) > 1 else 0.0
-                cal.prefill_factor[group.key] = (factor, spread)
-        # Decode: the step-time line and the KV capacity.
-        if d is None:
-            continue
-        decode = (
-            (grid.role[rows] == _DECODE)
-            & (grid.running[rows] >= 1)
-            & ~np.isnan(grid.tpot_s[rows])
-            & ~np.isnan(context)[None, :]
-        )
-        if decode.sum() >= 3:
-            decode_points[group.key] = (
-                grid.running[rows][decode],
-                np.broadcast_to(context, decode.shape)[decode],
-                grid.tpot_s[rows][decode],
-            )
-        saturated = decode & (grid.kv_usage[rows] >= p.saturated_kv) & (grid.waiting[rows] >= 1.0)
-        if saturated.sum() >= p.min_saturated_buckets:
-            rate = grid.rate(grid.generation_tokens[rows], rows)[saturated]
-            cal.decode_saturated[group.key] = (
-                float(np.median(rate)),
-                float(np.median(np.broadcast_to(isl, decode.shape)[saturated])),
-                float(np.median(np.broadcast_to(osl, decode.shape)[saturated])),
-            )
-        occupied = decode & (grid.kv_usage[rows] >= p.min_kv_usage)
-        if occupied.any():
-            ctx = np.broadcast_to(context, decode.shape)[occupied]
-            seqs = grid.running[rows][occupied] / grid.kv_usage[rows][occupied]
-            per_seq_bytes = np.array([kv_bytes_per_sequence(d, max(1, round(c))) for c in ctx])
-            cal.kv_bytes[group.key] = float(np.median(seqs * per_seq_bytes))
-    factors = [f for f, _ in cal.prefill_factor.values()]
-    pooled_prefill = float(np.median(factors)) if factors else 1.0
-    fleet = replace(cal, pooled_prefill=pooled_prefill).params()
-    for group in pool.groups:
-        if group.key in decode_points and group.deployment is not None:
-            cal.decode[group.key] = fit_decode_line(group.deployment, fleet, *decode_points[group.key])
-    scale = 1.0
-    if cal.decode:
-        weights = np.array([line.points for line in cal.decode.values()], dtype=np.float64)
-        scale = float(np.average([line.scale for line in cal.decode.values()], weights=weights))
-    scales = [
-        cal.kv_bytes[g.key] / estimate
-        for g in pool.groups
-        if g.key in cal.kv_bytes and (estimate := _memory_kv_bytes(g, cal.mem_used.get(g.key))) > 0
-    ]
-    return replace(
-        cal,
-        pooled_prefill=pooled_prefill,
-        pooled_decode=scale,
-        kv_scale=float(np.median(scales)) if scales else 1.0,
-    )
-
-
-def _reported(pool: Pool, budgets: ReportedBudgets, cal: PoolCalibration) -> None:
-    """The budgets the group's own engines report, else their peers' elsewhere, and each group's engine."""
-    for group in pool.groups:
-        settings = budgets.settings_of(group.members)
-        if settings is not None:
-            cal.engines[group.key] = settings
-        own = reported_median(budgets.of_rows(group.members))
-        if own is not None:
-            cal.kv_reported[group.key] = own
-            cal.kv_reporting[group.key] = tuple(r for r in group.members if r in budgets.tokens)
-            continue
-        key = peer_key(pool, group.deployment)
-        peers = budgets.peers.get(key, ()) if key is not None else ()
-        figure = reported_median(peers)
-        if figure is not None:
-            cal.kv_peer[group.key] = (figure[0], figure[1], len(peers))
-
-
-def _memory_kv_bytes(group: SkuGroup, mem_used_per_gpu: float | None) -> float:
-    """KV bytes per worker from the memory the engine holds, else the model's budget."""
-    d = group.deployment
-    if d is None:
-        return 0.0
-    if mem_used_per_gpu is None or not math.isfinite(mem_used_per_gpu):
-        return default_budget(d).bytes
-    held = min(mem_used_per_gpu, d.hbm_bytes)
-    return max(0.0, held - weights_per_gpu(d) - CALIBRATED.runtime_reserve_bytes) * d.tp
-
-
 def _inferred(figure: float, p: CapacityParams, detail: str) -> KvBudget:
     spread = p.inferred_kv_uncertainty
     return KvBudget(figure, figure * (1.0 - spread), figure * (1.0 + spread), BudgetSource.INFERRED, detail)
@@ -393,7 +123,7 @@ def kv_budget_of(group: SkuGroup, cal: PoolCalibration, params: CapacityParams |
         mem = float(np.median(list(cal.mem_share.values()))) * group.sku.hbm_bytes
         what = "the share of memory the pool's engines hold elsewhere"
     if mem is not None and math.isfinite(mem):
-        figure = _memory_kv_bytes(group, mem) * cal.kv_scale
+        figure = memory_kv_bytes(group, mem) * cal.kv_scale
         scaled = f", x {cal.kv_scale:.3g} as measured groups show" if cal.kv_scale != 1.0 else ""
         return _inferred(figure, p, f"inferred from {what} minus weights and reserve{scaled}")
     settings = cal.engines.get(group.key)
@@ -450,7 +180,7 @@ def _prefill(
 ) -> RoleCapacity:
     fits = budget.bytes >= 2 * kv_bytes_per_sequence(d, max(1, round(isl)))
     # The model's figure at the same (default) budget the calibration divided by, so the factor applies.
-    model = _model_prefill(d, isl, osl)
+    model = model_prefill(d, isl, osl)
     if group.key in cal.prefill_factor:
         # The method's error (busy share, the model's shape) is common to every group it measures and to
         # the pooled factor the others borrow; a spread beyond it is this group's own.
@@ -610,7 +340,7 @@ def _modeled_decode(
 ) -> tuple[float, float, float]:
     """(tokens/s, batch, TPOT) of the model's saturated decode worker at this mix (``experts``: the MoE
     routing spread, None for uniform routing)."""
-    context = _context(isl, osl)
+    context = mean_context(isl, osl)
     params = cal.decode_params()
 
     def step(batch: float) -> float:

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.pools.capacity import CapacityParams, busy_share
+from analyzer.pools.calibration import CapacityParams, busy_share
 from analyzer.telemetry.grid import WorkerGrid
 from analyzer.tunable import tunable
 from fleet.contract import Role

@@ -9,13 +9,8 @@ from analyzer.findings.evidence import capacity_evidence
 from analyzer.model.deployment import make_deployment
 from analyzer.model.kv_budget import BudgetSource
 from analyzer.model.moe import kv_bytes_per_token_slot
-from analyzer.pools.capacity import (
-    CapacityParams,
-    PoolCalibration,
-    RoleCapacity,
-    group_capacity,
-    kv_budget_of,
-)
+from analyzer.pools.calibration import CapacityParams, PoolCalibration
+from analyzer.pools.capacity import RoleCapacity, group_capacity, kv_budget_of
 from analyzer.pools.decode_fit import DecodeLine
 from analyzer.pools.pool import SkuGroup
 from fleet.catalog import load_catalog

@@ -8,7 +8,8 @@ import pytest
 
 from analyzer.model.deployment import make_deployment
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
-from analyzer.pools.capacity import PoolCalibration, group_capacity
+from analyzer.pools.calibration import PoolCalibration
+from analyzer.pools.capacity import group_capacity
 from analyzer.pools.pool import Inventory, SkuGroup, build_pools, device_counts, gpu_sku
 from analyzer.pools.split_search import candidates, place
 from fleet.catalog import load_catalog

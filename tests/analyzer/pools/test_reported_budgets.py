@@ -14,7 +14,8 @@ from analyzer.model.deployment import make_deployment
 from analyzer.model.kv_budget import BudgetSource
 from analyzer.pipeline import input_from_samples
 from analyzer.pools.analysis import PoolAnalysis, analyze_pool
-from analyzer.pools.capacity import CapacityParams, GroupCapacity, PoolCalibration, group_capacity
+from analyzer.pools.calibration import CapacityParams, PoolCalibration
+from analyzer.pools.capacity import GroupCapacity, group_capacity
 from analyzer.pools.pool import Inventory, Pool, SkuGroup, build_pools
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.pools.split_search import place
