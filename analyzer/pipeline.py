@@ -14,15 +14,14 @@ import numpy as np
 
 from analyzer.findings.base import FindingInputs, WorkerContext
 from analyzer.findings.registry import FindingParams, detect_all
-from analyzer.pools.analysis import PoolAnalysis, PoolParams, analyze_pool
-from analyzer.pools.moves import PartAnalysis, gpu_moves, move_outcomes
+from analyzer.pools.analysis import PoolAnalysis, PoolParams
+from analyzer.pools.move_stage import MoveStageInput, MoveStageParams, gpu_move_outcomes
 from analyzer.pools.outcomes import OutcomeParams
 from analyzer.pools.parallel import analyze_pools
-from analyzer.pools.pool import Inventory, Pool, build_pools, gpu_sku, inventory_from_samples
+from analyzer.pools.pool import Inventory, build_pools, inventory_from_samples
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.pools.saturation import SaturationParams
 from analyzer.pools.selection import PoolSelection, select
-from analyzer.results.changes import ChangeOutcome
 from analyzer.results.summary import Scope, Summary
 from analyzer.summarize import build_summary
 from analyzer.telemetry.bottleneck import BottleneckGrid, BottleneckThresholds, classify
@@ -122,65 +121,6 @@ def _sources(inventory: Inventory) -> dict[str, TelemetrySource]:
     return out
 
 
-def _move_outcomes(
-    data: AnalysisInput,
-    inventory: Inventory,
-    grid: WorkerGrid,
-    pools: Sequence[Pool],
-    catalog: Catalog,
-    p: AnalyzerParams,
-    nodes: Mapping[int, str],
-    budgets: ReportedBudgets,
-) -> dict[str, list[ChangeOutcome]]:
-    """Per pool, the outcome of its latest move of workers across GPU models (analysed apart, before and
-    after: within one analysis a worker keeps one GPU model)."""
-    moves = gpu_moves(data.gpu_buckets, grid.workers)
-    if not moves:
-        return {}
-    by_uuid = {g.gpu_uuid: g for g in inventory.gpus}
-    rows = {w: i for i, w in enumerate(grid.workers)}
-
-    def sku(uuids: Sequence[str]) -> str:
-        keys = {gpu_sku(by_uuid[u], catalog).key for u in uuids if u in by_uuid}
-        return keys.pop() if len(keys) == 1 else "unknown"
-
-    def part(key: str) -> PartAnalysis:
-        def run(held: Inventory, start: float, end: float) -> PoolAnalysis | None:
-            part_grid = build_grid(
-                held.worker_ids,
-                held.gpu_worker(),
-                data.gpu_buckets,
-                data.engine_buckets,
-                start=start,
-                end=end,
-                bucket_s=data.bucket_s,
-            )
-            pool = next((x for x in build_pools(held, rows, catalog, p.clusters) if x.key == key), None)
-            if pool is None:
-                return None
-            params = p.pool_params.get(key, p.pool)
-            return analyze_pool(pool, part_grid, params, nodes=nodes, budgets=budgets)
-
-        return run
-
-    out: dict[str, list[ChangeOutcome]] = {}
-    for pool in pools:
-        found = move_outcomes(
-            pool,
-            moves,
-            grid.workers,
-            part(pool.key),
-            inventory,
-            data.start,
-            data.end,
-            lambda m: (sku(m.before), sku(m.after)),
-            p.outcomes,
-        )
-        if found:
-            out[pool.key] = found
-    return out
-
-
 def analyze(
     data: AnalysisInput,
     catalog: Catalog,
@@ -228,7 +168,16 @@ def analyze(
     analyses = analyze_pools(
         pools, grid, lambda pool: p.pool_params.get(pool.key, p.pool), nodes, budgets, processes
     )
-    moved = _move_outcomes(data, inventory, grid, pools, catalog, p, nodes, budgets)
+    moved = gpu_move_outcomes(
+        MoveStageInput(data.gpu_buckets, data.engine_buckets, data.start, data.end, data.bucket_s),
+        inventory,
+        grid,
+        pools,
+        catalog,
+        MoveStageParams(p.pool, p.pool_params, p.outcomes, p.clusters),
+        nodes,
+        budgets,
+    )
     context = {
         row: WorkerContext(pool.key, pool.sku_of(row).key, inventory.workers[row].role)
         for pool in pools
