@@ -9,15 +9,10 @@ import pytest
 
 from analyzer.pipeline import analyze, input_from_samples
 from fleet.catalog import load_catalog
-from tests.analyzer.synthetic import H100, H200, Fleet, Worker
+from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
 CATALOG = load_catalog()
-WORKERS = [
-    Worker("node00/prefill-1", H100, "prefill"),
-    Worker("node00/prefill-2", H100, "prefill"),
-    Worker("node01/decode-1", H200, "decode"),
-    Worker("node01/decode-2", H200, "decode"),
-]
+WORKERS = workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)])
 SLOW = 6_000.0  # prompt tokens per busy second the prefill workers show, about half the model's
 
 

@@ -10,15 +10,10 @@ from analyzer.pipeline import analyze, input_from_samples
 from analyzer.pools.saturation import worker_saturation
 from fleet.catalog import load_catalog
 from fleet.contract import Role
-from tests.analyzer.synthetic import H100, H200, Fleet, Worker
+from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
 CATALOG = load_catalog()
-WORKERS = [
-    Worker("node00/prefill-1", H100, "prefill"),
-    Worker("node00/prefill-2", H100, "prefill"),
-    Worker("node01/decode-1", H200, "decode"),
-    Worker("node01/decode-2", H200, "decode"),
-]
+WORKERS = workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)])
 
 
 def _states(**fleet: object) -> dict[str, tuple[str, float | None]]:
