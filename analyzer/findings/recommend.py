@@ -183,6 +183,8 @@ def recommended_ratio(
             decode_tokens_per_s_per_worker=round(cap.decode.tokens_per_s, 1),
             prefill_replicas_for_peak=_replicas(peak_rate, mix.isl, cap.prefill.tokens_per_s),
             decode_replicas_for_peak=_replicas(peak_rate, mix.osl, cap.decode.tokens_per_s),
+            prefill_source=cap.prefill.source,
+            decode_source=cap.decode.source,
         )
     serving = sum(placement.sizes)
     now_p, best_p = sum(placement.current.prefill), sum(placement.best.prefill)

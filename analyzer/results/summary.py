@@ -84,6 +84,12 @@ class GroupRecommendation(_Model):
     decode_tokens_per_s_per_worker: float
     prefill_replicas_for_peak: int | None
     decode_replicas_for_peak: int | None
+    prefill_source: str | None = Field(
+        default=None,
+        description="Where the prefill figure comes from: measured (seen saturated), calibrated (the model "
+        "fitted to this group's unsaturated telemetry), transferred (another group's calibration) or model.",
+    )
+    decode_source: str | None = Field(default=None, description="The same for the decode figure.")
 
 
 class Traffic(_Model):

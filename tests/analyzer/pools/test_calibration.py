@@ -26,6 +26,7 @@ def test_an_unsaturated_worker_never_scales_the_capacity_down() -> None:
     pool = _pool(3.0, 0.0)  # prefill about 30% busy, nothing queued
     assert pool["calibration"]["prefill_factor[H100-SXM/tp2]"] == 1.0
     assert pool["recommended"]["H100-SXM/tp2"]["prefill_tokens_per_s_per_worker"] > 1.5 * SLOW
+    assert pool["recommended"]["H100-SXM/tp2"]["prefill_source"] == "calibrated"  # never "measured"
 
 
 def test_a_saturated_worker_s_speed_is_its_capacity() -> None:
