@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from analyzer.pools.calibration import CapacityParams, PoolCalibration, busy_share, calibrate
+from analyzer.pools.calibration import CapacityParams, PoolCalibration, busy_share, calibrate, limits
 from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv
 from analyzer.pools.pool import Pool
 from analyzer.pools.reported_budgets import ReportedBudgets
@@ -381,14 +381,14 @@ def measured_phases(
         if rows.size == 0:
             out.append(None)
             continue
-        queued = grid.waiting[rows, sl] >= 1.0
+        reached = limits(grid, rows, busy_share(grid, rows), params)
         if role == "decode":
-            at_limit = np.nan_to_num(grid.kv_usage[rows, sl]) >= params.saturated_kv
+            at_limit = reached.kv_full[:, sl]
             tokens = grid.rate(grid.generation_tokens[rows, sl], (rows, sl))
         else:
-            at_limit = np.nan_to_num(busy_share(grid, rows)[:, sl]) >= params.saturated_busy
+            at_limit = reached.busy[:, sl]
             tokens = grid.rate(grid.prompt_tokens[rows, sl], (rows, sl))
-        saturated = queued & at_limit
+        saturated = reached.queued[:, sl] & at_limit
         reporting = (grid.engine_s[rows, sl] > 0).all(axis=0)
         phase = (saturated.any(axis=0) if equal else saturated.all(axis=0)) & reporting
         if phase.sum() < params.min_saturated_buckets:

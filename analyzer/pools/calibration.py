@@ -160,6 +160,26 @@ def busy_share(grid: WorkerGrid, rows: npt.NDArray[np.int64]) -> FloatArray:
     return busy
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Per (worker row, bucket): work waiting for it, and each phase's limit reached. A phase is saturated
+    where work waits while it is at its limit (prefill: ``queued & busy``; decode: ``queued & kv_full``)."""
+
+    queued: npt.NDArray[np.bool_]  # at least one request waiting
+    busy: npt.NDArray[np.bool_]  # busy at least ``saturated_busy`` of the time (prefill's limit)
+    kv_full: npt.NDArray[np.bool_]  # KV cache at least ``saturated_kv`` full (decode's limit)
+
+
+def limits(grid: WorkerGrid, rows: npt.NDArray[np.int64], busy: FloatArray, p: CapacityParams) -> Limits:
+    """``Limits`` of ``rows`` over every bucket; ``busy`` is their :func:`busy_share`. Unreported is not
+    reached."""
+    return Limits(
+        queued=np.nan_to_num(grid.waiting[rows]) >= 1.0,
+        busy=np.nan_to_num(busy) >= p.saturated_busy,
+        kv_full=np.nan_to_num(grid.kv_usage[rows]) >= p.saturated_kv,
+    )
+
+
 def calibrate(
     pool: Pool,
     grid: WorkerGrid,
@@ -188,13 +208,14 @@ def calibrate(
         # Prefill: per bucket, prompt tokens per busy second over the model's prediction at that bucket's
         # mix; the median over a worker's loaded buckets is robust to counter resets and gaps.
         busy = busy_share(grid, rows)
+        reached = limits(grid, rows, busy, p)
         prefill = (grid.role[rows] == _PREFILL) & (busy >= p.min_busy) & (grid.engine_s[rows] > 0)
         if prefill.any():
             speed_per_bucket = grid.rate(grid.prompt_tokens[rows], rows) / np.where(busy > 0, busy, np.nan)
             model = _model_prefill_series(d, isl, osl, prefill.any(axis=0)) if d is not None else None
             per_worker, factors = [], []
             # Saturated: busy at its limit with prompts queued. Only there is a worker's speed its capacity.
-            saturated = prefill & (busy >= p.saturated_busy) & (np.nan_to_num(grid.waiting[rows]) >= 1.0)
+            saturated = prefill & reached.busy & reached.queued
             for i in range(len(rows)):
                 at_limit = saturated[i].sum() >= p.min_saturated_buckets
                 loaded = prefill[i] & (busy[i] >= p.loaded_busy)
@@ -238,7 +259,7 @@ def calibrate(
                 np.broadcast_to(context, decode.shape)[decode],
                 grid.tpot_s[rows][decode],
             )
-        saturated = decode & (grid.kv_usage[rows] >= p.saturated_kv) & (grid.waiting[rows] >= 1.0)
+        saturated = decode & reached.kv_full & reached.queued
         if saturated.sum() >= p.min_saturated_buckets:
             rate = grid.rate(grid.generation_tokens[rows], rows)[saturated]
             cal.decode_saturated[group.key] = (

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.pools.calibration import CapacityParams, busy_share
+from analyzer.pools.calibration import CapacityParams, busy_share, limits
 from analyzer.telemetry.grid import WorkerGrid
 from analyzer.tunable import tunable
 from fleet.contract import Role
@@ -88,20 +88,18 @@ def saturated_buckets(
 ) -> tuple[BoolArray, BoolArray, float | None]:
     """(saturated, queue reported) per bucket of [first, last), and the plateau of running requests."""
     sl = slice(first, last)
-    waiting = grid.waiting[row, sl]
-    reported = np.isfinite(waiting)
-    queued = np.nan_to_num(waiting) >= 1.0
+    rows = np.array([row])
+    reached = limits(grid, rows, busy_share(grid, rows), capacity)
+    queued, busy = reached.queued[0, sl], reached.busy[0, sl]
     plateau = _plateau(grid.running[row], p)
-    kv_full = np.nan_to_num(grid.kv_usage[row, sl]) >= capacity.saturated_kv
     at_cap = (
         np.nan_to_num(grid.running[row, sl]) >= p.plateau_share * plateau
         if plateau
         else np.zeros_like(queued)
     )
-    busy = np.nan_to_num(busy_share(grid, np.array([row]))[0, sl]) >= capacity.saturated_busy
-    decode_limit = kv_full | at_cap
+    decode_limit = reached.kv_full[0, sl] | at_cap
     at_limit = {Role.DECODE: decode_limit, Role.PREFILL: busy}.get(role, decode_limit | busy)
-    return queued & at_limit, reported, plateau
+    return queued & at_limit, np.isfinite(grid.waiting[row, sl]), plateau
 
 
 def worker_saturation(
