@@ -379,23 +379,24 @@ def score(result: Result, run: SimRun) -> Score:
     kinds[FindingKind.POOL_RATIO_DRIFT.value] = _ratio_drift(result, truth, pools)
     if run.planted is None:
         notes.append("fleetsim.planted not found: the planted kinds are unscored")
-    measured = {
-        FindingKind.UNDERUTILISED_POOL.value: underuse(truth),
-        FindingKind.TELEMETRY_DEGRADED.value: missing_fields(run.gpu_columns, truth),
-    }
+    under, telemetry = FindingKind.UNDERUTILISED_POOL.value, FindingKind.TELEMETRY_DEGRADED.value
+    (due_under, grey_under), (due_lost, grey_lost) = underuse(truth), missing_fields(run.gpu_columns, truth)
+    # What the run measured replaces what the scenario planted for these two kinds; a pool-level telemetry
+    # plant (GPUs serving no worker) stays: no worker's samples show it.
+    plants = [
+        p
+        for p in run.planted or []
+        if p["kind"] != under and not (p["kind"] == telemetry and p.get("worker_id") is not None)
+    ]
+    plants += due_under + due_lost
+    grey = {under: frozenset(grey_under), telemetry: frozenset(grey_lost)}
     for kind in FindingKind:
-        if kind.value in kinds or run.planted is None:
-            kinds.setdefault(kind.value, None)
-            continue
-        if kind.value in measured:
-            due, grey = measured[kind.value]
-            # Pool-level telemetry plants (GPUs serving no worker) stay: no worker's samples show them.
-            kept = [p for p in run.planted if p["kind"] == kind.value and p.get("worker_id") is None]
-            if kind is FindingKind.UNDERUTILISED_POOL:
-                kept = []
-            kinds[kind.value] = _planted(result, [*due, *kept], pools, kind.value, frozenset(grey))
-        else:
-            kinds[kind.value] = _planted(result, run.planted, pools, kind.value)
+        if kind.value not in kinds:
+            kinds[kind.value] = (
+                None
+                if run.planted is None
+                else _planted(result, plants, pools, kind.value, grey.get(kind.value, frozenset()))
+            )
     return Score(
         scenario=run.scenario,
         seed=run.seed,
