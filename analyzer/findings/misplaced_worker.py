@@ -27,7 +27,8 @@ from analyzer.findings.loss import (
 )
 from analyzer.findings.recommend import RecommendParams, pair_swaps, worker_recommendation
 from analyzer.pools.analysis import PoolAnalysis
-from analyzer.pools.split_search import Change, PlacementResult
+from analyzer.pools.split_search import PlacementResult
+from analyzer.pools.worker_choice import Change
 from analyzer.telemetry.bottleneck import BottleneckGrid
 from analyzer.telemetry.grid import WorkerGrid
 from fleet.contract import ActivityEvidence, Bottleneck, Finding, FindingKind, FindingStatus, Role, Severity

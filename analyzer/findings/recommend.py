@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
 from analyzer.pools.capacity import GroupCapacity
-from analyzer.pools.split_search import Change, PlacementResult
+from analyzer.pools.split_search import PlacementResult
+from analyzer.pools.worker_choice import Change
 from analyzer.results.summary import GroupRecommendation
 from analyzer.tunable import tunable
 from fleet.contract import Recommendation

@@ -18,15 +18,8 @@ from analyzer.pools.calibration import CapacityParams, PoolCalibration, busy_sha
 from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv
 from analyzer.pools.pool import Pool
 from analyzer.pools.reported_budgets import ReportedBudgets
-from analyzer.pools.split_search import (
-    CONFIDENCE,
-    DECISION_SEED,
-    HEADROOM,
-    PlacementResult,
-    Routing,
-    WorkerLoad,
-    place,
-)
+from analyzer.pools.split_search import CONFIDENCE, DECISION_SEED, HEADROOM, PlacementResult, Routing, place
+from analyzer.pools.worker_choice import WorkerLoad
 from analyzer.pools.workload import PoolTraffic, TrafficMix, pool_traffic
 from analyzer.telemetry.drift import ChangePoint, DriftParams, change_points, segments, state_changes
 from analyzer.telemetry.frames import ROLES

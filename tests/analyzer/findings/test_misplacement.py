@@ -9,7 +9,8 @@ from analyzer.findings.misplaced_worker import change_kind
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
 from analyzer.pools.pool import SkuGroup
-from analyzer.pools.split_search import Change, place
+from analyzer.pools.split_search import place
+from analyzer.pools.worker_choice import Change
 from fleet.catalog import load_catalog
 from fleet.contract import FindingKind, FindingStatus, Role, Severity
 from tests.analyzer.synthetic import H100, H200, Fleet, workers

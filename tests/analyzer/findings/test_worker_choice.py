@@ -12,7 +12,8 @@ from analyzer.findings.loss import SeverityParams, loss_fields, severity, supply
 from analyzer.findings.recommend import pair_swaps, worker_recommendation
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
 from analyzer.pools.pool import SkuGroup
-from analyzer.pools.split_search import PlacementResult, WorkerLoad, place
+from analyzer.pools.split_search import PlacementResult, place
+from analyzer.pools.worker_choice import WorkerLoad
 from fleet.catalog import load_catalog
 from fleet.contract import Finding, FindingKind, Severity
 
