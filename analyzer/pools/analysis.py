@@ -18,7 +18,15 @@ from analyzer.pools.calibration import CapacityParams, PoolCalibration, busy_sha
 from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv
 from analyzer.pools.pool import Pool
 from analyzer.pools.reported_budgets import ReportedBudgets
-from analyzer.pools.split_search import CONFIDENCE, DECISION_SEED, HEADROOM, PlacementResult, Routing, place
+from analyzer.pools.split_search import (
+    ACT,
+    CONFIDENCE,
+    DECISION_SEED,
+    HEADROOM,
+    PlacementResult,
+    Routing,
+    place,
+)
 from analyzer.pools.worker_choice import WorkerLoad
 from analyzer.pools.workload import PoolTraffic, TrafficMix, pool_traffic
 from analyzer.telemetry.drift import ChangePoint, DriftParams, change_points, segments, state_changes
@@ -43,6 +51,11 @@ class PoolParams:
     confidence: float = tunable(
         CONFIDENCE,
         "Share of the capacity draws a plan with more role changes must win to replace the current one.",
+    )
+    act: float = tunable(
+        ACT,
+        "Share of the capacity draws the chosen plan must win against the current one to be recommended (the "
+        "low end of its gain positive); a recommended plan stays while it wins more than 1 - act of them.",
     )
     headroom: float = tunable(
         HEADROOM,
@@ -163,9 +176,12 @@ def analyze_pool(
         p.drift,
     )
     cuts = [cp.index for cp in points] + state_changes(states, p.drift.min_size)
-    result = []
+    result: list[SegmentAnalysis] = []
     for first, last in segments(grid.shape[1], cuts, p.drift.min_size):
-        result.append(_segment(pool, grid, traffic, calibration, states, first, last, kind, p, nodes or {}))
+        standing = _standing(result[-1]) if result else None
+        result.append(
+            _segment(pool, grid, traffic, calibration, states, (first, last), kind, p, nodes or {}, standing)
+        )
     return PoolAnalysis(pool, traffic, calibration, tuple(points), tuple(result), kind, tuple(notes))
 
 
@@ -175,12 +191,13 @@ def _segment(
     traffic: PoolTraffic,
     calibration: PoolCalibration,
     states: np.ndarray,
-    first: int,
-    last: int,
+    span: tuple[int, int],
     kind: str,
     p: PoolParams,
     nodes: Mapping[int, str],
+    standing: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
 ) -> SegmentAnalysis:
+    first, last = span
     start = float(grid.bucket_start[first])
     end = float(grid.bucket_start[last - 1] + grid.bucket_s)
     mix = traffic.window(first, last)
@@ -233,6 +250,7 @@ def _segment(
             notes.append(
                 f"the {phase} phase was seen saturated: its delivered throughput is its capacity now"
             )
+    sizes = tuple(len(members) for members in current_roles)
     placement = place(
         capacities,
         current_roles,
@@ -243,9 +261,11 @@ def _segment(
         tolerance=p.tolerance,
         confidence=p.confidence,
         headroom=p.headroom,
+        act=p.act,
         routing=routing,
         measured=measured,
         seed=DECISION_SEED,
+        standing=standing[1] if standing is not None and standing[0] == sizes else None,
         loads=worker_loads(
             grid, [row for members in current_roles for row, _ in members], first, last, nodes
         ),
@@ -270,6 +290,15 @@ def _segment(
         waiting,
         measured,
     )
+
+
+def _standing(previous: SegmentAnalysis) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The move recommended in the previous segment (workers per group, prefill workers per group), for
+    the hysteresis of the next; None where it recommended none."""
+    placement = previous.placement
+    if placement is None or placement.best.prefill == placement.current.prefill:
+        return None
+    return placement.sizes, placement.best.prefill
 
 
 def served_its_demand(placement: PlacementResult, waiting: float) -> bool:

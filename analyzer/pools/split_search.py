@@ -23,11 +23,14 @@ HOURS_PER_WEEK = 168.0
 EXHAUSTIVE_LIMIT = 200_000  # candidate plans enumerated exhaustively; larger pools use a frontier sweep
 _DRAWS = 256
 SHORTLIST = 64  # plans whose expected rate is computed (the best at the central capacities)
-# A plan with more role changes must beat the incumbent in this share of the capacity draws: three worlds in
-# four the analyzer's uncertainty allows, well clear of a coin flip and of the draws' own sampling noise
-# (about +-3 points at 256 draws). The reported range's ends are its 10th/90th percentiles, so a chosen move
-# can still show a low end of 0; ``range_cause`` then says which capacity takes it there.
+# Which plan: one with more role changes must beat the incumbent in this share of the capacity draws, three
+# worlds in four the analyzer's uncertainty allows (well clear of the draws' own noise, about +-3 points).
 CONFIDENCE = 0.75
+# Whether to move: the chosen plan's gain over the current one must have a positive low end (the reported
+# range's 10th percentile): it wins this share of the draws. A move recommended before stays recommended while
+# the high end of its gain (the 90th percentile) stays positive, in more than ``1 - ACT`` of the draws: the
+# band between the two is the hysteresis that keeps a recommendation from flapping.
+ACT = 0.9
 # Spare capacity (of the phase that does not bind) a plan must add to be worth more role changes at the
 # same expected rate, once the pool is worth moving: the non-binding phase on the hardware its bottleneck
 # needs (decode on the higher-bandwidth SKU) absorbs a shift of the mix or a worker down.
@@ -202,12 +205,21 @@ def best_plan(
     shortlist: int = SHORTLIST,
     confidence: float = CONFIDENCE,
     headroom: float = HEADROOM,
+    standing: npt.NDArray[np.int64] | None = None,
+    act: float = ACT,
 ) -> npt.NDArray[np.int64]:
     """The plan (prefill workers per group) to recommend, from capacity draws (rows of ``draws_p`` /
-    ``draws_d``; the first row is the central estimate).
+    ``draws_d``; the first row is the central estimate). Rules: docs/analyzer.md#split_search
 
-    Plans are taken in order of role changes. One replaces the incumbent when its expected rate is higher (by
-    ``tolerance``) and it wins at least ``confidence`` of the draws. Rules: docs/analyzer.md#split_search
+    - Which plan: plans are taken in order of role changes; one replaces the incumbent when its expected
+      rate is higher (by ``tolerance``) and it wins at least ``confidence`` of the draws against it. Once
+      the pool moves, a plan with more changes at no loss of expected rate wins when it adds ``headroom``
+      of spare capacity to the phase that does not bind.
+    - Whether to move: the plan is recommended only when the low end of its gain over the current plan
+      is positive (it wins ``act`` of the draws); else the current plan stays.
+    - ``standing``: the plan recommended before (the previous segment's) stays while the high end of its
+      gain stays positive (it wins more than ``1 - act`` of the draws against the current plan), unless
+      a new plan wins ``act`` of them against it.
     """
     r = routing or Routing()
     plans = candidates(sizes, draws_p[0], draws_d[0], current)
@@ -222,6 +234,7 @@ def best_plan(
     changes = np.abs(plans - current[None, :]).sum(axis=1)
     chosen, chosen_buffer, moved = current, 0.0, False
     chosen_rates = draw_rates(current.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r)
+    current_rates = chosen_rates
     for k in np.unique(changes):
         if k == 0:
             continue
@@ -236,7 +249,45 @@ def best_plan(
         if found.size:
             i = int(found[np.lexsort((-buffer[found], -wins[found], -expected[found]))[0]])
             chosen, chosen_rates, chosen_buffer, moved = plans[i], rates[i], float(buffer[i]), True
+    sure = (chosen_rates > current_rates * (1.0 + _SAME_RATE)).mean() >= act
+    if moved and not sure and current_rates.mean() > 0:  # the low end of its gain is not positive
+        chosen = current
+    if standing is not None and not np.array_equal(standing, current):
+        chosen = _keep_standing(
+            standing, chosen, current, (sizes, draws_p, draws_d, isl, osl, r), tolerance, act
+        )
     return np.asarray(chosen, dtype=np.int64)
+
+
+_Draws = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64], float, float, Routing]
+
+
+def _keep_standing(
+    standing: npt.NDArray[np.int64],
+    chosen: npt.NDArray[np.int64],
+    current: npt.NDArray[np.int64],
+    draws: _Draws,
+    tolerance: float,
+    confidence: float,
+) -> npt.NDArray[np.int64]:
+    """Hysteresis: the plan recommended before stays while the high end of its gain over the current plan
+    is positive (it wins more than ``1 - confidence`` of the draws and more on average); a different plan
+    replaces it only by winning ``confidence`` of the draws against it."""
+    sizes, draws_p, draws_d, isl, osl, r = draws
+    if np.array_equal(chosen, standing):
+        return chosen
+
+    def rates(x: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        return draw_rates(x.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r)
+
+    kept, now = rates(standing), rates(current)
+    floor = now.mean() * (1.0 + max(tolerance, _SAME_RATE))
+    if (kept > now * (1.0 + _SAME_RATE)).mean() <= 1.0 - confidence or kept.mean() <= floor:
+        return chosen
+    if np.array_equal(chosen, current):
+        return standing
+    new = rates(chosen)
+    return chosen if (new > kept * (1.0 + _SAME_RATE)).mean() >= confidence else standing
 
 
 def _with_measured(plan: Plan, measured: tuple[float | None, float | None], isl: float, osl: float) -> Plan:
@@ -324,12 +375,15 @@ def place(
     loads: Mapping[int, WorkerLoad] | None = None,
     confidence: float = CONFIDENCE,
     headroom: float = HEADROOM,
+    standing: Sequence[int] | None = None,
+    act: float = ACT,
 ) -> PlacementResult:
     """Best placement of a disaggregated pool's workers. ``current_roles`` lists, per group, the
     (grid row, "prefill"|"decode") of each available worker; ``loads`` (grid row -> ``WorkerLoad``) chooses
     the workers that change role. ``measured``: the current placement's prompt and generated tokens/s where
     the pool was seen saturated in that phase, which replace the model's figures for the current plan.
-    Reasoning: docs/analyzer.md#split_search
+    ``standing``: prefill workers per group of the plan recommended for the same workers before (the
+    previous segment), kept while its gain's high end stays positive. Reasoning: docs/analyzer.md#split_search
     """
     r = routing or Routing()
     sizes = np.array([len(m) for m in current_roles], dtype=np.int64)
@@ -342,7 +396,18 @@ def place(
     current = _with_measured(modeled, measured, isl, osl)
     draws_p, draws_d = capacity_draws(groups, cp, cd, seed)
     chosen = best_plan(
-        sizes, draws_p, draws_d, isl, osl, current_x, tolerance, r, confidence=confidence, headroom=headroom
+        sizes,
+        draws_p,
+        draws_d,
+        isl,
+        osl,
+        current_x,
+        tolerance,
+        r,
+        confidence=confidence,
+        headroom=headroom,
+        standing=None if standing is None else np.array(standing, dtype=np.int64),
+        act=act,
     )
     best = _plan([int(v) for v in chosen], sizes, cp, cd, isl, osl, r)
     if best.tokens_per_s <= current.tokens_per_s or best.prefill == current.prefill:
