@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analyzer.findings.evidence import activity_evidence, dominant_bottleneck, evidence_label
+from analyzer.findings.loss import range_to_zero
 from analyzer.findings.misplaced_worker import KINDS as MISPLACEMENT_KINDS
 from analyzer.findings.recommend import recommended_ratio
 from analyzer.findings.registry import FindingParams, rules_of_thumb
@@ -24,6 +25,10 @@ from analyzer.pools.split_search import PlacementResult
 from analyzer.results.changes import ChangeOutcome
 from analyzer.results.summary import (
     SUMMARY_VERSION,
+    UNKNOWN_LOSS,
+    LossBound,
+    LossUnit,
+    LostCapacity,
     ModelInfo,
     PoolSummary,
     Routing,
@@ -34,10 +39,10 @@ from analyzer.results.summary import (
     TrafficDrift,
     WorkerSummary,
     iso,
+    lost_capacity,
 )
 from analyzer.results.totals import (
-    LOST_FIELDS,
-    LOST_MEAN_FIELDS,
+    LOSS_DIGITS,
     PRICE_CATALOG,
     PRICE_NOT_ANALYSED,
     PRICE_NOT_SET,
@@ -74,18 +79,6 @@ NO_PLACEMENT = (
 UNKNOWN_ROLE = "unknown role"
 UNCLASSIFIED = "bottleneck not classified yet (too few windows)"
 
-# (field suffix, bound) of each lost-capacity figure.
-_BOUNDS = (("", ""), ("_low", "low"), ("_high", "high"))
-# Placement figure per lost-capacity field: the units an SRE acts on first, total tokens last (secondary).
-_LOST: dict[str, Callable[[PlacementResult, str], float]] = {
-    "lost_output_tokens_per_s": lambda pl, b: pl.lost_output_tokens(b),
-    "lost_requests_per_s": lambda pl, b: pl.lost_requests(b),
-    "lost_tokens_per_s": lambda pl, b: {"": pl.lost_tokens_per_s, "low": pl.lost_low, "high": pl.lost_high}[
-        b
-    ],
-}
-_DIGITS = {"lost_output_tokens_per_s": 1, "lost_requests_per_s": 4, "lost_tokens_per_s": 1}
-
 
 def grid_role(grid: WorkerGrid, row: int) -> Role:
     """The role a worker reported last in the range."""
@@ -93,29 +86,35 @@ def grid_role(grid: WorkerGrid, row: int) -> Role:
     return ROLES[int(seen[-1])] if seen.size else Role.UNKNOWN
 
 
-def _lost(pl: PlacementResult | None) -> dict[str, float | None]:
-    """Every lost-capacity field of one placement (None without a placement: the loss was not estimated)."""
-    out: dict[str, float | None] = {}
-    for name, figure in _LOST.items():
-        for suffix, bound in _BOUNDS:
-            out[f"{name}{suffix}"] = num(figure(pl, bound), _DIGITS[name]) if pl else None
-    return out
+def _figure(pl: PlacementResult, unit: LossUnit, bound: LossBound) -> float:
+    """One figure of the placement's loss (NaN where its mix is unknown)."""
+    b = "" if bound == "value" else bound
+    if unit == "output_tokens_per_s":
+        return pl.lost_output_tokens(b)
+    if unit == "requests_per_s":
+        return pl.lost_requests(b)
+    return {"": pl.lost_tokens_per_s, "low": pl.lost_low, "high": pl.lost_high}[b]
 
 
-def _lost_mean(analysis: PoolAnalysis) -> dict[str, float | None]:
-    """Time-weighted means over the segments (0 for a segment without a placement; None when none has one)."""
+def _lost(pl: PlacementResult | None) -> LostCapacity:
+    """The placement's loss in every unit (unknown without a placement: the loss was not estimated)."""
+    if pl is None:
+        return UNKNOWN_LOSS
+    return lost_capacity(lambda unit, bound: num(_figure(pl, unit, bound), LOSS_DIGITS[unit]))
+
+
+def _lost_mean(analysis: PoolAnalysis) -> LostCapacity:
+    """Time-weighted means over the segments (0 for a segment without a placement; unknown when none has
+    one)."""
     total = sum(s.hours for s in analysis.segments)
-    placed = [s for s in analysis.segments if s.placement is not None]
-    out: dict[str, float | None] = {}
-    for name, figure in _LOST.items():
-        for suffix, bound in _BOUNDS:
-            key = f"{name}_mean{suffix}"
-            if total <= 0 or not placed:
-                out[key] = None
-                continue
-            value = sum(s.hours * figure(s.placement, bound) for s in placed if s.placement) / total
-            out[key] = num(value, _DIGITS[name])
-    return out
+    placed = [(s.hours, s.placement) for s in analysis.segments if s.placement is not None]
+    if total <= 0 or not placed:
+        return UNKNOWN_LOSS
+
+    def mean(unit: LossUnit, bound: LossBound) -> float | None:
+        return num(sum(hours * _figure(pl, unit, bound) for hours, pl in placed) / total, LOSS_DIGITS[unit])
+
+    return lost_capacity(mean)
 
 
 def capacity_of(segment: SegmentAnalysis | None) -> tuple[float | None, str | None]:
@@ -175,7 +174,8 @@ def _segment_summary(pool: Pool, s: SegmentAnalysis) -> SegmentSummary:
         requests_per_s=num(s.mix.request_rate, 3),
         demand_output_tokens_per_s=num(s.mix.output_rate),
         demand_tokens_per_s=num(s.mix.tokens_rate),
-        **_lost(pl),
+        lost=_lost(pl),
+        loss_range_to_zero=range_to_zero(pl),
         capacity_tokens_per_s=capacity,
         capacity_reason=capacity_reason,
         best_tokens_per_s=num(pl.best.tokens_per_s) if pl else capacity,
@@ -260,9 +260,10 @@ def _pool_summary(
         physical_gpus_reason=devices.physical_reason,
         workers=len(pool.members),
         workers_by_sku_role=by_sku,
-        **_lost(pl),
+        lost=_lost(pl),
         lost_reason=_lost_reason(analysis, latest),
-        **_lost_mean(analysis),
+        loss_range_to_zero=range_to_zero(pl),
+        lost_mean=_lost_mean(analysis),
         capacity_tokens_per_s=capacity,
         capacity_reason=capacity_reason,
         best_tokens_per_s=num(pl.best.tokens_per_s) if pl else capacity,
@@ -528,8 +529,6 @@ def add_warnings(summary: dict[str, Any], warnings: Sequence[str]) -> dict[str, 
 
 
 __all__ = [
-    "LOST_FIELDS",
-    "LOST_MEAN_FIELDS",
     "SUMMARY_VERSION",
     "Summary",
     "add_warnings",

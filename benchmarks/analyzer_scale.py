@@ -154,7 +154,7 @@ _CHILD = textwrap.dedent(
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "gpu_bucket_rows": len(data.gpu_buckets["ts"]), "engine_bucket_rows": len(data.engine_buckets["ts"]),
         "findings": len(result.findings), "pools": len(result.pools),
-        "lost_tokens_per_s": result.summary["fleet"]["lost_tokens_per_s"],
+        "lost_tokens_per_s": result.summary["fleet"]["lost"]["tokens_per_s"]["value"],
     }))
     """
 )

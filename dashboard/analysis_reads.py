@@ -102,4 +102,5 @@ def _segment_hours(view: AnalysisView, scope: Scope, first: float, count: int) -
 
 
 def _lost(segment: StoredSegment) -> tuple[float | None, float | None, float | None]:
-    return segment.lost_tokens_per_s, segment.lost_tokens_per_s_low, segment.lost_tokens_per_s_high
+    loss = segment.lost.tokens_per_s
+    return loss.value, loss.low, loss.high

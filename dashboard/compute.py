@@ -100,13 +100,13 @@ def headline(
     if analysis is not None and fleet is not None:
         capacity, best = fleet.capacity_tokens_per_s, fleet.best_tokens_per_s
         return Headline(
-            lost_output_now=fleet.lost_output_tokens_per_s,
-            lost_output_low=fleet.lost_output_tokens_per_s_low,
-            lost_output_high=fleet.lost_output_tokens_per_s_high,
-            lost_requests_now=fleet.lost_requests_per_s,
-            lost_now=fleet.lost_tokens_per_s,
-            lost_low=fleet.lost_tokens_per_s_low,
-            lost_high=fleet.lost_tokens_per_s_high,
+            lost_output_now=fleet.lost.output_tokens_per_s.value,
+            lost_output_low=fleet.lost.output_tokens_per_s.low,
+            lost_output_high=fleet.lost.output_tokens_per_s.high,
+            lost_requests_now=fleet.lost.requests_per_s.value,
+            lost_now=fleet.lost.tokens_per_s.value,
+            lost_low=fleet.lost.tokens_per_s.low,
+            lost_high=fleet.lost.tokens_per_s.high,
             lost_tokens_in_range=total,
             mean_lost=mean_lost,
             efficiency=capacity / best if capacity and best else None,

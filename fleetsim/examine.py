@@ -344,13 +344,15 @@ def _critical_on_demand_limited(result: Result, truth: Mapping[str, Any], pools:
 def _lost(
     result: Result, truth: Mapping[str, Any], notes: list[str]
 ) -> dict[str, tuple[float | None, float]]:
-    fleet = result.summary.get("fleet") or {}
+    mean = (result.summary.get("fleet") or {}).get("lost_mean") or {}
     out: dict[str, tuple[float | None, float]] = {}
     for unit in LOST_UNITS:
         key = f"lost_{unit}_per_s"
-        value = fleet.get(f"{key}_mean")
+        value = (mean.get(f"{unit}_per_s") or {}).get("value")
         if value is None:
-            notes.append(f"summary['fleet']['{key}_mean'] missing: no {unit.replace('_', ' ')} estimate")
+            notes.append(
+                f"summary['fleet']['lost_mean']['{unit}_per_s'] missing: no {unit.replace('_', ' ')} estimate"
+            )
         out[unit] = (None if value is None else float(value), float(truth.get(key, 0.0)))
     return out
 

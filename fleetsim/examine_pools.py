@@ -7,7 +7,7 @@ are matched to truth pools by their workers, ``examine.pool_map``):
 - state: supply-limited or demand-limited. The truth's is the time-weighted majority of its segments
   (a segment is demand-limited when its queues were empty in most windows); the analyzer's the same
   majority of its segments' ``demand_limited`` (its pool's own where no segment has one).
-- lost output tokens/s: the analyzer's ``lost_output_tokens_per_s_mean`` (and ``_low``/``_high``)
+- lost output tokens/s: the analyzer's ``lost_mean.output_tokens_per_s`` (``value``, ``low``, ``high``)
   against the truth's time-weighted loss. Scored as a ratio where the truth lost something; on pools
   whose best split is the current one in every segment, any reported loss is phantom.
 - the decision: which workers of which SKU it would move where, and the split it recommends, per SKU.
@@ -153,9 +153,10 @@ def pool_scores(
     out = []
     for pool, t in sorted(_truth_pools(truth).items()):
         mine = by_truth.get(pool, [])
-        lost = [_float(p.get("lost_output_tokens_per_s_mean")) for p in mine]
-        low = [_float(p.get("lost_output_tokens_per_s_mean_low")) for p in mine]
-        high = [_float(p.get("lost_output_tokens_per_s_mean_high")) for p in mine]
+        means = [(p.get("lost_mean") or {}).get("output_tokens_per_s") or {} for p in mine]
+        lost = [_float(m.get("value")) for m in means]
+        low = [_float(m.get("low")) for m in means]
+        high = [_float(m.get("high")) for m in means]
         states = [_state(p) for p in mine]
         span = max(t["span"], 1e-9)
         out.append(

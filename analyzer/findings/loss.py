@@ -97,6 +97,15 @@ def loss_evidence(evidence: dict[str, float | str | None], losses: Mapping[str, 
     )
 
 
+def range_to_zero(placement: PlacementResult | None) -> str | None:
+    """Why the low end of the placement's loss reaches 0 while the loss does not; None otherwise (the
+    finding's evidence and the summary's ``loss_range_to_zero`` say it in these words)."""
+    if placement is None or not (placement.lost_tokens_per_s > 0 and placement.lost_low <= 0):
+        return None
+    cause = placement.range_cause or "the capacities' uncertainty"
+    return f"the low end of the loss reaches 0 through {cause}"
+
+
 def segment_evidence(segment: SegmentAnalysis, placement: PlacementResult) -> dict[str, float | str | None]:
     """The pool's state over the segment a placement finding stands on, and what its loss means."""
     out: dict[str, float | str | None] = {
@@ -112,10 +121,9 @@ def segment_evidence(segment: SegmentAnalysis, placement: PlacementResult) -> di
         else None,
         "severity_basis": severity_basis(placement, segment.waiting_typical),
     }
-    if placement.lost_tokens_per_s > 0 and placement.lost_low <= 0:
-        out["loss_range_to_zero"] = "the low end of the loss reaches 0 through " + (
-            placement.range_cause or "the capacities' uncertainty"
-        )
+    cause = range_to_zero(placement)
+    if cause is not None:
+        out["loss_range_to_zero"] = cause
     if placement.demand_limited:
         cost = placement.misplacement_cost_per_week_usd
         out["loss_meaning"] = "demand-limited: the loss is idle capacity, not undelivered tokens; " + (

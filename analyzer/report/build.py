@@ -25,7 +25,7 @@ from analyzer.report.coverage import data_quality, roofline_points, sku_hours
 from analyzer.report.fleet_roofline import roofs_for
 from analyzer.report.model import PRICE_NOT_SET, AuditReport, DriftEvent, FollowUp, WeekFigures
 from analyzer.report.sections import actions_of, hourly_lost, pool_rows, ratio_points, verdict
-from analyzer.results.summary import SegmentSummary, Summary
+from analyzer.results.summary import LossBound, LossUnit, SegmentSummary, Summary
 from analyzer.results.totals import merge
 from analyzer.sources.store import read_input, shard_summaries
 from fleet.catalog import Catalog
@@ -151,6 +151,11 @@ def _parse(text: str) -> datetime:
 Figure = Callable[[SegmentSummary], float | None]
 
 
+def _lost(unit: LossUnit, bound: LossBound = "value") -> Figure:
+    """A segment's loss in ``unit`` (its estimate, or ``bound`` of its range)."""
+    return lambda s: s.lost.figure(unit, bound)
+
+
 def _segment_tokens(summary: Summary, figure: Figure, end: float) -> float:
     """A segment figure (per second) integrated over the segments, up to ``end``."""
     total = 0.0
@@ -173,9 +178,9 @@ def week_figures(w: WeekAnalysis) -> WeekFigures:
     fleet = summary.fleet
     end = w.data.end
     hours = (end - w.data.start) / 3600.0
-    lost = _segment_tokens(summary, lambda s: s.lost_tokens_per_s, end)
-    lost_output = _segment_total(summary, lambda s: s.lost_output_tokens_per_s, end)
-    lost_requests = _segment_total(summary, lambda s: s.lost_requests_per_s, end)
+    lost = _segment_tokens(summary, _lost("tokens_per_s"), end)
+    lost_output = _segment_total(summary, _lost("output_tokens_per_s"), end)
+    lost_requests = _segment_total(summary, _lost("requests_per_s"), end)
     seconds = hours * 3600.0
     quality = data_quality(w.data)
     worst = max(
@@ -186,7 +191,7 @@ def week_figures(w: WeekAnalysis) -> WeekFigures:
             and p.prefill_decode_recommended
             and p.prefill_decode_now != p.prefill_decode_recommended
         ),
-        key=lambda p: (float(p.lost_output_tokens_per_s or 0.0), float(p.lost_tokens_per_s or 0.0)),
+        key=lambda p: (p.lost.output_tokens_per_s.value or 0.0, p.lost.tokens_per_s.value or 0.0),
         default=None,
     )
     return WeekFigures(
@@ -195,8 +200,8 @@ def week_figures(w: WeekAnalysis) -> WeekFigures:
         until=w.until,
         analysed_hours=hours,
         lost_tokens=lost,
-        lost_tokens_low=_segment_tokens(summary, lambda s: s.lost_tokens_per_s_low, end),
-        lost_tokens_high=_segment_tokens(summary, lambda s: s.lost_tokens_per_s_high, end),
+        lost_tokens_low=_segment_tokens(summary, _lost("tokens_per_s", "low"), end),
+        lost_tokens_high=_segment_tokens(summary, _lost("tokens_per_s", "high"), end),
         mean_lost_tokens_per_s=lost / (hours * 3600.0) if hours > 0 else 0.0,
         capacity_tokens_per_s=fleet.capacity_tokens_per_s,
         best_tokens_per_s=fleet.best_tokens_per_s,
@@ -213,8 +218,8 @@ def week_figures(w: WeekAnalysis) -> WeekFigures:
         else None,
         telemetry_coverage=quality.coverage,
         lost_output_tokens=lost_output,
-        lost_output_tokens_low=_segment_total(summary, lambda s: s.lost_output_tokens_per_s_low, end),
-        lost_output_tokens_high=_segment_total(summary, lambda s: s.lost_output_tokens_per_s_high, end),
+        lost_output_tokens_low=_segment_total(summary, _lost("output_tokens_per_s", "low"), end),
+        lost_output_tokens_high=_segment_total(summary, _lost("output_tokens_per_s", "high"), end),
         lost_requests=lost_requests,
         mean_lost_output_tokens_per_s=lost_output / seconds
         if lost_output is not None and seconds > 0

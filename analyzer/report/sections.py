@@ -102,11 +102,11 @@ def pool_rows(pools: Sequence[PoolSummary]) -> list[PoolRow]:
             ratio_recommended=p.prefill_decode_recommended,
             per_sku=dict(p.recommended or {}),
             ratio_drift=p.ratio_drift,
-            lost_tokens_per_s=p.lost_tokens_per_s,
+            lost_tokens_per_s=p.lost.tokens_per_s.value,
             checks=list(p.checks),
             notes=list(p.notes),
-            lost_output_tokens_per_s=p.lost_output_tokens_per_s,
-            lost_requests_per_s=p.lost_requests_per_s,
+            lost_output_tokens_per_s=p.lost.output_tokens_per_s.value,
+            lost_requests_per_s=p.lost.requests_per_s.value,
             demand_limited=p.demand_limited,
         )
         for p in pools
@@ -115,16 +115,15 @@ def pool_rows(pools: Sequence[PoolSummary]) -> list[PoolRow]:
 
 def _lost_figures(s: SegmentSummary, output: bool) -> tuple[float | None, float | None, float | None]:
     """The segment's lost output tokens/s (else total tokens/s, secondary) and its range."""
-    if output:
-        return s.lost_output_tokens_per_s, s.lost_output_tokens_per_s_low, s.lost_output_tokens_per_s_high
-    return s.lost_tokens_per_s, s.lost_tokens_per_s_low, s.lost_tokens_per_s_high
+    loss = s.lost.output_tokens_per_s if output else s.lost.tokens_per_s
+    return loss.value, loss.low, loss.high
 
 
 def hourly_lost(summary: Summary, end: float, shift: timedelta = timedelta(0)) -> list[HourlyLost]:
     """Lost output tokens/s per hour (all pools), from the run's segments; total (prompt + output) tokens/s
     only where no segment estimated output tokens. ``shift`` moves last week onto this one."""
     segments = [s for pool in summary.pools for s in pool.segments]
-    output = any(s.lost_output_tokens_per_s is not None for s in segments)
+    output = any(s.lost.output_tokens_per_s.value is not None for s in segments)
     hours: dict[datetime, list[float]] = {}
     for s in segments:
         t, stop = _parse(s.start), min(_parse(s.end), datetime.fromtimestamp(end, tz=UTC))

@@ -1,6 +1,8 @@
-"""The analyzer's summary as typed models (summary version 2), and the JSON schema published from them.
+"""The analyzer's summary as typed models (summary version 3), and the JSON schema published from them.
 
-Unknown is ``null``, never 0. A field gained or lost is a change here, in ``docs/summary.schema.json``
+Unknown is ``null``, never 0. Each loss is one :class:`LostCapacity` (output tokens/s, requests/s and total
+tokens/s, each a :class:`Loss`: the estimate and its range); version 2 held the same figures as flat
+``lost_*`` fields. A field gained or lost is a change here, in ``docs/summary.schema.json``
 (``python -m analyzer.results.summary``) and in its test. Reasoning: docs/analyzer.md#summary
 """
 
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from analyzer.results.changes import ChangeOutcome
 from fleet.contract import Bottleneck, Finding, FindingKind, Role
 
-SUMMARY_VERSION = 2
+SUMMARY_VERSION = 3
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_FILE = "summary.schema.json"
 
@@ -41,24 +43,70 @@ Bound = Literal["prefill", "decode"]
 RoutingMode = Literal["round-robin", "load-aware"]
 Evidence = Literal["profiling", "utilisation", "engine"]
 
-# Lost capacity: the units an SRE acts on first, total tokens last (secondary). Null where not estimated.
-LostOutput = Annotated[
-    float | None, Field(description="Output (generated) tokens/s the best split of the same GPUs would add.")
-]
-LostRequests = Annotated[float | None, Field(description="Requests/s the best split would add.")]
-LostTokens = Annotated[
-    float | None, Field(description="Secondary: prompt + output tokens/s the best split would add.")
-]
-Low = Annotated[float | None, Field(description="Lower bound of the figure before it.")]
-High = Annotated[float | None, Field(description="Upper bound of the figure before it.")]
-Mean = Annotated[float | None, Field(description="Time-weighted mean over the segments of the range.")]
 TokensPerS = Annotated[float | None, Field(description="Tokens/s (prompt + output); null where unknown.")]
 Usd = Annotated[float | None, Field(description="US dollars per week; null where no catalog price is set.")]
 CountsBySkuRole = dict[str, dict[str, int]]
+# Lost capacity: the units an SRE acts on first, total tokens last (secondary); each an estimate, a range.
+LossUnit = Literal["output_tokens_per_s", "requests_per_s", "tokens_per_s"]  # the fields of LostCapacity
+LossBound = Literal["value", "low", "high"]  # the fields of Loss
+LOSS_UNITS: tuple[LossUnit, ...] = ("output_tokens_per_s", "requests_per_s", "tokens_per_s")
+LossFigure = Annotated[
+    float | None,
+    Field(ge=0, description="The estimate; null where it was not estimated (unknown is never 0)."),
+]
+Low = Annotated[float | None, Field(ge=0, description="Lower bound of the estimate.")]
+High = Annotated[float | None, Field(ge=0, description="Upper bound of the estimate.")]
+RangeToZero = Annotated[
+    str | None,
+    Field(
+        description="Why the low end of the loss reaches 0 while its estimate does not (the capacity whose "
+        "uncertainty takes it there); null otherwise."
+    ),
+]
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Loss(_Model):
+    """One loss figure in one unit: the estimate and the range it may lie in (null: unknown, never 0)."""
+
+    value: LossFigure
+    low: Low
+    high: High
+
+
+class LostCapacity(_Model):
+    """What a misplacement costs, in each unit."""
+
+    output_tokens_per_s: Loss = Field(
+        description="Output (generated) tokens/s the best split of the same GPUs would add."
+    )
+    requests_per_s: Loss = Field(description="Requests/s the best split would add.")
+    tokens_per_s: Loss = Field(description="Secondary: prompt + output tokens/s the best split would add.")
+
+    def figure(self, unit: LossUnit, bound: LossBound) -> float | None:
+        """One figure by name: ``unit`` a field of this model, ``bound`` one of :class:`Loss`."""
+        loss: Loss = getattr(self, unit)
+        value: float | None = getattr(loss, bound)
+        return value
+
+
+def lost_capacity(figure: Callable[[LossUnit, LossBound], float | None]) -> LostCapacity:
+    """A :class:`LostCapacity` of ``figure(unit, bound)`` for every unit and bound (named as the fields)."""
+
+    def loss(unit: LossUnit) -> Loss:
+        return Loss(value=figure(unit, "value"), low=figure(unit, "low"), high=figure(unit, "high"))
+
+    return LostCapacity(
+        output_tokens_per_s=loss("output_tokens_per_s"),
+        requests_per_s=loss("requests_per_s"),
+        tokens_per_s=loss("tokens_per_s"),
+    )
+
+
+UNKNOWN_LOSS = lost_capacity(lambda unit, bound: None)
 
 
 class RuleCheck(_Model):
@@ -128,15 +176,8 @@ class SegmentSummary(_Model):
     requests_per_s: float | None
     demand_output_tokens_per_s: float | None
     demand_tokens_per_s: float | None
-    lost_output_tokens_per_s: LostOutput
-    lost_output_tokens_per_s_low: Low
-    lost_output_tokens_per_s_high: High
-    lost_requests_per_s: LostRequests
-    lost_requests_per_s_low: Low
-    lost_requests_per_s_high: High
-    lost_tokens_per_s: LostTokens
-    lost_tokens_per_s_low: Low
-    lost_tokens_per_s_high: High
+    lost: LostCapacity = Field(description="What the segment's placement loses to its best split.")
+    loss_range_to_zero: RangeToZero
     capacity_tokens_per_s: TokensPerS
     capacity_reason: str | None = Field(description="Why the capacity is unknown; null when it is known.")
     best_tokens_per_s: TokensPerS
@@ -169,25 +210,13 @@ class PoolSummary(_Model):
     physical_gpus_reason: str | None
     workers: int
     workers_by_sku_role: CountsBySkuRole
-    lost_output_tokens_per_s: LostOutput
-    lost_output_tokens_per_s_low: Low
-    lost_output_tokens_per_s_high: High
-    lost_requests_per_s: LostRequests
-    lost_requests_per_s_low: Low
-    lost_requests_per_s_high: High
-    lost_tokens_per_s: LostTokens
-    lost_tokens_per_s_low: Low
-    lost_tokens_per_s_high: High
+    lost: LostCapacity = Field(description="The loss of the latest segment's placement.")
     lost_reason: str | None = Field(description="Why the loss is unknown; null when it was estimated.")
-    lost_output_tokens_per_s_mean: Mean
-    lost_output_tokens_per_s_mean_low: Low
-    lost_output_tokens_per_s_mean_high: High
-    lost_requests_per_s_mean: Mean
-    lost_requests_per_s_mean_low: Low
-    lost_requests_per_s_mean_high: High
-    lost_tokens_per_s_mean: Mean
-    lost_tokens_per_s_mean_low: Low
-    lost_tokens_per_s_mean_high: High
+    loss_range_to_zero: RangeToZero
+    lost_mean: LostCapacity = Field(
+        description="Time-weighted mean over the segments of the range (a segment without a placement "
+        "counts as 0)."
+    )
     capacity_tokens_per_s: TokensPerS
     capacity_reason: str | None
     best_tokens_per_s: TokensPerS
@@ -255,25 +284,9 @@ class FleetTotals(_Model):
     """Fleet totals. A sum over pools is null when no pool knows the figure (capacity, best and costs: when
     any pool does not), with the pools that do not listed."""
 
-    lost_output_tokens_per_s: LostOutput
-    lost_output_tokens_per_s_low: Low
-    lost_output_tokens_per_s_high: High
-    lost_requests_per_s: LostRequests
-    lost_requests_per_s_low: Low
-    lost_requests_per_s_high: High
-    lost_tokens_per_s: LostTokens
-    lost_tokens_per_s_low: Low
-    lost_tokens_per_s_high: High
+    lost: LostCapacity = Field(description="The pools' losses added up (null where no pool knows one).")
     lost_unknown_pools: list[str]
-    lost_output_tokens_per_s_mean: Mean
-    lost_output_tokens_per_s_mean_low: Low
-    lost_output_tokens_per_s_mean_high: High
-    lost_requests_per_s_mean: Mean
-    lost_requests_per_s_mean_low: Low
-    lost_requests_per_s_mean_high: High
-    lost_tokens_per_s_mean: Mean
-    lost_tokens_per_s_mean_low: Low
-    lost_tokens_per_s_mean_high: High
+    lost_mean: LostCapacity = Field(description="The pools' time-weighted means added up.")
     capacity_tokens_per_s: TokensPerS
     best_tokens_per_s: TokensPerS
     capacity_unknown_pools: list[str]
@@ -330,7 +343,11 @@ class Summary(_Model):
 
     model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
 
-    version: Literal[2] = Field(description="2: unknown figures are null, never 0.")
+    version: Literal[3] = Field(
+        description="3: each loss is one object per unit (lost.<unit>.value/low/high, lost_mean on pools "
+        "and the fleet) and says why its low end reaches 0 (loss_range_to_zero); version 2 held them as "
+        "flat lost_<unit>[_mean][_low|_high] fields. Unknown figures are null, never 0."
+    )
     from_: Timestamp = Field(alias="from")
     to: Timestamp
     bucket_s: float

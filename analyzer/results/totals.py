@@ -15,19 +15,19 @@ from dataclasses import dataclass
 from analyzer.results.summary import (
     SUMMARY_VERSION,
     FleetTotals,
+    LossUnit,
+    LostCapacity,
     ModelInfo,
     PoolSummary,
     Summary,
     WorkerSummary,
+    lost_capacity,
 )
 
 PRICE_CATALOG = "catalog"
 PRICE_NOT_SET = "price not set"
 PRICE_NOT_ANALYSED = "no placement analysis"
-_LOST = ("lost_output_tokens_per_s", "lost_requests_per_s", "lost_tokens_per_s")
-_BOUNDS = ("", "_low", "_high")
-LOST_FIELDS = tuple(f"{name}{suffix}" for name in _LOST for suffix in _BOUNDS)
-LOST_MEAN_FIELDS = tuple(f"{name}_mean{suffix}" for name in _LOST for suffix in _BOUNDS)
+LOSS_DIGITS: dict[LossUnit, int] = {"output_tokens_per_s": 1, "requests_per_s": 4, "tokens_per_s": 1}
 SCOPE_NOTE = "this analysis covers "  # the warning a partial analysis carries (see analyzer.pipeline)
 
 
@@ -60,6 +60,13 @@ def _sum(values: Iterable[float | None], digits: int = 1) -> float | None:
     return num(sum(known), digits) if known else None
 
 
+def loss_sum(losses: Sequence[LostCapacity]) -> LostCapacity:
+    """Each figure summed over the losses that know it; None where none does."""
+    return lost_capacity(
+        lambda unit, bound: _sum((lost.figure(unit, bound) for lost in losses), LOSS_DIGITS[unit])
+    )
+
+
 def _all_or_none(values: Sequence[float | None], digits: int = 1) -> float | None:
     """Sum when every value is known (a partial sum would pass for the whole); else None."""
     if not values or any(v is None for v in values):
@@ -88,18 +95,15 @@ def fleet_totals(
     def cost(key: str) -> float | None:
         return _all_or_none([_figure(row, key) for row in priced], 2) if price == PRICE_CATALOG else None
 
-    def total(key: str) -> float | None:
-        return _sum((_figure(row, key) for row in pool_rows), 4 if "requests" in key else 1)
-
     serving = [row for row in pool_rows if row.workers]
     unjudged = Counter(w.unjudged_reason for w in workers if w.unjudged_reason is not None)
     by_evidence = Counter(
         w.activity_evidence for w in workers if w.unjudged_reason is None and w.activity_evidence
     )
     return FleetTotals(
-        **{key: total(key) for key in LOST_FIELDS},
-        lost_unknown_pools=[row.pool for row in pool_rows if row.lost_tokens_per_s is None],
-        **{key: total(key) for key in LOST_MEAN_FIELDS},
+        lost=loss_sum([row.lost for row in pool_rows]),
+        lost_unknown_pools=[row.pool for row in pool_rows if row.lost.tokens_per_s.value is None],
+        lost_mean=loss_sum([row.lost_mean for row in pool_rows]),
         capacity_tokens_per_s=_all_or_none([row.capacity_tokens_per_s for row in serving]),
         best_tokens_per_s=_all_or_none([row.best_tokens_per_s for row in serving]),
         capacity_unknown_pools=[row.pool for row in serving if row.capacity_tokens_per_s is None],

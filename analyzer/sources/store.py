@@ -15,7 +15,7 @@ from sqlalchemy import BigInteger, Connection, Float, case, func, literal, selec
 
 from analyzer.pipeline import AnalysisInput, AnalysisResult
 from analyzer.pools.pool import Inventory
-from analyzer.results.summary import Summary, iso
+from analyzer.results.summary import SUMMARY_VERSION, Summary, iso
 from analyzer.telemetry.grid import BUCKET_S, ENGINE_BUCKET_COLUMNS, GPU_BUCKET_COLUMNS
 from fleet.contract import FindingStatus
 from fleet.inventory import GpuRecord, WorkerRecord
@@ -212,7 +212,8 @@ def store_summary(connection: Connection, summary: dict[str, Any], *, now: datet
 def shard_summaries(
     connection: Connection, start: datetime, end: datetime, shards: int
 ) -> dict[int, Summary]:
-    """Shard index -> the latest stored run of that shard of ``shards`` over exactly [start, end)."""
+    """Shard index -> the latest stored run of that shard of ``shards`` over exactly [start, end), of this
+    summary version (a run of an older one cannot be merged: its shard counts as not run)."""
     table = table_of(AnalysisRunRow)
     rows = connection.execute(
         select(table.c.summary)
@@ -226,7 +227,7 @@ def shard_summaries(
         shard = scope.get("shard") if isinstance(scope, dict) else None
         if not (isinstance(shard, list) and len(shard) == 2 and shard[1] == shards):
             continue
-        if (raw.get("from"), raw.get("to")) != bounds:
+        if (raw.get("from"), raw.get("to")) != bounds or raw.get("version") != SUMMARY_VERSION:
             continue
         out[int(shard[0])] = Summary.model_validate(raw)  # later runs of a shard replace earlier ones
     return out

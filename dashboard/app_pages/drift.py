@@ -42,7 +42,7 @@ if pool_view is not None:
         help="The best split of the same GPUs for the latest traffic mix (per SKU below).",
     )
     tiles[2].metric("Bound by", widgets.known(pool_view.bound), help="The pool that limits requests/s now.")
-    tiles[3].metric("Lost tokens/s", widgets.known(pool_view.lost_tokens_per_s, si))
+    tiles[3].metric("Lost tokens/s", widgets.known(pool_view.lost.tokens_per_s.value, si))
     if pool_view.ratio_drift:
         st.warning("Pool-ratio drift: the provisioned prefill:decode capacity no longer matches the traffic.")
 

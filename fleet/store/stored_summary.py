@@ -3,8 +3,10 @@
 The store keeps each run's summary as the analyzer wrote it (``Summary.to_json_dict()``), so a stored run may
 be of an older summary version, or partial. These views read what the dashboard shows and never refuse a
 run: a field the run lacks, or holds as something else (text where a number belongs), reads as unknown
-(``None``), never as 0 and never as healthy. Summaries the analyzer builds now are the strict
-:class:`analyzer.results.summary.Summary`.
+(``None``), never as 0 and never as healthy. A loss reads as version 3 writes it (``lost``: one object per
+unit, each ``value``/``low``/``high``); a run of version 2 or older, which held it as flat
+``lost_<unit>[_low|_high]`` fields, reads into the same shape. Summaries the analyzer builds now
+are the strict :class:`analyzer.results.summary.Summary`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 
 def _number(value: object) -> float | None:
@@ -71,6 +73,23 @@ def _some(value: object) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and value else None
 
 
+def _object(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# Version 2's flat loss fields, lost_<unit>[_low|_high], read as version 3's lost.<unit>.<value|low|high>.
+_UNITS = ("output_tokens_per_s", "requests_per_s", "tokens_per_s")
+_FLAT_BOUNDS = {"value": "", "low": "_low", "high": "_high"}
+
+
+def _flat_loss(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The loss of a version-2 row (flat fields) in version 3's shape."""
+    return {
+        unit: {bound: row.get(f"lost_{unit}{suffix}") for bound, suffix in _FLAT_BOUNDS.items()}
+        for unit in _UNITS
+    }
+
+
 Figure = Annotated[float | None, BeforeValidator(_number)]
 Count = Annotated[int | None, BeforeValidator(_count)]
 Text = Annotated[str | None, BeforeValidator(_text)]
@@ -82,6 +101,39 @@ Texts = Annotated[list[str], BeforeValidator(_texts)]
 
 class _View(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class StoredLoss(_View):
+    """One loss figure in one unit (``Loss``)."""
+
+    value: Figure = None
+    low: Figure = None
+    high: Figure = None
+
+
+AnyLoss = Annotated[StoredLoss, BeforeValidator(_object)]
+
+
+class StoredLostCapacity(_View):
+    """A loss in each unit (``LostCapacity``); a unit the run does not hold is unknown."""
+
+    output_tokens_per_s: AnyLoss = StoredLoss()
+    requests_per_s: AnyLoss = StoredLoss()
+    tokens_per_s: AnyLoss = StoredLoss()
+
+
+Lost = Annotated[StoredLostCapacity, BeforeValidator(_object)]
+
+
+class _WithLoss(_View):
+    """A row holding a loss: version 3's nested ``lost``, else version 2's flat fields."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nested(cls, data: object) -> object:
+        if not isinstance(data, dict) or "lost" in data:
+            return data
+        return {**data, "lost": _flat_loss(data)}
 
 
 class StoredGroupPlan(_View):
@@ -102,14 +154,12 @@ class StoredRoleCounts(_View):
     decode: Count = None
 
 
-class StoredSegment(_View):
+class StoredSegment(_WithLoss):
     """A stretch of one traffic mix and one set of workers (``SegmentSummary``)."""
 
     start: Instant = None
     end: Instant = None
-    lost_tokens_per_s: Figure = None
-    lost_tokens_per_s_low: Figure = None
-    lost_tokens_per_s_high: Figure = None
+    lost: Lost = StoredLostCapacity()
     best_placement: Annotated[dict[str, StoredRoleCounts] | None, BeforeValidator(_by_key)] = None
 
 
@@ -158,17 +208,15 @@ class StoredChange(_View):
     realized_to_predicted: Figure = None
 
 
-class StoredPool(_View):
+class StoredPool(_WithLoss):
     """One pool (``PoolSummary``); a list or mapping the run does not hold is None (not said), not empty."""
 
     pool: Text = None
     model: Text = None
-    lost_output_tokens_per_s: Figure = None
-    lost_requests_per_s: Figure = None
+    lost: Lost = StoredLostCapacity()
     prefill_decode_now: Text = None
     prefill_decode_recommended: Text = None
     bound: Text = None
-    lost_tokens_per_s: Figure = None
     capacity_tokens_per_s: Figure = None
     prefill_decode_ratio: Figure = None
     recommended_prefill_decode_ratio: Figure = None
@@ -180,16 +228,10 @@ class StoredPool(_View):
     changes: Annotated[list[StoredChange] | None, BeforeValidator(_objects)] = None
 
 
-class StoredFleet(_View):
+class StoredFleet(_WithLoss):
     """Fleet totals (``FleetTotals``)."""
 
-    lost_output_tokens_per_s: Figure = None
-    lost_output_tokens_per_s_low: Figure = None
-    lost_output_tokens_per_s_high: Figure = None
-    lost_requests_per_s: Figure = None
-    lost_tokens_per_s: Figure = None
-    lost_tokens_per_s_low: Figure = None
-    lost_tokens_per_s_high: Figure = None
+    lost: Lost = StoredLostCapacity()
     capacity_tokens_per_s: Figure = None
     best_tokens_per_s: Figure = None
     capacity_unknown_pools: Texts = []

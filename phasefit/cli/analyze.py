@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from analyzer.pipeline import AnalysisResult
     from analyzer.pools.selection import PoolSelection
-    from analyzer.results.summary import FleetTotals
+    from analyzer.results.summary import FleetTotals, Loss
     from fleet.contract import Finding
 
 DEFAULT_SPAN = timedelta(days=7)
@@ -286,15 +286,9 @@ def _range(value: float | None, low: float | None, high: float | None, digits: i
     return f"{value:,.{digits}f} ({_rate(low, digits)}-{_rate(high, digits)})"
 
 
-def _lost(row: object, name: str, digits: int = 0, suffix: str = "") -> str:
-    """A lost-capacity figure and its range from a summary row (fleet, pool) or a finding, by field name
-    (``suffix``: e.g. ``_mean``)."""
-
-    def get(key: str) -> float | None:
-        value = getattr(row, key, None)
-        return None if value is None else float(value)
-
-    return _range(get(f"{name}{suffix}"), get(f"{name}{suffix}_low"), get(f"{name}{suffix}_high"), digits)
+def _lost(loss: Loss, digits: int = 0) -> str:
+    """A loss of the summary (fleet, pool) and its range."""
+    return _range(loss.value, loss.low, loss.high, digits)
 
 
 def _money(value: float | None, price: str) -> str:
@@ -359,21 +353,22 @@ def print_result(result: AnalysisResult, console: Console) -> None:
         f"({fleet.unattributed_gpus} unattributed)"
     )
     loss = "idle capacity (the fleet served its demand)" if fleet.demand_limited else "undelivered"
-    if fleet.lost_output_tokens_per_s is None and fleet.lost_tokens_per_s is None:
+    lost, mean = fleet.lost, fleet.lost_mean
+    if lost.output_tokens_per_s.value is None and lost.tokens_per_s.value is None:
         console.print("Lost capacity: unknown (no pool's placement could be analysed)")
     else:
         console.print(
-            f"Lost output tokens/s now: [bold]{_lost(fleet, 'lost_output_tokens_per_s')}[/], "
-            f"requests/s {_lost(fleet, 'lost_requests_per_s', 2)}; mean over the range "
-            f"{_lost(fleet, 'lost_output_tokens_per_s', 0, '_mean')} output tokens/s - {loss}"
+            f"Lost output tokens/s now: [bold]{_lost(lost.output_tokens_per_s)}[/], "
+            f"requests/s {_lost(lost.requests_per_s, 2)}; mean over the range "
+            f"{_lost(mean.output_tokens_per_s)} output tokens/s - {loss}"
         )
         console.print(
-            f"(secondary) lost total tokens/s, prompt + output: {_lost(fleet, 'lost_tokens_per_s')}; "
-            f"mean {_lost(fleet, 'lost_tokens_per_s', 0, '_mean')}",
+            f"(secondary) lost total tokens/s, prompt + output: {_lost(lost.tokens_per_s)}; "
+            f"mean {_lost(mean.tokens_per_s)}",
             markup=False,
         )
     unknown_lost = fleet.lost_unknown_pools
-    if unknown_lost and (fleet.lost_tokens_per_s is not None):
+    if unknown_lost and (lost.tokens_per_s.value is not None):
         console.print(f"Lost capacity unknown for {len(unknown_lost)} pool(s): {', '.join(unknown_lost)}")
     capacity_note = ""
     if fleet.capacity_tokens_per_s is None and fleet.capacity_unknown_pools:
@@ -422,9 +417,9 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             utilisation,
             row.bound or "-",
             f"{row.prefill_decode_now or '-'} -> {row.prefill_decode_recommended or '-'}",
-            _lost(row, "lost_output_tokens_per_s"),
-            _rate(row.lost_requests_per_s, 2),
-            _rate(row.lost_tokens_per_s),
+            _lost(row.lost.output_tokens_per_s),
+            _rate(row.lost.requests_per_s.value, 2),
+            _rate(row.lost.tokens_per_s.value),
             "yes" if row.ratio_drift else "",
         )
         notes += [f"{row.pool}: {note}" for note in row.notes]
@@ -459,7 +454,9 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             f.gpu_sku or "-",
             f.role.value,
             f.bottleneck.value,
-            _lost(f, "lost_output_tokens_per_s"),
+            _range(
+                f.lost_output_tokens_per_s, f.lost_output_tokens_per_s_low, f.lost_output_tokens_per_s_high
+            ),
             _rate(f.lost_requests_per_s, 2),
             _rate(f.lost_tokens_per_s),
             f.first_seen.strftime("%m-%d %H:%M"),

@@ -193,17 +193,18 @@ def _accuracy(analysis: AnalysisResult, truth: dict[str, Any]) -> dict[str, Any]
     expected = {w["worker_id"] for w in truth["misplaced_workers"]}
     hits = found & expected
     fleet = analysis.typed_summary.fleet
+    mean = fleet.lost_mean
     return {
         "misplaced_found": sorted(found),
         "misplaced_truth": sorted(expected),
         "precision": len(hits) / len(found) if found else (1.0 if not expected else 0.0),
         "recall": len(hits) / len(expected) if expected else 1.0,
         # What an SRE acts on first: output tokens and requests; total tokens/s is the secondary figure.
-        "lost_output_tokens_per_s": fleet.lost_output_tokens_per_s_mean,
+        "lost_output_tokens_per_s": mean.output_tokens_per_s.value,
         "lost_output_tokens_per_s_truth": truth.get("lost_output_tokens_per_s"),
-        "lost_requests_per_s": fleet.lost_requests_per_s_mean,
+        "lost_requests_per_s": mean.requests_per_s.value,
         "lost_requests_per_s_truth": truth.get("lost_requests_per_s"),
-        "lost_tokens_per_s": fleet.lost_tokens_per_s_mean,
+        "lost_tokens_per_s": mean.tokens_per_s.value,
         "lost_tokens_per_s_truth": truth["lost_tokens_per_s"],
         "judged_workers": fleet.judged_workers,
         "unjudged_workers": fleet.unjudged_workers,

@@ -117,9 +117,9 @@ def conclude(
         out.last_run = run.created_at.timestamp()
         for name, figures in pools.items():
             covered.add(name)
-            _put(out.pool_lost, name, figures.lost_tokens_per_s)
-            _put(out.pool_lost_output, name, figures.lost_output_tokens_per_s)
-            _put(out.pool_lost_requests, name, figures.lost_requests_per_s)
+            _put(out.pool_lost, name, figures.lost.tokens_per_s.value)
+            _put(out.pool_lost_output, name, figures.lost.output_tokens_per_s.value)
+            _put(out.pool_lost_requests, name, figures.lost.requests_per_s.value)
             scored = [
                 c for c in figures.changes or [] if c.realized_to_predicted is not None and c.at is not None
             ]
@@ -143,15 +143,15 @@ def conclude(
     fleet = view.fleet
     if view.model is not None and view.model.changes_scored is not None:
         out.changes_scored = float(view.model.changes_scored)
-    if fleet is not None and fleet.lost_tokens_per_s is not None:
-        out.fleet_lost = fleet.lost_tokens_per_s
+    if fleet is not None and fleet.lost.tokens_per_s.value is not None:
+        out.fleet_lost = fleet.lost.tokens_per_s.value
     else:
         unpooled = sum(lost for key, lost in out.worker_lost.items() if not key[0])
         out.fleet_lost = sum(out.pool_lost.values()) + unpooled
-    out.fleet_lost_output = fleet.lost_output_tokens_per_s if fleet else None
+    out.fleet_lost_output = fleet.lost.output_tokens_per_s.value if fleet else None
     if out.fleet_lost_output is None and out.pool_lost_output:
         out.fleet_lost_output = sum(out.pool_lost_output.values())
-    out.fleet_lost_requests = fleet.lost_requests_per_s if fleet else None
+    out.fleet_lost_requests = fleet.lost.requests_per_s.value if fleet else None
     if out.fleet_lost_requests is None and out.pool_lost_requests:
         out.fleet_lost_requests = sum(out.pool_lost_requests.values())
     out.judged_workers = (

@@ -5,16 +5,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from analyzer.results.summary import FleetTotals, PoolSummary, Traffic
-from analyzer.summarize import LOST_FIELDS, LOST_MEAN_FIELDS, PRICE_NOT_ANALYSED
+from analyzer.results.summary import (
+    UNKNOWN_LOSS,
+    FleetTotals,
+    LostCapacity,
+    PoolSummary,
+    Traffic,
+    lost_capacity,
+)
+from analyzer.summarize import PRICE_NOT_ANALYSED
 
-UNKNOWN_LOSS: dict[str, Any] = dict.fromkeys((*LOST_FIELDS, *LOST_MEAN_FIELDS))
+UNKNOWN_LOSSES: dict[str, Any] = {"lost": UNKNOWN_LOSS, "lost_mean": UNKNOWN_LOSS}
+
+
+def lost(**values: float | None) -> LostCapacity:
+    """A loss with the estimates ``values`` set (e.g. ``tokens_per_s=1.0``), unknown elsewhere."""
+    return lost_capacity(lambda unit, bound: values.get(unit) if bound == "value" else None)
 
 
 def fleet_totals(**figures: Any) -> FleetTotals:
     """A fleet of nothing, unknown wherever unknown is allowed, with ``figures`` set."""
     base: dict[str, Any] = {
-        **UNKNOWN_LOSS,
+        **UNKNOWN_LOSSES,
         "lost_unknown_pools": [],
         "capacity_tokens_per_s": None,
         "best_tokens_per_s": None,
@@ -57,7 +69,7 @@ def pool_summary(**figures: Any) -> PoolSummary:
         requests_counted=False,
     )
     base: dict[str, Any] = {
-        **UNKNOWN_LOSS,
+        **UNKNOWN_LOSSES,
         "pool": "c/m",
         "cluster": "c",
         "deployment": None,
@@ -73,6 +85,7 @@ def pool_summary(**figures: Any) -> PoolSummary:
         "workers": 0,
         "workers_by_sku_role": {},
         "lost_reason": "no placement analysis",
+        "loss_range_to_zero": None,
         "capacity_tokens_per_s": None,
         "capacity_reason": "no telemetry in the range",
         "best_tokens_per_s": None,

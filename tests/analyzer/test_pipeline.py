@@ -34,7 +34,7 @@ def balanced() -> AnalysisResult:
 def test_a_well_placed_fleet_has_no_findings(balanced: AnalysisResult) -> None:
     assert balanced.findings == []
     fleet = balanced.summary["fleet"]
-    assert fleet["lost_tokens_per_s"] == 0.0
+    assert fleet["lost"]["tokens_per_s"]["value"] == 0.0
     assert fleet["misplaced_workers"] == 0
     assert fleet["open_findings"] == 0
 
@@ -48,7 +48,9 @@ def test_the_summary_is_json_and_names_every_worker(balanced: AnalysisResult) ->
     assert set(worker) >= {"pool", "sku", "role", "bottleneck", "misplaced", "lost_tokens_per_s", "model"}
     pool = summary["pools"][0]
     for key in (
-        "lost_tokens_per_s",
+        "lost",
+        "lost_mean",
+        "loss_range_to_zero",
         "capacity_tokens_per_s",
         "prefill_decode_ratio",
         "recommended_prefill_decode_ratio",
@@ -173,13 +175,9 @@ def test_an_empty_range_raises_nothing_and_finds_nothing() -> None:
     assert [f for f in result.findings if f.kind in (FindingKind.DECODE_ON_LOW_BANDWIDTH,)] == []
     fleet = result.summary["fleet"]
     # Nothing was seen, so nothing is known: no loss, no capacity, no cost (null, never 0 or $0).
-    for key in (
-        "lost_tokens_per_s",
-        "lost_output_tokens_per_s",
-        "lost_requests_per_s",
-        "capacity_tokens_per_s",
-    ):
-        assert fleet[key] is None, key
+    for unit in ("tokens_per_s", "output_tokens_per_s", "requests_per_s"):
+        assert fleet["lost"][unit] == fleet["lost_mean"][unit] == {"value": None, "low": None, "high": None}
+    assert fleet["capacity_tokens_per_s"] is None
     assert fleet["weekly_cost_usd"] is None and fleet["misplacement_cost_per_week_usd"] is None
     assert fleet["judged_workers"] == 0
     assert fleet["unjudged_workers"] == fleet["workers"] == 2
@@ -197,16 +195,18 @@ def test_lost_capacity_comes_in_output_tokens_and_requests_first(balanced: Analy
         )
     )
     fleet = result.summary["fleet"]
-    for key in ("lost_output_tokens_per_s", "lost_requests_per_s", "lost_tokens_per_s"):
-        for suffix in ("", "_low", "_high", "_mean", "_mean_low", "_mean_high"):
-            assert fleet[f"{key}{suffix}"] is not None, f"{key}{suffix}"
-    assert 0 < fleet["lost_output_tokens_per_s"] < fleet["lost_tokens_per_s"]
+    for field in ("lost", "lost_mean"):
+        for unit in ("output_tokens_per_s", "requests_per_s", "tokens_per_s"):
+            for bound in ("value", "low", "high"):
+                assert fleet[field][unit][bound] is not None, f"{field}.{unit}.{bound}"
+    assert 0 < fleet["lost"]["output_tokens_per_s"]["value"] < fleet["lost"]["tokens_per_s"]["value"]
     pool = result.summary["pools"][0]
     # tokens = requests x (prompt + output); output tokens = requests x output
     mix = pool["traffic"]["mean_prompt_tokens"] + pool["traffic"]["mean_output_tokens"]
-    assert pool["lost_tokens_per_s"] == pytest.approx(pool["lost_requests_per_s"] * mix, rel=0.05)
+    lost = pool["lost"]
+    assert lost["tokens_per_s"]["value"] == pytest.approx(lost["requests_per_s"]["value"] * mix, rel=0.05)
     assert pool["cluster"] == "default" and "deployment" in pool
-    assert {"lost_output_tokens_per_s", "lost_requests_per_s"} <= set(pool["segments"][-1])
+    assert {"output_tokens_per_s", "requests_per_s"} <= set(pool["segments"][-1]["lost"])
     misplaced = [w for w in result.summary["workers"] if w["misplaced"]]
     assert misplaced and all(w["lost_output_tokens_per_s"] > 0 for w in misplaced)
 

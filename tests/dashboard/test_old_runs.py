@@ -1,6 +1,7 @@
-"""The pages render a stored run of any summary version: the current one as the model says, an older one
-that lacks the fields added since, and a partial one holding the wrong types. What a run does not say shows
-as "unknown", never as 0 and never as healthy."""
+"""The pages render a stored run of any summary version: the current one (3) as the model says, the same run
+as version 2 wrote it (each loss as flat fields), an older one that lacks the fields added since, and a
+partial one holding the wrong types. What a run does not say shows as "unknown", never as 0 and never as
+healthy."""
 
 from __future__ import annotations
 
@@ -25,6 +26,23 @@ from tests.dashboard.seed import Seeded
 from tests.dashboard.test_pages import chart_specs, inline_values, metrics, run_page
 
 LOST = 1234.0  # si(): "1.23k"
+CURRENT = ("current", "version 2")  # the same run: version 3 and version 2 hold the same figures
+_BOUNDS = {"value": "", "low": "_low", "high": "_high"}
+
+
+def version_2(run: dict[str, Any]) -> dict[str, Any]:
+    """A version-3 run as version 2 wrote it: each loss as flat ``lost_<unit>[_mean][_low|_high]`` fields,
+    and no ``loss_range_to_zero``."""
+
+    def flat(row: dict[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in row.items() if k not in ("lost", "lost_mean", "loss_range_to_zero")}
+        for field, mean in (("lost", ""), ("lost_mean", "_mean")):
+            for unit, loss in row.get(field, {}).items():
+                out.update({f"lost_{unit}{mean}{suffix}": loss[bound] for bound, suffix in _BOUNDS.items()})
+        return out
+
+    pools = [{**flat(p), "segments": [flat(s) for s in p["segments"]]} for p in run["pools"]]
+    return {**run, "version": 2, "fleet": flat(run["fleet"]), "pools": pools}
 
 
 def _copy(seeded: Seeded, folder: Path) -> str:
@@ -62,10 +80,10 @@ def _summaries(current: dict[str, Any], pool: str, start: datetime, end: datetim
             "not a pool",
         ],
     }
-    return {"current": current, "old": old, "partial": partial}
+    return {"current": current, "version 2": version_2(current), "old": old, "partial": partial}
 
 
-@pytest.fixture(params=["current", "old", "partial"])
+@pytest.fixture(params=["current", "version 2", "old", "partial"])
 def stored(
     request: pytest.FixtureRequest, seeded: Seeded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[str, Summary, str]:
@@ -115,17 +133,14 @@ def test_the_fleet_page(stored: tuple[str, Summary, str]) -> None:
     infos = " ".join(i.value for i in app.info)
     fleet = current.fleet
     assert fleet.capacity_tokens_per_s is not None and fleet.best_tokens_per_s is not None
-    expected = {
-        "current": [
-            si(fleet.lost_output_tokens_per_s),
-            f"{fleet.capacity_tokens_per_s / fleet.best_tokens_per_s:.0%}",
-        ],
-        "old": [si(LOST), "unknown"],
-        "partial": ["unknown", "unknown"],
-    }[case]
+    now = [
+        si(fleet.lost.output_tokens_per_s.value),
+        f"{fleet.capacity_tokens_per_s / fleet.best_tokens_per_s:.0%}",
+    ]
+    expected = {"old": [si(LOST), "unknown"], "partial": ["unknown", "unknown"]}.get(case, now)
     assert [shown[0], shown[2]] == expected
     assert shown[3] == "3"  # misplaced workers: from the run, else its open findings
-    assert ("could judge is unknown" in infos) == (case != "current")
+    assert ("could judge is unknown" in infos) == (case not in CURRENT)
 
 
 def test_the_lost_tokens_over_time(stored: tuple[str, Summary, str], seeded: Seeded) -> None:
@@ -146,27 +161,22 @@ def test_the_drift_page(stored: tuple[str, Summary, str]) -> None:
     app = run_page("drift")
     pool = current.pools[0]
     assert pool.prefill_decode_now is not None and pool.prefill_decode_recommended is not None
+    now = [pool.prefill_decode_now, pool.prefill_decode_recommended, str(pool.bound)]
     expected = {
-        "current": [
-            pool.prefill_decode_now,
-            pool.prefill_decode_recommended,
-            str(pool.bound),
-            si(pool.lost_tokens_per_s),
-        ],
         "old": ["unknown", "unknown", "unknown", si(LOST)],
         "partial": ["unknown", "unknown", "unknown", "unknown"],
-    }[case]
+    }.get(case, [*now, si(pool.lost.tokens_per_s.value)])
     assert list(metrics(app).values()) == expected
     series = {row["series"] for row in inline_values(chart_specs(app)[1]) if "series" in row}
     captions = " ".join(c.value for c in app.caption)
     tables = [t.value for t in app.table]
-    if case == "current":  # the seeded fleet's recommendation stood all along: said plainly
+    if case in CURRENT:  # the seeded fleet's recommendation stood all along: said plainly
         (changes,) = [t for t in tables if "verdict" in t.columns]
         assert list(changes["verdict"]) == [c.verdict for c in pool.changes] == ["not carried out"]
         tables = [t for t in tables if "verdict" not in t.columns]
     else:
         assert "Changes unknown" in captions
-    if case == "current":
+    if case in CURRENT:
         assert series == {"provisioned", "traffic needs", "recommended (analyzer)"}
         assert len(tables[0]) == len(pool.drift_events)
     elif case == "old":

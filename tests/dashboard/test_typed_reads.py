@@ -20,6 +20,7 @@ from fleet.store.engine import make_engine
 from fleet.store.reports import list_reports
 from fleet.store.schema import AnalysisRunRow
 from tests.dashboard.seed import Seeded
+from tests.dashboard.test_old_runs import version_2
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboard"
 # (module, receiver) pairs that may be read by a string key: maps whose keys are open-ended by design or
@@ -40,6 +41,8 @@ VIEWS: dict[type[BaseModel], type[BaseModel]] = {
     views.StoredFleet: strict.FleetTotals,
     views.StoredPool: strict.PoolSummary,
     views.StoredSegment: strict.SegmentSummary,
+    views.StoredLostCapacity: strict.LostCapacity,
+    views.StoredLoss: strict.Loss,
     views.StoredDrift: strict.TrafficDrift,
     views.StoredCheck: strict.RuleCheck,
     views.StoredGroupPlan: strict.GroupRecommendation,
@@ -124,6 +127,8 @@ def test_a_current_run_reads_through_the_views_as_the_model_says(seeded: Seeded)
         view = views.StoredSummary.read(raw)
         assert view.fleet is not None and view.pools and view.pools[0].segments
         _same(view, typed, "summary")
+        assert view.fleet.lost.tokens_per_s.value is not None  # a loss to compare
+        assert views.StoredSummary.read(version_2(raw)) == view  # the same run, as version 2 wrote it
     for report in reports:
         figures = views.StoredReportSummary.model_validate(report.summary)
         assert figures.misplaced_workers == 3 and figures.lost_tokens_week is not None

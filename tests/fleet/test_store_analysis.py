@@ -13,17 +13,13 @@ T0 = datetime(2026, 11, 23, tzinfo=UTC)
 
 
 def _summary(lost: float) -> dict[str, object]:
+    loss = {"tokens_per_s": {"value": lost, "low": lost * 0.8, "high": lost}}
     return {
         "from": "2026-11-23T00:00:00Z",
         "to": "2026-11-24T00:00:00Z",
-        "fleet": {
-            "lost_tokens_per_s": lost,
-            "lost_tokens_per_s_low": lost * 0.8,
-            "lost_tokens_per_s_high": lost,
-        },
-        "pools": [
-            {"pool": "east/llama", "lost_tokens_per_s": lost, "ratio_drift": True, "traffic": {"x": 1}}
-        ],
+        "version": 3,
+        "fleet": {"lost": loss},
+        "pools": [{"pool": "east/llama", "lost": loss, "ratio_drift": True, "traffic": {"x": 1}}],
     }
 
 
@@ -40,7 +36,8 @@ def test_latest_run_wins_and_keeps_every_field(store_url: str) -> None:
     with engine.connect() as connection:
         run = latest_analysis(connection)
         assert run is not None
-        assert run.summary.fleet is not None and run.summary.fleet.lost_tokens_per_s == 25.0
+        assert run.summary.fleet is not None and run.summary.fleet.lost.tokens_per_s.value == 25.0
+        assert run.summary.fleet.lost.tokens_per_s.low == 20.0
         assert run.created_at == T0 + timedelta(hours=1)
         pool = run.summary.pools[0]
         assert pool.pool == "east/llama" and pool.ratio_drift
@@ -50,5 +47,5 @@ def test_latest_run_wins_and_keeps_every_field(store_url: str) -> None:
         assert stored["pools"][0]["traffic"] == {"x": 1}  # kept as the analyzer wrote it, views or not
         assert len(list_analysis_runs(connection)) == 2
         since = list_analysis_runs(connection, since=T0)
-        assert [r.summary.fleet.lost_tokens_per_s for r in since if r.summary.fleet] == [25.0]
+        assert [r.summary.fleet.lost.tokens_per_s.value for r in since if r.summary.fleet] == [25.0]
     engine.dispose()

@@ -53,9 +53,7 @@ def _summary(lost_a: float | None, lost_b: float, state_b: bool | None = True) -
             {
                 "pool": "A",
                 "demand_limited": False,
-                "lost_output_tokens_per_s_mean": lost_a,
-                "lost_output_tokens_per_s_mean_low": 400.0,
-                "lost_output_tokens_per_s_mean_high": 600.0,
+                "lost_mean": {"output_tokens_per_s": {"value": lost_a, "low": 400.0, "high": 600.0}},
                 "recommended": {"H100/tp2": {"prefill_best": 2, "decode_best": 0}},
                 "changes": [
                     {
@@ -66,7 +64,11 @@ def _summary(lost_a: float | None, lost_b: float, state_b: bool | None = True) -
                     }
                 ],
             },
-            {"pool": "B", "demand_limited": state_b, "lost_output_tokens_per_s_mean": lost_b},
+            {
+                "pool": "B",
+                "demand_limited": state_b,
+                "lost_mean": {"output_tokens_per_s": {"value": lost_b, "low": None, "high": None}},
+            },
         ]
     }
 

@@ -48,7 +48,8 @@ def test_json_output_has_the_summary_and_the_findings(store: str) -> None:
     payload = json.loads(result.stdout)
     assert set(payload) == {"summary", "findings", "warnings"}
     assert payload["warnings"] == payload["summary"]["warnings"]
-    assert payload["summary"]["fleet"]["lost_tokens_per_s"] > 0
+    assert payload["summary"]["version"] == 3
+    assert payload["summary"]["fleet"]["lost"]["tokens_per_s"]["value"] > 0
     assert payload["summary"]["from"] == "2024-06-03T00:00:00Z"
     finding = payload["findings"][0]
     for key in (
@@ -198,8 +199,8 @@ def test_pool_notes_show_under_the_pools_table_and_in_the_json(store: str) -> No
     assert "a reader's note" in result.summary["warnings"]
     payload = json.loads(_runner().invoke(app, ["--database-url", store, "--json"]).stdout)
     assert isinstance(payload["warnings"], list)
-    assert payload["summary"]["fleet"]["lost_output_tokens_per_s"] > 0
-    assert payload["summary"]["fleet"]["lost_requests_per_s"] > 0
+    lost = payload["summary"]["fleet"]["lost"]
+    assert lost["output_tokens_per_s"]["value"] > 0 and lost["requests_per_s"]["value"] > 0
     assert payload["summary"]["fleet"]["judged_workers"] == 4
 
 

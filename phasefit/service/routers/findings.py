@@ -159,15 +159,17 @@ def _episode(stored: StoredFinding) -> Episode:
 
 
 def _totals(at: datetime, summary: StoredSummary) -> RunTotals:
-    fleet = summary.fleet or StoredFleet()
+    lost = (summary.fleet or StoredFleet()).lost
     return RunTotals(
         at=at.timestamp(),
-        lost=fleet.lost_tokens_per_s,
-        low=fleet.lost_tokens_per_s_low,
-        high=fleet.lost_tokens_per_s_high,
-        output=fleet.lost_output_tokens_per_s,
-        requests=fleet.lost_requests_per_s,
+        lost=lost.tokens_per_s.value,
+        low=lost.tokens_per_s.low,
+        high=lost.tokens_per_s.high,
+        output=lost.output_tokens_per_s.value,
+        requests=lost.requests_per_s.value,
         pools={
-            p.pool: p.lost_tokens_per_s for p in summary.pools if p.pool and p.lost_tokens_per_s is not None
+            p.pool: p.lost.tokens_per_s.value
+            for p in summary.pools
+            if p.pool and p.lost.tokens_per_s.value is not None
         },
     )

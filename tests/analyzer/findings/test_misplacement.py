@@ -92,7 +92,7 @@ def test_the_lost_tokens_of_findings_add_up_to_the_pool_loss(inverted: AnalysisR
     pool = inverted.summary["pools"][0]
     workers_lost = sum(f.lost_tokens_per_s for f in inverted.findings if f.kind in MISPLACEMENT_KINDS)
     ratio_lost = sum(f.lost_tokens_per_s for f in inverted.findings if f.kind is FindingKind.POOL_RATIO_DRIFT)
-    assert workers_lost + ratio_lost == pytest.approx(pool["lost_tokens_per_s"], rel=1e-3)
+    assert workers_lost + ratio_lost == pytest.approx(pool["lost"]["tokens_per_s"]["value"], rel=1e-3)
 
 
 def test_no_better_hardware_means_no_misplacement() -> None:

@@ -108,7 +108,8 @@ def test_busy_time_alone_judges_nobody_and_flags_nobody() -> None:
     assert fleet["misplaced_workers"] == 0
     # The placement model still sees the pool's loss: it stays in the pool's figures, on no worker.
     pool = result.summary["pools"][0]
-    assert pool["lost_output_tokens_per_s"] is not None and pool["lost_output_tokens_per_s"] > 0
+    output = pool["lost"]["output_tokens_per_s"]["value"]
+    assert output is not None and output > 0
     assert all(w["misplaced"] is None for w in result.summary["workers"])
     degraded = [f for f in result.findings if f.kind is FindingKind.TELEMETRY_DEGRADED]
     assert len(degraded) == 4 and all(f.severity is Severity.INFO for f in degraded)

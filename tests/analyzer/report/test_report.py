@@ -24,12 +24,13 @@ from analyzer.report.model import PRICE_NOT_SET, AuditReport, PoolRow, WeekFigur
 from analyzer.report.parts import pool_blocks, tiles, week_table
 from analyzer.report.publish import Rendered, render, store_report, write_files
 from analyzer.report.sections import actions_of, pool_rows, verdict
+from analyzer.results.summary import UNKNOWN_LOSS
 from fleet.catalog import load_catalog
 from fleet.contract import Finding, FindingKind, Recommendation, Role
 from fleet.store.engine import make_engine, writing
 from fleet.store.reports import get_report, list_reports
 from phasefit.cli.report import last_complete_week, report
-from tests.analyzer.summary_samples import pool_summary
+from tests.analyzer.summary_samples import lost, pool_summary
 from tests.dashboard.seed import Seeded, seed_store, shared_seed
 
 WEEK = "2026-W48"
@@ -393,8 +394,15 @@ def _report_with(row: PoolRow) -> Any:
 
 
 def test_pool_rows_keep_unknown_losses_unknown() -> None:
-    (row,) = pool_rows([pool_summary(pool="c/m", model="m", lost_tokens_per_s=None, demand_limited=True)])
+    (row,) = pool_rows([pool_summary(pool="c/m", model="m", lost=UNKNOWN_LOSS, demand_limited=True)])
     assert row.lost_tokens_per_s is None and row.lost_output_tokens_per_s is None
     assert row.demand_limited is True
     cells = pool_blocks(_report_with(row), {})[1].rows[0]
     assert cells[-4:] == ["unknown", "unknown", "unknown", "yes: idle capacity, not lost tokens"]
+    figures = lost(output_tokens_per_s=4.0, requests_per_s=0.01, tokens_per_s=10.0)
+    (known,) = pool_rows([pool_summary(lost=figures)])
+    assert (known.lost_output_tokens_per_s, known.lost_requests_per_s, known.lost_tokens_per_s) == (
+        4.0,
+        0.01,
+        10.0,
+    )

@@ -6,9 +6,10 @@ import pytest
 
 from analyzer.pipeline import AnalyzerParams, analyze, input_from_samples
 from analyzer.pools.selection import PoolSelection
-from analyzer.results.summary import FleetTotals
-from analyzer.results.totals import LOST_FIELDS, LOST_MEAN_FIELDS, MergeError, merge
+from analyzer.results.summary import LOSS_UNITS, UNKNOWN_LOSS, LostCapacity
+from analyzer.results.totals import LOSS_DIGITS, MergeError, loss_sum, merge
 from fleet.catalog import load_catalog
+from tests.analyzer.summary_samples import lost
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
 CATALOG = load_catalog()
@@ -18,8 +19,12 @@ SPEC = [
 PARAMS = AnalyzerParams(clusters={node: node[0] for node, *_ in SPEC})
 
 
-def test_the_lost_fields_are_the_fleet_totals_fields() -> None:
-    assert set(LOST_FIELDS) | set(LOST_MEAN_FIELDS) <= set(FleetTotals.model_fields)
+def test_a_loss_sum_adds_what_is_known_and_leaves_unknown_unknown() -> None:
+    total = loss_sum([lost(tokens_per_s=1.25, requests_per_s=0.00012), lost(tokens_per_s=2.0), UNKNOWN_LOSS])
+    assert total.tokens_per_s.value == 3.2 and total.requests_per_s.value == 0.0001  # rounded per unit
+    assert total.output_tokens_per_s.value is None and total.tokens_per_s.low is None  # none knows it
+    assert loss_sum([]) == UNKNOWN_LOSS
+    assert set(LOSS_DIGITS) == set(LOSS_UNITS) == set(LostCapacity.model_fields)
 
 
 def test_shards_merged_give_the_whole_fleets_summary() -> None:

@@ -70,7 +70,9 @@ def _same(a: AnalysisResult, b: AnalysisResult) -> None:
         assert x.lost_tokens_per_s == pytest.approx(y.lost_tokens_per_s, rel=1e-6)
         assert x.lost_tokens_per_s_low == pytest.approx(y.lost_tokens_per_s_low, rel=1e-6)
         assert x.lost_tokens_per_s_high == pytest.approx(y.lost_tokens_per_s_high, rel=1e-6)
-    for key in ("lost_tokens_per_s", "capacity_tokens_per_s", "demand_tokens_per_s", "misplaced_workers"):
+    lost = (a.summary["fleet"]["lost"]["tokens_per_s"], b.summary["fleet"]["lost"]["tokens_per_s"])
+    assert lost[0]["value"] == pytest.approx(lost[1]["value"], rel=1e-6)
+    for key in ("capacity_tokens_per_s", "demand_tokens_per_s", "misplaced_workers"):
         assert a.summary["fleet"][key] == pytest.approx(b.summary["fleet"][key], rel=1e-6), key
 
 
@@ -146,11 +148,12 @@ def test_the_summary_is_stored_where_the_store_keeps_analysis_runs(store_engine:
         latest = latest_analysis(connection)
     assert latest is not None and latest.id == run_id
     assert latest.summary.fleet is not None
-    assert latest.summary.fleet.lost_tokens_per_s == result.summary["fleet"]["lost_tokens_per_s"]
+    fleet = result.typed_summary.fleet
+    assert latest.summary.fleet.lost.tokens_per_s.value == fleet.lost.tokens_per_s.value
     assert latest.from_ts == T0
     (pool,) = latest.summary.pools
     assert pool.pool == result.summary["pools"][0]["pool"]
-    assert pool.lost_tokens_per_s == result.summary["pools"][0]["lost_tokens_per_s"]
+    assert pool.lost.tokens_per_s.value == result.typed_summary.pools[0].lost.tokens_per_s.value
     assert (
         pool.recommended_prefill_decode_ratio
         == result.summary["pools"][0]["recommended_prefill_decode_ratio"]

@@ -8,12 +8,12 @@ from typing import Any
 from sqlalchemy import Engine
 
 from analyzer.pipeline import analyze, input_from_samples
-from analyzer.results.summary import FleetTotals, PoolSummary
+from analyzer.results.summary import FleetTotals, Loss, LostCapacity, PoolSummary
 from analyzer.results.summary import Summary as StrictSummary
 from fleet.catalog import load_catalog
 from fleet.store.analysis import AnalysisRun, latest_analysis, put_analysis
 from fleet.store.engine import writing
-from fleet.store.stored_summary import StoredFleet, StoredPool, StoredSummary
+from fleet.store.stored_summary import StoredFleet, StoredLoss, StoredLostCapacity, StoredPool, StoredSummary
 from phasefit.service.analyzer_gauges import conclude
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
@@ -34,6 +34,8 @@ def test_the_views_name_only_fields_the_summary_has() -> None:
     assert set(StoredPool.model_fields) <= set(PoolSummary.model_fields)
     assert set(StoredFleet.model_fields) <= set(FleetTotals.model_fields)
     assert set(StoredSummary.model_fields) <= set(StrictSummary.model_fields)
+    assert set(StoredLostCapacity.model_fields) == set(LostCapacity.model_fields)
+    assert set(StoredLoss.model_fields) == set(Loss.model_fields)
 
 
 def test_a_current_summary_reads_as_its_typed_figures(sqlite_engine: Engine) -> None:
@@ -47,22 +49,40 @@ def test_a_current_summary_reads_as_its_typed_figures(sqlite_engine: Engine) -> 
     result = analyze(input_from_samples(*fleet.columns()), load_catalog())
     typed = result.typed_summary
     conclusions = conclude([], {}, _stored(sqlite_engine, result.summary))
-    assert typed.fleet.lost_output_tokens_per_s and typed.fleet.lost_requests_per_s  # a loss to read
-    assert conclusions.fleet_lost_output == typed.fleet.lost_output_tokens_per_s
-    assert conclusions.fleet_lost_requests == typed.fleet.lost_requests_per_s
-    assert conclusions.fleet_lost == typed.fleet.lost_tokens_per_s
+    lost = typed.fleet.lost
+    assert lost.output_tokens_per_s.value and lost.requests_per_s.value  # a loss to read
+    assert conclusions.fleet_lost_output == lost.output_tokens_per_s.value
+    assert conclusions.fleet_lost_requests == lost.requests_per_s.value
+    assert conclusions.fleet_lost == lost.tokens_per_s.value
     assert conclusions.judged_workers == typed.fleet.judged_workers
     assert conclusions.unjudged_workers == {k: float(v) for k, v in typed.fleet.unjudged_reasons.items()}
     for pool in typed.pools:
-        assert conclusions.pool_lost_output.get(pool.pool) == pool.lost_output_tokens_per_s
-        assert conclusions.pool_lost_requests.get(pool.pool) == pool.lost_requests_per_s
+        assert conclusions.pool_lost_output.get(pool.pool) == pool.lost.output_tokens_per_s.value
+        assert conclusions.pool_lost_requests.get(pool.pool) == pool.lost.requests_per_s.value
         assert conclusions.pool_capacity.get(pool.pool) == pool.capacity_tokens_per_s
 
 
+def test_a_version_2_run_reads_as_its_flat_figures(sqlite_engine: Engine) -> None:
+    flat = {"lost_output_tokens_per_s": 12.0, "lost_requests_per_s": 0.5, "lost_tokens_per_s": 30.0}
+    run = _stored(sqlite_engine, {"version": 2, "pools": [{"pool": "c/m", **flat}], "fleet": flat})
+    c = conclude([], {}, run)
+    assert (c.fleet_lost_output, c.fleet_lost_requests, c.fleet_lost) == (12.0, 0.5, 30.0)
+    assert (c.pool_lost_output, c.pool_lost_requests, c.pool_lost) == (
+        {"c/m": 12.0},
+        {"c/m": 0.5},
+        {"c/m": 30.0},
+    )
+
+
 def test_figures_that_are_not_numbers_read_as_unknown(sqlite_engine: Engine) -> None:
-    pool = {"pool": "c/m", "model": None, "lost_output_tokens_per_s": "12", "lost_requests_per_s": True}
-    fleet = {"judged_workers": True, "lost_output_tokens_per_s": "5", "unjudged_reasons": {"a": "2", "b": 1}}
-    summary = _stored(sqlite_engine, {"pools": [pool], "fleet": fleet})
+    flat = {"pool": "c/m", "model": None, "lost_output_tokens_per_s": "12", "lost_requests_per_s": True}
+    nested = {"pool": "c/n", "lost": {"output_tokens_per_s": {"value": "12"}, "requests_per_s": "junk"}}
+    fleet = {
+        "judged_workers": True,
+        "lost": {"output_tokens_per_s": 5},
+        "unjudged_reasons": {"a": "2", "b": 1},
+    }
+    summary = _stored(sqlite_engine, {"pools": [flat, nested], "fleet": fleet})
     conclusions = conclude([], {}, summary)
     assert conclusions.pool_lost_output == {} and conclusions.pool_lost_requests == {}
     assert conclusions.fleet_lost_output is None and conclusions.judged_workers is None

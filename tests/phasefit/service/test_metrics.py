@@ -18,6 +18,11 @@ from tests.phasefit.service.records import T0, body, engine, gpu
 
 POOL = "c1/meta-llama/Llama-3.1-70B-Instruct"
 NOW = datetime(2026, 3, 2, 13, 0, tzinfo=UTC)
+LOST = {  # a version-3 summary's loss (a version-2 one held flat lost_<unit>_per_s fields)
+    "output_tokens_per_s": {"value": 120.0, "low": 100.0, "high": 140.0},
+    "requests_per_s": {"value": 0.5, "low": 0.4, "high": 0.6},
+    "tokens_per_s": {"value": 300.0, "low": 250.0, "high": 350.0},
+}
 
 
 def finding(worker: str | None, kind: FindingKind, lost: float, **fields: Any) -> Finding:
@@ -215,22 +220,19 @@ def test_lost_output_tokens_and_requests_are_gauges_and_unknown_has_no_series(
             from_ts=NOW - timedelta(hours=1),
             to_ts=NOW,
             summary={
+                "version": 3,
                 "pools": [
                     {
                         "pool": deployed,
                         "cluster": "c1",
                         "deployment": "router-a",
                         "model": "meta-llama/Llama-3.1-70B-Instruct",
-                        "lost_output_tokens_per_s": 120.0,
-                        "lost_requests_per_s": 0.5,
-                        "lost_tokens_per_s": 300.0,
+                        "lost": LOST,
                         "capacity_tokens_per_s": None,  # unknown: no series, never 0
                     }
                 ],
                 "fleet": {
-                    "lost_output_tokens_per_s": 120.0,
-                    "lost_requests_per_s": 0.5,
-                    "lost_tokens_per_s": 300.0,
+                    "lost": LOST,
                     "judged_workers": 3,
                     "unjudged_workers": 2,
                     "unjudged_reasons": {"unknown role": 2},

@@ -179,16 +179,25 @@ def test_lost_tokens_come_from_findings_until_the_analyzer_records_runs(
     with writing(sqlite_engine) as connection:
         for minute, lost in ((2, 100.0), (4, 300.0), (12, 50.0)):
             end = T0 + timedelta(minutes=minute)
-            summary = {
-                "pools": [{"pool": POOL, "lost_tokens_per_s": lost}],
-                "fleet": {"lost_tokens_per_s": lost},
+            tokens = {"value": lost, "low": lost / 2, "high": lost * 2}
+            summary: dict[str, Any] = {  # version 3: one object per unit
+                "pools": [{"pool": POOL, "lost": {"tokens_per_s": tokens}}],
+                "fleet": {"lost": {"tokens_per_s": tokens}},
             }
+            if minute == 12:  # version 2: flat fields (stored runs are kept as written)
+                summary = {
+                    "pools": [{"pool": POOL, "lost_tokens_per_s": lost}],
+                    "fleet": {"lost_tokens_per_s": lost},
+                }
             put_analysis(
                 connection, created_at=end, from_ts=end - timedelta(minutes=1), to_ts=end, summary=summary
             )
     series = stocked.get("/v1/lost-tokens", params=params).json()
     assert series["source"] == "analysis-runs"
     assert [p["lost_tokens_per_s"] for p in series["points"]] == [200.0, None, 50.0, None, None, None]
+    first, _, third = series["points"][:3]
+    assert first["lost_tokens_per_s_low"] == 100.0 and first["pools"] == {POOL: 200.0}
+    assert third["lost_tokens_per_s_low"] is None and third["pools"] == {POOL: 50.0}  # version 2: no range
 
 
 def test_reports_list_and_fetch(stocked: Any) -> None:
