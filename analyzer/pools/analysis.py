@@ -84,6 +84,9 @@ class SegmentAnalysis:
     waiting_typical: float = float("nan")
     # Prompt and generated tokens/s each phase delivered while seen saturated (None: never seen so).
     measured: tuple[float | None, float | None] = (None, None)
+    # Requests/s that arrived and were not served: how fast the pool's queues grew over the segment (0 when
+    # they did not; NaN where no engine reports a queue). Measured, never modelled.
+    backlog_growth: float = float("nan")
 
     @property
     def hours(self) -> float:
@@ -210,9 +213,12 @@ def _segment(
     notes: list[str] = []
     # Supply-limited means queueing most of the time, not at a diurnal peak: the median bucket's queue.
     waiting = queued_requests(grid, pool.members, first, last, 0.5)
+    growth = queue_growth(grid, pool.members, first, last)
     if not (math.isfinite(mix.isl) and math.isfinite(mix.osl)) or mix.isl <= 0 or mix.osl <= 0:
         notes.append("no traffic with known lengths in this segment")
-        return SegmentAnalysis(first, last, start, end, mix, roles, (), None, 0.0, tuple(notes), waiting)
+        return SegmentAnalysis(
+            first, last, start, end, mix, roles, (), None, 0.0, tuple(notes), waiting, backlog_growth=growth
+        )
     capacities = tuple(group_capacity(g, calibration, mix.isl, mix.osl, p.capacity) for g in pool.groups)
     for group, cap in zip(pool.groups, capacities, strict=True):
         if group.deployment is not None and not cap.prefill.fits and not cap.decode.fits:
@@ -226,7 +232,19 @@ def _segment(
         if kind == "disaggregated":
             notes.append("a group's GPU or model lacks catalog figures: placement not searched")
         return SegmentAnalysis(
-            first, last, start, end, mix, roles, capacities, None, colocated, tuple(notes), waiting
+            first,
+            last,
+            start,
+            end,
+            mix,
+            roles,
+            capacities,
+            None,
+            colocated,
+            tuple(notes),
+            waiting,
+            (None, None),
+            growth,
         )
     current_roles = [
         [(row, roles[row]) for row in group.members if roles.get(row) in ("prefill", "decode")]
@@ -289,6 +307,7 @@ def _segment(
         tuple(notes),
         waiting,
         measured,
+        growth,
     )
 
 
@@ -308,6 +327,20 @@ def served_its_demand(placement: PlacementResult, waiting: float) -> bool:
     if math.isfinite(waiting):
         return waiting < 1.0
     return placement.demand_limited
+
+
+def queue_growth(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int) -> float:
+    """Requests/s by which the pool's queues (summed over its workers) grew over buckets [first, last):
+    the least-squares slope over time, 0 where they shrank or held; NaN where no worker reports a queue or
+    fewer than 3 buckets do."""
+    queue = grid.waiting[np.array(rows, dtype=np.int64), first:last]
+    reported = np.isfinite(queue).any(axis=0)
+    if reported.sum() < 3:
+        return math.nan
+    t = grid.bucket_start[first:last][reported].astype(np.float64)
+    total = np.nansum(queue[:, reported], axis=0)
+    slope = float(np.polyfit(t - t[0], total, 1)[0])
+    return max(0.0, slope)
 
 
 def _median(values: np.ndarray) -> float:

@@ -2,8 +2,10 @@
 
 A change is a segment boundary where the pool's split by GPU group and role changed (in place or by
 replacing workers). Predicted and realized gains are both taken at the traffic mix of the segment before.
-The realized gain is measured, never modelled: it needs the phase that bounds the pool seen saturated
-before and after the change; otherwise the verdict is "not measurable yet". Reasoning:
+The realized gain is measured, never modelled: the capacity the bounding phase delivered while seen
+saturated before and after the change, else, where the pool fell short of its demand before (its queues
+grew), the change in the share of arriving requests it served, at the demand before (a lower bound where
+it served all of it after). Otherwise the verdict is "not measurable yet". Reasoning:
 docs/analyzer.md#outcomes
 """
 
@@ -202,6 +204,9 @@ def _outcome(
         if not _bound_measured(seg, plan, isl, osl)
     ]
     realized_rate = math.nan if unmeasured else rate_after - rate_before
+    served = served_gain(before, after, p.no_change_share) if unmeasured else None
+    if served is not None:
+        realized_rate = served[0]
     tokens = isl + osl
     outcome = ChangeOutcome(
         at=at,
@@ -222,15 +227,63 @@ def _outcome(
         delivered_output_tokens_per_s_after=num(after.mix.output_rate),
         hours_after=round(hours, 2),
     )
+    if served is not None and served[1] and outcome.hours_after >= p.min_hours_after:
+        floor = min(outcome.predicted_tokens_per_s_low or 0.0, outcome.predicted_tokens_per_s or 0.0)
+        if realized_rate * tokens < floor:  # a lower bound short of the prediction's range decides nothing
+            reason = (
+                f"the pool served all its demand after the change: it realized at least "
+                f"{realized_rate * tokens:+,.0f} tokens/s (served/offered before and after, at the demand "
+                f"before), short of the predicted range's low end {floor:+,.0f}; how much more is not "
+                "measurable until it queues again"
+            )
+            return outcome.model_copy(update={"verdict": Verdict.NOT_MEASURABLE.value, "reason": reason})
+        judged = _judge(outcome, rate_before * tokens, p)
+        return judged.model_copy(
+            update={
+                "realized_to_predicted": None,  # a lower bound: kept out of the running error
+                "reason": judged.reason + "; realized is a lower bound: served/offered rose to all of it",
+            }
+        )
+    if served is not None:
+        judged = _judge(outcome, rate_before * tokens, p)
+        return judged.model_copy(
+            update={
+                "reason": judged.reason
+                + "; realized from served/offered before and after, at the demand before"
+            }
+        )
     if unmeasured and outcome.hours_after >= p.min_hours_after:
-        served = "; the pool served all its demand after it" if pa.demand_limited else ""
+        served_all = "; the pool served all its demand after it" if pa.demand_limited else ""
         reason = (
             f"the phase bounding the pool was not seen saturated {' or '.join(unmeasured)} the change: what "
             f"it realized would be the model's own figure, not a measurement (predicted "
-            f"{predicted_rate * tokens:+,.0f} tokens/s){served}"
+            f"{predicted_rate * tokens:+,.0f} tokens/s){served_all}"
         )
         return outcome.model_copy(update={"verdict": Verdict.NOT_MEASURABLE.value, "reason": reason})
     return _judge(outcome, rate_before * tokens, p)
+
+
+def served_share(seg: SegmentAnalysis) -> float:
+    """Share of the requests arriving in a segment that the pool served: served / (served + the queues'
+    growth), both measured; NaN where either is unknown."""
+    delivered, growth = seg.mix.request_rate, seg.backlog_growth
+    if not (math.isfinite(delivered) and delivered > 0 and math.isfinite(growth)):
+        return math.nan
+    return delivered / (delivered + growth)
+
+
+def served_gain(
+    before: SegmentAnalysis, after: SegmentAnalysis, no_change: float
+) -> tuple[float, bool] | None:
+    """The realized gain in requests/s from what the pool served of what arrived, normalised to the demand
+    before: (served share after - served share before) x requests arriving before. Only where the pool fell
+    short before (its queues grew); None elsewhere. The flag: the pool served all of it after, so the gain
+    is a lower bound (its capacity may have grown by more than the demand needed)."""
+    share_before, share_after = served_share(before), served_share(after)
+    if not (math.isfinite(share_before) and math.isfinite(share_after)) or share_before >= 1.0 - no_change:
+        return None
+    offered = before.mix.request_rate + before.backlog_growth
+    return (share_after - share_before) * offered, share_after >= 1.0 - no_change
 
 
 def _bound_measured(seg: SegmentAnalysis, plan: PlacementResult, isl: float, osl: float) -> bool:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from analyzer.pools.analysis import SegmentAnalysis
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
-from analyzer.pools.outcomes import OutcomeParams, Verdict, change_outcomes, running_error
+from analyzer.pools.outcomes import SCORED, OutcomeParams, Verdict, change_outcomes, running_error
 from analyzer.pools.pool import SkuGroup
 from analyzer.pools.split_search import PlacementResult, place
 from analyzer.pools.workload import TrafficMix
@@ -150,3 +152,49 @@ def test_a_change_is_not_measurable_while_the_pool_is_never_seen_saturated() -> 
     early = _segment(_as_recommended(before.placement), 48, 2, saturated=False)
     (waiting,) = change_outcomes([before, early], WORKERS)
     assert waiting.verdict == Verdict.TOO_EARLY
+
+
+def _served(segment: SegmentAnalysis, requests_per_s: float, backlog_growth: float) -> SegmentAnalysis:
+    """The segment with the requests/s its pool served and how fast its queues grew (both measured)."""
+    mix = TrafficMix(
+        prompt_rate=requests_per_s * ISL,
+        output_rate=requests_per_s * OSL,
+        request_rate=requests_per_s,
+        isl=ISL,
+        osl=OSL,
+        buckets=1,
+    )
+    return replace(segment, mix=mix, backlog_growth=backlog_growth)
+
+
+def test_a_pool_short_of_its_demand_measures_the_gain_by_what_it_served_of_what_arrived() -> None:
+    """Not seen saturated at its limit, but queues growing before and still after: the realized gain is the
+    rise in the share of arriving requests served, at the demand before, a measurement kept in the running
+    error."""
+    before = _served(_segment(INVERTED, 0, 48, saturated=False), 20.0, 5.0)  # 80% of 25 requests/s
+    assert before.placement is not None
+    after = _served(_segment(_as_recommended(before.placement), 48, 48, saturated=False), 23.0, 1.0)
+    (outcome,) = change_outcomes([before, after], WORKERS)
+    share_after = 23.0 / 24.0
+    expected = (share_after - 0.8) * 25.0
+    assert outcome.realized_requests_per_s == round(expected, 3)
+    assert outcome.realized_tokens_per_s is not None
+    assert abs(outcome.realized_tokens_per_s - expected * (ISL + OSL)) < 1.0
+    assert outcome.verdict in {v.value for v in SCORED}
+    assert "served/offered" in outcome.reason and outcome.realized_to_predicted is not None
+
+
+def test_a_pool_that_then_served_all_its_demand_realized_at_least_the_backlog() -> None:
+    before = _served(_segment(INVERTED, 0, 48, saturated=False), 20.0, 5.0)
+    assert before.placement is not None
+    after = _served(_segment(_as_recommended(before.placement), 48, 48, saturated=False), 25.0, 0.0)
+    (outcome,) = change_outcomes([before, after], WORKERS)
+    # At least 5 requests/s (all of the backlog): short of the prediction, it is a bound that decides nothing.
+    assert outcome.realized_requests_per_s == 5.0
+    assert outcome.predicted_tokens_per_s is not None and outcome.predicted_tokens_per_s > 5.0 * (ISL + OSL)
+    assert outcome.verdict == Verdict.NOT_MEASURABLE and "at least" in outcome.reason
+    assert running_error([outcome]) == (0, None)
+    # A pool that served everything before too shows no shortfall to measure a gain by.
+    full = _served(_segment(INVERTED, 0, 48, saturated=False), 25.0, 0.0)
+    (unmeasured,) = change_outcomes([full, after], WORKERS)
+    assert unmeasured.verdict == Verdict.NOT_MEASURABLE and "not seen saturated" in unmeasured.reason
