@@ -174,6 +174,7 @@ def _segment_summary(pool: Pool, s: SegmentAnalysis) -> SegmentSummary:
         requests_per_s=num(s.mix.request_rate, 3),
         demand_output_tokens_per_s=num(s.mix.output_rate),
         demand_tokens_per_s=num(s.mix.tokens_rate),
+        undelivered_requests_per_s=num(s.backlog_growth, 3),
         lost=_lost(pl),
         loss_range_to_zero=range_to_zero(pl),
         capacity_tokens_per_s=capacity,

@@ -176,6 +176,11 @@ class SegmentSummary(_Model):
     requests_per_s: float | None
     demand_output_tokens_per_s: float | None
     demand_tokens_per_s: float | None
+    undelivered_requests_per_s: float | None = Field(
+        default=None,
+        description="Requests/s that arrived and were not served: how fast the pool's queues grew over the "
+        "segment (0 when they did not). Measured; null where no engine reports a queue.",
+    )
     lost: LostCapacity = Field(description="What the segment's placement loses to its best split.")
     loss_range_to_zero: RangeToZero
     capacity_tokens_per_s: TokensPerS
