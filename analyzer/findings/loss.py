@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from analyzer.pools.analysis import SegmentAnalysis
+from analyzer.pools.pool_state import PoolState
 from analyzer.pools.split_search import PlacementResult
 from analyzer.tunable import tunable
 from fleet.contract import Severity
@@ -29,9 +30,10 @@ class SeverityParams:
             raise ValueError("0 <= warning_share <= critical_share <= 1")
 
 
-def supply_limited(placement: PlacementResult, waiting_typical: float) -> bool:
-    """The pool does not serve its demand: not demand-limited, and requests wait in its median bucket."""
-    return not placement.demand_limited and math.isfinite(waiting_typical) and waiting_typical >= 1.0
+def supply_limited(segment: SegmentAnalysis) -> bool:
+    """The pool does not serve its demand, from the evidence: requests wait and its bound is seen at its limit
+    or its queues grow (:mod:`analyzer.pools.pool_state`)."""
+    return segment.state.state is PoolState.SUPPLY_LIMITED
 
 
 def severity(
@@ -47,23 +49,13 @@ def severity(
     return Severity.INFO
 
 
-def severity_basis(placement: PlacementResult, waiting_typical: float) -> str:
-    queue = (
-        f"{waiting_typical:,.1f} requests waiting in the median bucket"
-        if math.isfinite(waiting_typical)
-        else "no queue reported"
-    )
-    if placement.demand_limited:
-        return (
-            "demand-limited (the pool served even its peak demand): the loss is idle capacity, "
-            "at most a warning"
-        )
-    if supply_limited(placement, waiting_typical):
-        return (
-            f"supply-limited: peak demand exceeds the pool's capacity and {queue}: the loss is traffic "
-            "not served"
-        )
-    return f"peak demand exceeds the modelled capacity but {queue}: the loss is capacity, at most a warning"
+def severity_basis(segment: SegmentAnalysis) -> str:
+    state = segment.state
+    if state.state is PoolState.DEMAND_LIMITED:
+        return f"demand-limited ({state.evidence}): the loss is idle capacity, at most a warning"
+    if state.state is PoolState.SUPPLY_LIMITED:
+        return f"supply-limited ({state.evidence}): the loss is traffic not served"
+    return f"pool state unknown ({state.evidence}): the loss is capacity, at most a warning"
 
 
 def loss_fields(placement: PlacementResult, share: float) -> dict[str, float | None]:
@@ -115,11 +107,14 @@ def segment_evidence(segment: SegmentAnalysis, placement: PlacementResult) -> di
         "pool_tokens_per_s_best": round(placement.best.tokens_per_s, 1),
         "pool_bound_now": placement.current.bound,
         "utilisation": round(placement.utilisation, 4) if math.isfinite(placement.utilisation) else None,
-        "demand_limited": "yes" if placement.demand_limited else "no",
+        "demand_limited": {PoolState.DEMAND_LIMITED: "yes", PoolState.SUPPLY_LIMITED: "no"}.get(
+            segment.state.state, "unknown"
+        ),
+        "pool_state": segment.state.state.value,
         "requests_waiting_median": round(segment.waiting_typical, 2)
         if math.isfinite(segment.waiting_typical)
         else None,
-        "severity_basis": severity_basis(placement, segment.waiting_typical),
+        "severity_basis": severity_basis(segment),
     }
     cause = range_to_zero(placement)
     if cause is not None:

@@ -164,7 +164,7 @@ def _finding(
     group = placement.groups[change.group]
     role_now = Role.DECODE if change.to_role == "prefill" else Role.PREFILL
     rate_now = evidence.get("generation_tokens_per_s" if role_now is Role.DECODE else "prompt_tokens_per_s")
-    limited = supply_limited(placement, last.waiting_typical)
+    limited = supply_limited(last)
     level = severity(lost, placement.current.tokens_per_s, severity_params, supply_limited=limited)
     weak = activity_evidence(bottlenecks, worker_id, last.first, last.last) is ActivityEvidence.UTILISATION
     if weak:

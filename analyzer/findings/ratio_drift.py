@@ -74,7 +74,7 @@ def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: Severi
         if output is not None and requests is not None
         else ""
     )
-    limited = supply_limited(placement, segment.waiting_typical)
+    limited = supply_limited(segment)
     return [
         Finding(
             kind=FindingKind.POOL_RATIO_DRIFT,

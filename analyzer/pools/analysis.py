@@ -17,6 +17,14 @@ import numpy as np
 from analyzer.pools.calibration import CapacityParams, PoolCalibration, busy_share, calibrate, limits
 from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv
 from analyzer.pools.pool import Pool
+from analyzer.pools.pool_state import (
+    NOT_MODELLED,
+    PoolState,
+    StateEvidence,
+    pool_state,
+    queue_growth,
+    queued_requests,
+)
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.pools.split_search import (
     ACT,
@@ -87,6 +95,8 @@ class SegmentAnalysis:
     # Requests/s that arrived and were not served: how fast the pool's queues grew over the segment (0 when
     # they did not; NaN where no engine reports a queue). Measured, never modelled.
     backlog_growth: float = float("nan")
+    # Supply-limited, demand-limited or unknown, from the queues and the phases seen at their limit.
+    state: StateEvidence = NOT_MODELLED
 
     @property
     def hours(self) -> float:
@@ -288,12 +298,9 @@ def _segment(
             grid, [row for members in current_roles for row, _ in members], first, last, nodes
         ),
     )
-    placement = replace(placement, demand_limited=served_its_demand(placement, waiting))
-    if math.isfinite(waiting):
-        notes.append(
-            f"pool state from its queues: {waiting:,.1f} requests waiting in the median bucket "
-            + ("(it served what arrived)" if placement.demand_limited else "(supply-limited)")
-        )
+    state = pool_state(waiting, growth, measured)
+    placement = replace(placement, demand_limited=state.state is PoolState.DEMAND_LIMITED)
+    notes.append(f"pool state from its queues: {state.state.value} ({state.evidence})")
     return SegmentAnalysis(
         first,
         last,
@@ -308,6 +315,7 @@ def _segment(
         waiting,
         measured,
         growth,
+        state,
     )
 
 
@@ -318,29 +326,6 @@ def _standing(previous: SegmentAnalysis) -> tuple[tuple[int, ...], tuple[int, ..
     if placement is None or placement.best.prefill == placement.current.prefill:
         return None
     return placement.sizes, placement.best.prefill
-
-
-def served_its_demand(placement: PlacementResult, waiting: float) -> bool:
-    """Demand-limited from the fleet's evidence where it has some: the pool served what arrived when no
-    request waited in its median bucket (a queue most of the time is supply, whatever the model says).
-    Without a reported queue, the model's answer: its peak demand within its modelled capacity."""
-    if math.isfinite(waiting):
-        return waiting < 1.0
-    return placement.demand_limited
-
-
-def queue_growth(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int) -> float:
-    """Requests/s by which the pool's queues (summed over its workers) grew over buckets [first, last):
-    the least-squares slope over time, 0 where they shrank or held; NaN where no worker reports a queue or
-    fewer than 3 buckets do."""
-    queue = grid.waiting[np.array(rows, dtype=np.int64), first:last]
-    reported = np.isfinite(queue).any(axis=0)
-    if reported.sum() < 3:
-        return math.nan
-    t = grid.bucket_start[first:last][reported].astype(np.float64)
-    total = np.nansum(queue[:, reported], axis=0)
-    slope = float(np.polyfit(t - t[0], total, 1)[0])
-    return max(0.0, slope)
 
 
 def _median(values: np.ndarray) -> float:
@@ -362,16 +347,6 @@ def worker_loads(
         )
         for row in rows
     }
-
-
-def queued_requests(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int, quantile: float) -> float:
-    """The pool's requests waiting (summed over its workers) at the ``quantile`` of buckets [first, last);
-    NaN where no worker reports a queue."""
-    queue = grid.waiting[np.array(rows, dtype=np.int64), first:last]
-    reported = np.isfinite(queue).any(axis=0)
-    if not reported.any():
-        return math.nan
-    return float(np.quantile(np.nansum(queue[:, reported], axis=0), quantile))
 
 
 def infer_routing(

@@ -3,17 +3,19 @@ loss in output tokens and requests."""
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 
 import pytest
 
-from analyzer.findings.loss import SeverityParams, loss_fields, severity, supply_limited
+from analyzer.findings.loss import SeverityParams, loss_fields, severity, severity_basis, supply_limited
 from analyzer.findings.recommend import pair_swaps, worker_recommendation
+from analyzer.pools.analysis import SegmentAnalysis
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
 from analyzer.pools.pool import SkuGroup
+from analyzer.pools.pool_state import PoolState, StateEvidence
 from analyzer.pools.split_search import PlacementResult, place
 from analyzer.pools.worker_choice import WorkerLoad
+from analyzer.pools.workload import TrafficMix
 from fleet.catalog import load_catalog
 from fleet.contract import Finding, FindingKind, Severity
 
@@ -146,29 +148,33 @@ def test_a_range_down_to_zero_names_its_cause() -> None:
     assert _inverted().range_cause == ""
 
 
+def _segment(state: PoolState, evidence: str = "") -> SegmentAnalysis:
+    mix = TrafficMix(prompt_rate=1.0, output_rate=1.0, request_rate=1.0, isl=1.0, osl=1.0, buckets=1)
+    return SegmentAnalysis(0, 1, 0.0, 3600.0, mix, {}, (), None, 0.0, state=StateEvidence(state, evidence))
+
+
 def test_a_demand_limited_pool_is_never_critical() -> None:
     p = SeverityParams()
     served = _inverted(peak=1.0)
-    assert served.demand_limited
     huge = served.current.tokens_per_s  # a loss as large as the pool itself
-    queued = 50.0
-    assert not supply_limited(served, queued)
-    assert severity(huge, served.current.tokens_per_s, p, supply_limited=supply_limited(served, queued)) is (
-        Severity.WARNING
-    )
+    demand = _segment(PoolState.DEMAND_LIMITED, "0.0 requests waiting")
+    assert not supply_limited(demand)
+    assert severity(huge, huge, p, supply_limited=supply_limited(demand)) is Severity.WARNING
+    assert severity_basis(demand).startswith("demand-limited (0.0 requests waiting)")
     small = served.current.tokens_per_s * p.warning_share / 2
     assert severity(small, served.current.tokens_per_s, p, supply_limited=False) is Severity.INFO
 
 
-def test_critical_only_when_supply_limited_with_requests_waiting() -> None:
+def test_critical_only_on_a_supply_limited_pool() -> None:
     p = SeverityParams()
     short = _inverted(peak=1e9)
-    assert not short.demand_limited
     capacity = short.current.tokens_per_s
     lost = capacity * p.critical_share * 2
-    assert supply_limited(short, 3.0)
-    assert severity(lost, capacity, p, supply_limited=supply_limited(short, 3.0)) is Severity.CRITICAL
-    # No queue at the peak (or none reported): the pool is not seen short of capacity.
-    for waiting in (0.0, math.nan):
-        assert not supply_limited(short, waiting)
-        assert severity(lost, capacity, p, supply_limited=supply_limited(short, waiting)) is Severity.WARNING
+    supply = _segment(PoolState.SUPPLY_LIMITED, "its decode phase seen saturated")
+    assert supply_limited(supply)
+    assert severity(lost, capacity, p, supply_limited=supply_limited(supply)) is Severity.CRITICAL
+    # Unknown (no queue reported, or requests waiting with nothing at its limit): never critical.
+    unknown = _segment(PoolState.UNKNOWN, "no engine reports a queue")
+    assert not supply_limited(unknown)
+    assert severity(lost, capacity, p, supply_limited=supply_limited(unknown)) is Severity.WARNING
+    assert severity_basis(unknown).startswith("pool state unknown (no engine reports a queue)")

@@ -1,37 +1,29 @@
-"""Pool state from the fleet's evidence: its queues decide, the model only where no queue is reported."""
+"""Pool state from the fleet's evidence: its queues and the phases seen at their limit, never the model."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from analyzer.pipeline import analyze, input_from_samples
-from analyzer.pools.analysis import served_its_demand
-from analyzer.pools.split_search import place
+from analyzer.pools.pool_state import PoolState, pool_state
 from fleet.catalog import load_catalog
 from fleetsim.examine import simulate
-from tests.analyzer.pools.test_split_search import _group, _roles
 
 CATALOG = load_catalog()
 
 
-def _placement(peak: float) -> object:
-    groups = [
-        _group("H100-SXM", range(0, 4), 13_000.0, 6_500.0),
-        _group("H200-SXM", range(4, 8), 13_000.0, 9_000.0),
-    ]
-    roles = [_roles(range(0, 4), 4), _roles(range(4, 8), 0)]
-    return place(groups, roles, isl=1300.0, osl=180.0, demand_tokens_per_s=1.0, peak_demand_tokens_per_s=peak)
-
-
-def test_the_queue_decides_where_it_is_reported() -> None:
-    above_capacity = _placement(1e9)  # the model: peak demand beyond capacity
-    within_capacity = _placement(1.0)
-    assert not above_capacity.demand_limited and within_capacity.demand_limited  # type: ignore[attr-defined]
-    assert served_its_demand(above_capacity, 0.0)  # type: ignore[arg-type]  # nothing waited: it served
-    assert not served_its_demand(within_capacity, 3.0)  # type: ignore[arg-type]  # a queue most of the time
-    assert served_its_demand(within_capacity, math.nan)  # type: ignore[arg-type]  # no queue: the model's
-    assert not served_its_demand(replace(within_capacity, demand_limited=False), math.nan)  # type: ignore[type-var]
+def test_the_queues_decide_never_the_model() -> None:
+    demand = pool_state(0.4, 0.0, (None, None))
+    assert demand.state is PoolState.DEMAND_LIMITED and "served what arrived" in demand.evidence
+    # Requests wait and the decode phase is seen at its limit, or the queues grow: supply-limited.
+    assert pool_state(3.0, 0.0, (None, 9_000.0)).state is PoolState.SUPPLY_LIMITED
+    growing = pool_state(3.0, 0.2, (None, None))
+    assert growing.state is PoolState.SUPPLY_LIMITED and "growing by 0.20 requests/s" in growing.evidence
+    # Requests wait but no phase is at its limit and nothing grows: not the GPUs; unknown, never healthy.
+    held = pool_state(3.0, 0.0, (None, None))
+    assert held.state is PoolState.UNKNOWN and "admission" in held.evidence
+    # No queue reported: unknown, whatever the model would say.
+    assert pool_state(math.nan, math.nan, (1.0, 1.0)).state is PoolState.UNKNOWN
 
 
 def test_an_over_demanded_pool_is_supply_limited_and_a_diurnal_one_is_not() -> None:

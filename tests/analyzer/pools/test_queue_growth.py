@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from analyzer.pipeline import analyze, input_from_samples
-from analyzer.pools.analysis import queue_growth
+from analyzer.pools.pool_state import queue_growth
 from fleet.catalog import load_catalog
 from fleetsim.examine import simulate
 

@@ -1,0 +1,90 @@
+"""A pool's state from its queues, never from the model: supply-limited, demand-limited or unknown.
+
+- Supply-limited: requests wait in the median bucket and the pool's bound is seen at its limit (a phase
+  saturated: KV cache full or busy with work queued) or its queues grow (arrivals outrun service).
+- Demand-limited: no request waits in the median bucket (it served what arrived; its loss is idle capacity).
+- Unknown: no engine reports a queue, or requests wait while no phase is seen at its limit and the queues do
+  not grow (an admission or router limit the GPUs do not explain).
+
+Critical findings need supply-limited. Reasoning: docs/analyzer.md#analysis
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from analyzer.telemetry.grid import WorkerGrid
+
+
+class PoolState(StrEnum):
+    SUPPLY_LIMITED = "supply-limited"
+    DEMAND_LIMITED = "demand-limited"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class StateEvidence:
+    state: PoolState
+    evidence: str
+
+
+NOT_MODELLED = StateEvidence(PoolState.UNKNOWN, "no placement was modelled")
+
+
+def pool_state(waiting: float, growth: float, measured: tuple[float | None, float | None]) -> StateEvidence:
+    """``waiting``: requests waiting in the median bucket (NaN: no queue reported); ``growth``: requests/s
+    the queues grew by; ``measured``: what each phase delivered while seen saturated (None: never)."""
+    if not math.isfinite(waiting):
+        return StateEvidence(
+            PoolState.UNKNOWN, "no engine reports a queue: whether it served its demand is unknown"
+        )
+    if waiting < 1.0:
+        return StateEvidence(
+            PoolState.DEMAND_LIMITED,
+            f"{waiting:,.1f} requests waiting in the median bucket: it served what arrived",
+        )
+    at_limit = [name for name, v in zip(("prefill", "decode"), measured, strict=True) if v is not None]
+    growing = math.isfinite(growth) and growth > 0.0
+    if at_limit or growing:
+        why = []
+        if at_limit:
+            why.append(f"its {' and '.join(at_limit)} phase seen saturated")
+        if growing:
+            why.append(f"its queues growing by {growth:,.2f} requests/s")
+        return StateEvidence(
+            PoolState.SUPPLY_LIMITED,
+            f"{waiting:,.1f} requests waiting in the median bucket, {' and '.join(why)}",
+        )
+    return StateEvidence(
+        PoolState.UNKNOWN,
+        f"{waiting:,.1f} requests waiting in the median bucket, but no phase seen at its limit and the "
+        "queues not growing: a limit the GPUs do not explain (admission, router)",
+    )
+
+
+def queued_requests(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int, quantile: float) -> float:
+    """The pool's requests waiting (summed over its workers) at the ``quantile`` of buckets [first, last);
+    NaN where no worker reports a queue."""
+    queue = grid.waiting[np.array(rows, dtype=np.int64), first:last]
+    reported = np.isfinite(queue).any(axis=0)
+    if not reported.any():
+        return math.nan
+    return float(np.quantile(np.nansum(queue[:, reported], axis=0), quantile))
+
+
+def queue_growth(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int) -> float:
+    """Requests/s by which the pool's queues (summed over its workers) grew over buckets [first, last):
+    the least-squares slope over time, 0 where they shrank or held; NaN where no worker reports a queue or
+    fewer than 3 buckets do."""
+    queue = grid.waiting[np.array(rows, dtype=np.int64), first:last]
+    reported = np.isfinite(queue).any(axis=0)
+    if reported.sum() < 3:
+        return math.nan
+    t = grid.bucket_start[first:last][reported].astype(np.float64)
+    total = np.nansum(queue[:, reported], axis=0)
+    slope = float(np.polyfit(t - t[0], total, 1)[0])
+    return max(0.0, slope)
