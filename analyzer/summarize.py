@@ -20,6 +20,7 @@ from analyzer.model.efficiency import CALIBRATION_ACCURACY, CALIBRATION_PROVENAN
 from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
 from analyzer.pools.outcomes import OutcomeParams, change_outcomes
 from analyzer.pools.pool import DeviceCounts, Inventory, Pool, device_counts
+from analyzer.pools.pool_state import PoolState
 from analyzer.pools.saturation import SaturationParams, worker_saturation
 from analyzer.pools.split_search import PlacementResult
 from analyzer.results.changes import ChangeOutcome
@@ -181,7 +182,7 @@ def _segment_summary(pool: Pool, s: SegmentAnalysis) -> SegmentSummary:
         capacity_reason=capacity_reason,
         best_tokens_per_s=num(pl.best.tokens_per_s) if pl else capacity,
         utilisation=num(pl.utilisation, 4) if pl else None,
-        demand_limited=pl.demand_limited if pl else None,
+        **_state(s),
         bound=pl.current.bound if pl else None,
         routing=(
             Routing(
@@ -195,6 +196,22 @@ def _segment_summary(pool: Pool, s: SegmentAnalysis) -> SegmentSummary:
         best_placement=_placement_counts(pool, s, pl.best.prefill) if pl else None,
         notes=list(s.notes),
     )
+
+
+def _state(segment: SegmentAnalysis | None) -> dict[str, Any]:
+    """The segment's pool state, and ``demand_limited`` from it (null where the state is unknown)."""
+    if segment is None or segment.placement is None:
+        return {
+            "demand_limited": None,
+            "pool_state": "unknown",
+            "pool_state_evidence": "no placement was modelled",
+        }
+    state = segment.state.state
+    return {
+        "demand_limited": None if state is PoolState.UNKNOWN else state is PoolState.DEMAND_LIMITED,
+        "pool_state": state.value,
+        "pool_state_evidence": segment.state.evidence,
+    }
 
 
 def _price(pl: PlacementResult | None) -> str:
@@ -271,7 +288,7 @@ def _pool_summary(
         demand_output_tokens_per_s=num(latest.mix.output_rate) if latest else None,
         demand_tokens_per_s=num(latest.mix.tokens_rate) if latest else None,
         utilisation=num(pl.utilisation, 4) if pl else None,
-        demand_limited=pl.demand_limited if pl else None,
+        **_state(latest),
         bound=pl.current.bound if pl else None,
         weekly_cost_usd=num(pl.weekly_cost_usd, 2) if pl else None,
         idle_cost_per_week_usd=num(pl.idle_cost_per_week_usd, 2) if pl else None,

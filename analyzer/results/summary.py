@@ -41,6 +41,7 @@ Price = Literal["catalog", "price not set", "no placement analysis"]
 Serving = Literal["disaggregated", "colocated", "unknown"]
 Bound = Literal["prefill", "decode"]
 RoutingMode = Literal["round-robin", "load-aware"]
+PoolStateName = Literal["supply-limited", "demand-limited", "unknown"]
 Evidence = Literal["profiling", "utilisation", "engine"]
 
 TokensPerS = Annotated[float | None, Field(description="Tokens/s (prompt + output); null where unknown.")]
@@ -187,7 +188,13 @@ class SegmentSummary(_Model):
     capacity_reason: str | None = Field(description="Why the capacity is unknown; null when it is known.")
     best_tokens_per_s: TokensPerS
     utilisation: float | None
-    demand_limited: bool | None
+    demand_limited: bool | None = Field(
+        description="It served its demand (its loss is idle capacity); null where its state is unknown."
+    )
+    pool_state: PoolStateName = Field(
+        default="unknown", description="From its queues and the phases seen at their limit, never the model."
+    )
+    pool_state_evidence: str = Field(default="", description="What the pool state rests on.")
     bound: Bound | None
     routing: Routing | None
     current_placement: CountsBySkuRole = Field(description="SKU -> role -> workers now.")
@@ -228,7 +235,13 @@ class PoolSummary(_Model):
     demand_output_tokens_per_s: float | None
     demand_tokens_per_s: float | None
     utilisation: float | None
-    demand_limited: bool | None
+    demand_limited: bool | None = Field(
+        description="It served its demand (its loss is idle capacity); null where its state is unknown."
+    )
+    pool_state: PoolStateName = Field(
+        default="unknown", description="From its queues and the phases seen at their limit, never the model."
+    )
+    pool_state_evidence: str = Field(default="", description="What the pool state rests on.")
     bound: Bound | None
     weekly_cost_usd: Usd
     idle_cost_per_week_usd: Usd
@@ -297,7 +310,10 @@ class FleetTotals(_Model):
     capacity_unknown_pools: list[str]
     demand_output_tokens_per_s: float | None
     demand_tokens_per_s: float | None
-    demand_limited: bool = Field(description="Every pool served its demand (its loss is idle capacity).")
+    demand_limited: bool = Field(
+        description="Every pool served its demand (its loss is idle capacity); false where any pool's "
+        "state is unknown."
+    )
     weekly_cost_usd: Usd
     idle_cost_per_week_usd: Usd
     misplacement_cost_per_week_usd: Usd

@@ -109,7 +109,7 @@ def fleet_totals(
         capacity_unknown_pools=[row.pool for row in serving if row.capacity_tokens_per_s is None],
         demand_output_tokens_per_s=_sum(row.demand_output_tokens_per_s for row in pool_rows),
         demand_tokens_per_s=_sum(row.demand_tokens_per_s for row in pool_rows),
-        demand_limited=all(row.demand_limited is not False for row in pool_rows),
+        demand_limited=all(row.demand_limited is True for row in pool_rows),
         weekly_cost_usd=cost("weekly_cost_usd"),
         idle_cost_per_week_usd=cost("idle_cost_per_week_usd"),
         misplacement_cost_per_week_usd=cost("misplacement_cost_per_week_usd"),
