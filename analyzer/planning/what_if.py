@@ -1,7 +1,7 @@
 """What-if: a pool's best placement on a hypothetical GPU set, at the traffic it was observed serving.
 
 Pure: adds or removes workers in the pool's SKU/TP groups and re-solves the split with
-:func:`analyzer.pools.split_search.best_plan`. Refusals are :class:`WhatIfError`.
+:func:`analyzer.pools.split_search.choose_plan`. Refusals are :class:`WhatIfError`.
 Reasoning: docs/analyzer.md#what_if
 """
 
@@ -23,8 +23,8 @@ from analyzer.pools.capacity import GroupCapacity, group_capacity
 from analyzer.pools.pool import SkuGroup
 from analyzer.pools.split_search import (
     DECISION_SEED,
-    best_plan,
     capacity_draws,
+    choose_plan,
     draw_rates,
     evaluate,
     weekly_cost_usd,
@@ -298,9 +298,9 @@ def what_if(
     cd = np.array([g.decode.tokens_per_s if g.decode.fits else 0.0 for g in groups])
     draws_p, draws_d = capacity_draws(groups, cp, cd, DECISION_SEED)
     routing = placement.routing
-    chosen = best_plan(
+    chosen = choose_plan(
         hyp_sizes, draws_p, draws_d, isl, osl, np.array(start, dtype=np.int64), tolerance, routing
-    )
+    ).chosen
     hyp = draw_rates(chosen, hyp_sizes, draws_p, draws_d, isl, osl, routing)
     now = draw_rates(np.array(now_prefill, dtype=np.int64), now_sizes, draws_p, draws_d, isl, osl, routing)
     per_request = isl + osl

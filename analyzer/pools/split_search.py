@@ -193,7 +193,14 @@ def spare(
     return out
 
 
-def best_plan(
+@dataclass(frozen=True)
+class PlanChoice:
+    chosen: npt.NDArray[np.int64]  # prefill workers per group, recommended
+    # The plan that would have been chosen but for ``act``: its gain's low end is not positive (None: none).
+    held_back: npt.NDArray[np.int64] | None = None
+
+
+def choose_plan(
     sizes: npt.NDArray[np.int64],
     draws_p: npt.NDArray[np.float64],
     draws_d: npt.NDArray[np.float64],
@@ -207,7 +214,7 @@ def best_plan(
     headroom: float = HEADROOM,
     standing: npt.NDArray[np.int64] | None = None,
     act: float = ACT,
-) -> npt.NDArray[np.int64]:
+) -> PlanChoice:
     """The plan (prefill workers per group) to recommend, from capacity draws (rows of ``draws_p`` /
     ``draws_d``; the first row is the central estimate). Rules: docs/analyzer.md#split_search
 
@@ -250,13 +257,16 @@ def best_plan(
             i = int(found[np.lexsort((-buffer[found], -wins[found], -expected[found]))[0]])
             chosen, chosen_rates, chosen_buffer, moved = plans[i], rates[i], float(buffer[i]), True
     sure = (chosen_rates > current_rates * (1.0 + _SAME_RATE)).mean() >= act
+    held_back = None
     if moved and not sure and current_rates.mean() > 0:  # the low end of its gain is not positive
-        chosen = current
+        chosen, held_back = current, chosen
     if standing is not None and not np.array_equal(standing, current):
         chosen = _keep_standing(
             standing, chosen, current, (sizes, draws_p, draws_d, isl, osl, r), tolerance, act
         )
-    return np.asarray(chosen, dtype=np.int64)
+    if not np.array_equal(chosen, current):
+        held_back = None
+    return PlanChoice(np.asarray(chosen, dtype=np.int64), held_back)
 
 
 _Draws = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64], float, float, Routing]
@@ -395,7 +405,7 @@ def place(
     modeled = _plan([int(v) for v in current_x], sizes, cp, cd, isl, osl, r)
     current = _with_measured(modeled, measured, isl, osl)
     draws_p, draws_d = capacity_draws(groups, cp, cd, seed)
-    chosen = best_plan(
+    choice = choose_plan(
         sizes,
         draws_p,
         draws_d,
@@ -409,6 +419,7 @@ def place(
         standing=None if standing is None else np.array(standing, dtype=np.int64),
         act=act,
     )
+    chosen = choice.chosen
     best = _plan([int(v) for v in chosen], sizes, cp, cd, isl, osl, r)
     if best.tokens_per_s <= current.tokens_per_s or best.prefill == current.prefill:
         # The same split is the same pool: its figure is the current one (measured where it was), never a
@@ -432,6 +443,18 @@ def place(
         high = max(lost, float(np.quantile(gains, 0.9)))
         if lost > 0 and low <= 0:
             cause = range_cause(groups, gains, gain_at, draws_p, draws_d, offset)
+    elif choice.held_back is not None:
+        offset = (current.request_rate - modeled.request_rate) * (isl + osl)
+        held = draw_rates(choice.held_back, sizes, draws_p, draws_d, isl, osl, r)
+        gains = (held - draw_rates(current_x, sizes, draws_p, draws_d, isl, osl, r)) * (isl + osl) - offset
+        high = max(0.0, float(np.quantile(gains, 0.9)))
+        if high > 0:
+            wins = float((gains > 0).mean())
+            cause = (
+                f"no move is recommended: the best other split might add up to {high:,.0f} tokens/s, but "
+                f"it sustains more in only {wins:.0%} of the capacity draws (the low end of its gain is not "
+                "positive)"
+            )
     gpus = int(sum(len(m) * g.group.tp for g, m in zip(groups, current_roles, strict=True)))
     weekly = weekly_cost_usd(groups, [len(m) for m in current_roles])
     capacity = current.tokens_per_s

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from analyzer.findings.loss import range_to_zero
 from analyzer.pipeline import analyze, input_from_samples
-from analyzer.pools.split_search import ACT, best_plan, draw_rates
+from analyzer.pools.split_search import ACT, choose_plan, draw_rates, place
 from analyzer.pools.split_search import Routing as SplitRouting
 from fleet.catalog import load_catalog
 from fleetsim.examine import score, simulate
@@ -37,7 +38,7 @@ def _gain_wins(prefill: np.ndarray, decode: np.ndarray) -> float:
 def test_a_move_whose_gain_has_a_positive_low_end_is_recommended() -> None:
     prefill, decode = _draws(0.4, 0.1)
     assert _gain_wins(prefill, decode) >= ACT
-    assert best_plan(SIZES, prefill, decode, ISL, OSL, CURRENT).tolist() == SWAP.tolist()
+    assert choose_plan(SIZES, prefill, decode, ISL, OSL, CURRENT).chosen.tolist() == SWAP.tolist()
 
 
 def test_a_move_that_may_not_help_is_not_recommended() -> None:
@@ -45,16 +46,16 @@ def test_a_move_that_may_not_help_is_not_recommended() -> None:
     prefill, decode = _draws(0.05, 0.1)
     wins = _gain_wins(prefill, decode)
     assert 1.0 - ACT < wins < ACT  # the low end of the gain is not positive, its high end is
-    assert best_plan(SIZES, prefill, decode, ISL, OSL, CURRENT).tolist() == CURRENT.tolist()
+    assert choose_plan(SIZES, prefill, decode, ISL, OSL, CURRENT).chosen.tolist() == CURRENT.tolist()
     # Recommended before, it stays: the high end of its gain is still positive (hysteresis).
-    kept = best_plan(SIZES, prefill, decode, ISL, OSL, CURRENT, standing=SWAP)
+    kept = choose_plan(SIZES, prefill, decode, ISL, OSL, CURRENT, standing=SWAP).chosen
     assert kept.tolist() == SWAP.tolist()
 
 
 def test_a_standing_move_goes_once_its_high_end_is_not_positive() -> None:
     prefill, decode = _draws(-0.3, 0.1)  # the second SKU is now slower at decode: the swap loses
     assert _gain_wins(prefill, decode) <= 1.0 - ACT
-    dropped = best_plan(SIZES, prefill, decode, ISL, OSL, CURRENT, standing=SWAP)
+    dropped = choose_plan(SIZES, prefill, decode, ISL, OSL, CURRENT, standing=SWAP).chosen
     assert dropped.tolist() == CURRENT.tolist()
 
 
@@ -71,3 +72,35 @@ def test_identical_pools_under_different_seeds_get_the_same_decision(scenario: s
     moves = [row for _, decision in decisions[0] for row in decision if row[0] != "split"]
     assert moves  # a move is recommended
     assert decisions[1] == decisions[0] and decisions[2] == decisions[0]
+
+
+def test_a_move_held_back_shows_its_possible_gain_as_a_range_from_zero() -> None:
+    """No move is recommended, so nothing is lost; but the split that might help shows how much it might
+    (the loss's high end), and ``range_cause`` says why its low end is 0."""
+    from tests.analyzer.pools.test_split_search import _group, _roles
+
+    # The H200 decodes 12% faster than the H100, each figure known within 10%: the swap may not help.
+    h100 = _group("H100-SXM", range(0, 2), 13_000.0, 6_500.0, uncertainty=0.1)
+    h200 = _group("H200-SXM", range(2, 4), 13_000.0, 7_280.0, uncertainty=0.1)
+    result = place(
+        [h100, h200],
+        [_roles(range(0, 2), 0), _roles(range(2, 4), 2)],
+        isl=1000.0,
+        osl=1000.0,
+        demand_tokens_per_s=1.0,
+        peak_demand_tokens_per_s=1.0,
+    )
+    assert result.best == result.current and result.changes == ()
+    assert result.lost_tokens_per_s == 0.0 and result.lost_low == 0.0 and result.lost_high > 0.0
+    assert result.range_cause.startswith("no move is recommended: the best other split might add up to")
+    assert range_to_zero(result) == result.range_cause
+    # A pool whose split is its best has no such range.
+    settled = place(
+        [h100, h200],
+        [_roles(range(0, 2), 2), _roles(range(2, 4), 0)],
+        isl=1000.0,
+        osl=1000.0,
+        demand_tokens_per_s=1.0,
+        peak_demand_tokens_per_s=1.0,
+    )
+    assert settled.lost_high == 0.0 and range_to_zero(settled) is None

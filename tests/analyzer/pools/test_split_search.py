@@ -12,9 +12,9 @@ from analyzer.pools.split_search import (
     EXHAUSTIVE_LIMIT,
     HEADROOM,
     Routing,
-    best_plan,
     candidates,
     capacity_draws,
+    choose_plan,
     evaluate,
     place,
     spare,
@@ -196,7 +196,7 @@ def test_the_frontier_search_finds_the_exhaustive_optimum() -> None:
         assert len(everything) == np.prod(sizes + 1)
         rates, _, _ = evaluate(everything, sizes, cp, cd, 1200.0, 200.0)
         draws = (cp[None, :], cd[None, :])
-        chosen = best_plan(sizes, *draws, 1200.0, 200.0, current, tolerance=0.0)
+        chosen = choose_plan(sizes, *draws, 1200.0, 200.0, current, tolerance=0.0).chosen
         rate = evaluate(chosen, sizes, cp, cd, 1200.0, 200.0)[0][0]
         assert rate == pytest.approx(rates.max())
 
@@ -356,7 +356,7 @@ def test_a_pool_is_never_moved_for_buffer_alone() -> None:
     sizes = np.array([8, 8])
     cp, cd = np.array([[13_010.0, 13_010.0]]), np.array([[6_848.0, 8_755.0]])
     for current in ([6, 7], [7, 6]):  # the best rate already; (8, 5) only has more buffer
-        chosen = best_plan(sizes, cp, cd, 1334.3, 174.8, np.array(current))
+        chosen = choose_plan(sizes, cp, cd, 1334.3, 174.8, np.array(current)).chosen
         assert chosen.tolist() == current
 
 
