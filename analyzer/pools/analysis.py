@@ -73,6 +73,12 @@ class PoolParams:
     serving_share: float = tunable(
         0.5, "A worker serves in a bucket when its engine reported for at least this share of it."
     )
+    routing_load_tolerance: float = tunable(
+        0.05, "Work per worker within this share across SKU groups is spread equally (round-robin)."
+    )
+    routing_speed_gap: float = tunable(
+        0.10, "SKU groups this much apart in speed tell a round-robin router from a load-aware one."
+    )
 
 
 @dataclass(frozen=True)
@@ -263,7 +269,15 @@ def _segment(
     skipped = sum(1 for row, role in roles.items() if role not in ("prefill", "decode"))
     if skipped:
         notes.append(f"{skipped} worker(s) with role mixed/unknown kept out of the placement search")
-    routing = infer_routing(grid, current_roles, capacities, first, last)
+    routing = infer_routing(
+        grid,
+        current_roles,
+        capacities,
+        first,
+        last,
+        load_tolerance=p.routing_load_tolerance,
+        speed_gap=p.routing_speed_gap,
+    )
     if routing.decode_equal or routing.prefill_equal:
         notes.append(
             "the router spreads "
