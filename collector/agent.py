@@ -6,8 +6,9 @@ its GPUs (:func:`collector.workers.join_endpoint`) and workers to roles, and the
 committed to the spool before anything else sees them.  The shipper runs on its own thread and never delays
 sampling.  Every failure is kept with its stage, target and reason (:mod:`collector.failures`).
 
-An engine sample carries the KV cache the engine reports holding (``kv_capacity_tokens``; None where it
-reports none), from the endpoint's latest reading.
+An engine sample carries the KV cache the engine reports holding (``kv_capacity_tokens``) and the most
+requests it reports running at once (``max_running_requests``), None where it reports none, from the
+endpoint's latest reading.
 
 An engine's TP degree is what the engine says (``--tensor-parallel-size``/``--tp`` on its command line, or
 its distinct ``tp_rank`` label values when more than one rank reports), else the number of GPUs its
@@ -317,6 +318,7 @@ class Agent:
             cluster=self.cluster,
             deployment=deployment,
             kv_capacity_tokens=reading.kv_capacity_tokens,
+            max_running_requests=reading.max_running_requests,
         )
 
     def _account(self, record: EngineSample, skus: dict[str, str]) -> None:

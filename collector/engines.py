@@ -12,7 +12,8 @@ zero-agent mode queries too (fleet.vocabulary.engines); label names from fleet.l
 Within a part the first alias the exposition holds is read. An endpoint without any token counter yields
 no engine sample (a sample of 0 tokens would read as "not serving"). The KV cache the engine holds, in
 tokens, is read by the vocabulary's own rule (fleet.vocabulary.engines.KV_CAPACITY_METRICS: factors that
-multiply, vLLM's from the labels of its cache_config_info info gauge), the one zero-agent mode applies.
+multiply, vLLM's from the labels of its cache_config_info info gauge), the one zero-agent mode applies; so
+is the most requests the engine runs at once (fleet.vocabulary.engines.MAX_RUNNING_METRICS).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from fleet.vocabulary.engines import (
     EngineMetric,
     engine_metric,
     kv_capacity_metric,
+    max_running_metric,
     primary_rank,
 )
 
@@ -83,6 +85,7 @@ class EngineReading:
     dynamo_namespaces: frozenset[str] = frozenset()  # Dynamo dynamo_namespace label values (deployment)
     tp_ranks: int | None = None  # distinct tp_rank label values seen; None when no series carries one
     kv_capacity_tokens: int | None = None  # the KV cache the engine reports holding; None: not reported
+    max_running_requests: int | None = None  # the most requests it reports running at once; None: not said
     identity: EngineIdentity = field(default_factory=EngineIdentity)  # GPU UUIDs / PIDs it reports
 
 
@@ -204,6 +207,12 @@ def read_engine(exposition: Exposition, url: str, taken_at: float, ts: datetime)
         if capacity is not None
         else None
     )
+    cap = max_running_metric(engine)
+    max_running = (
+        cap.requests((n, labels, v) for n in cap.names for labels, v in by_name.get(n, ()))
+        if cap is not None
+        else None
+    )
     return EngineReading(
         url=url,
         engine=engine.value,
@@ -221,6 +230,7 @@ def read_engine(exposition: Exposition, url: str, taken_at: float, ts: datetime)
         dynamo_namespaces=_label_values(dynamo, DYNAMO_NAMESPACE_METRIC_LABEL),
         tp_ranks=len(tp_ranks) or None,
         kv_capacity_tokens=kv_capacity,
+        max_running_requests=max_running,
         identity=engine_identity(exposition),
     )
 

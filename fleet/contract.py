@@ -43,6 +43,10 @@ NonNegFloat = Annotated[float, Strict(), Field(ge=0.0, le=MAX_FLOAT, allow_inf_n
 # Counts are JSON integers written as such (``5``, not ``5.0``): accepting integral floats too would cost a
 # Python call per field on the ingest path (+39% parse time measured on the demo's records).
 NonNegInt = Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
+# A count of requests an engine runs at once: at least 1 (0 would be "runs nothing", which no engine reports),
+# at most what a 32-bit integer column holds.
+REQUEST_CAP_MAX = 2**31 - 1
+RequestCap = Annotated[int, Strict(), Field(ge=1, le=REQUEST_CAP_MAX)]
 WindowSeconds = Annotated[float, Strict(), Field(gt=0.0, le=86_400.0, allow_inf_nan=False)]
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
@@ -213,6 +217,10 @@ class EngineSample(_Record):
     # The KV cache the engine holds, in tokens, as it reports it (vLLM's cache_config_info num_gpu_blocks x
     # block_size, SGLang's max_total_num_tokens, TensorRT-LLM's KV-cache statistics); None when it does not.
     kv_capacity_tokens: NonNegInt | None = None
+    # The most requests the engine runs at once, as it reports it (SGLang's max_running_requests gauge, vLLM's
+    # max_num_seqs label of an info gauge, TensorRT-LLM's max_num_active_requests or max batch size); None
+    # when it does not.
+    max_running_requests: RequestCap | None = None
 
 
 class Bottleneck(StrEnum):

@@ -51,6 +51,7 @@ class WorkerRecord:
     cluster: str | None = None
     deployment: str | None = None
     kv_capacity_tokens: int | None = None  # as the engine reports it (None: not reported)
+    max_running_requests: int | None = None  # its running-request cap as it reports it (None: not reported)
     gpu_join: str | None = None
     first_seen: datetime | None = None
     last_seen: datetime | None = None

@@ -32,7 +32,10 @@ What the records say (per window):
   in flight on a prefill worker), ``kv_cache_usage`` the KV pool's fill, ``preemptions`` the sequences
   evicted when the KV cache runs out. ``kv_capacity_tokens`` is the KV cache the worker holds, as vLLM's
   ``cache_config_info`` and SGLang's ``max_total_num_tokens`` report it: the budget the simulator's
-  physics gives the worker and caps its batch with (``records.kv_capacity_tokens``).
+  physics gives the worker and caps its batch with (``records.kv_capacity_tokens``). ``max_running_requests``
+  is the engine's concurrency cap (vLLM's ``max_num_seqs``, SGLang's ``max_running_requests``): the cap
+  the physics runs its engine with, the scenario's ``max_batch`` or the perturbed draw
+  (``records.max_running_requests``).
 - Restarting engines send no engine sample (their GPUs report idle); a collector gap silences a whole
   node (no GPU or engine samples). A scheduled role change restarts the engine, which then reports its
   new ``role`` under the same ``worker_id`` (an id that may name the role it started with); one made

@@ -51,7 +51,7 @@ _ENGINE_DECIMALS: dict[str, int | None] = {
 }  # fmt: skip
 _ENGINE_STATIC = (
     "worker_id", "node", "engine", "model", "precision", "tp", "gpu_uuids", "gpu_join", "cluster",
-    "deployment", "kv_capacity_tokens",
+    "deployment", "kv_capacity_tokens", "max_running_requests",
 )  # fmt: skip
 
 _GPU_TEMPLATE = (
@@ -63,7 +63,7 @@ _GPU_TEMPLATE = (
 _ENGINE_TEMPLATE = (
     b'{"kind":"engine_sample","ts":%s,"window_s":%s,"worker_id":%s,"node":%s,"engine":%s,"model":%s,'
     b'"precision":%s,"tp":%s,"gpu_uuids":%s,"gpu_join":%s,"cluster":%s,"deployment":%s,'
-    b'"kv_capacity_tokens":%s,"role":%s,"role_source":%s,'
+    b'"kv_capacity_tokens":%s,"max_running_requests":%s,"role":%s,"role_source":%s,'
     b'"prompt_tokens":%s,"generation_tokens":%s,"requests_running":%s,"requests_waiting":%s,'
     b'"kv_cache_usage":%s,"preemptions":%s,"ttft_p50_s":%s,"ttft_p99_s":%s,"tpot_p50_s":%s,'
     b'"tpot_p99_s":%s}\n'
@@ -150,6 +150,7 @@ class RecordBuilder:
             "cluster": [p.spec.cluster for p in pools],
             "deployment": [p.spec.deployment_name for p in pools],
             "kv_capacity_tokens": kv_capacity_tokens(sim),
+            "max_running_requests": max_running_requests(sim),
         }
         self._labels = sim.schedule.labels(sim.epoch0) + _labels(sim)  # role changes, then labels over them
         self._renames = sim.schedule.renames(sim.epoch0)
@@ -293,6 +294,17 @@ def kv_capacity_tokens(sim: FleetSimulation) -> list[int]:
         for position, worker in enumerate(model.pool.workers):
             capacity[worker] = int(model.step.kv_capacity_tokens[position])
     return [capacity[w.index] for w in sim.layout.workers]
+
+
+def max_running_requests(sim: FleetSimulation) -> list[int]:
+    """Each worker's concurrency cap, as its engine reports it (SGLang's max_running_requests, vLLM's
+    max_num_seqs): the most sequences the simulator's physics lets its engine run at once
+    (``EngineConfig.max_batch`` of its pool's step model: the scenario's, or the perturbed physics' draw)."""
+    cap: dict[int, int] = {}
+    for model in sim.models:
+        for worker in model.pool.workers:
+            cap[worker] = int(model.step.engine.max_batch)
+    return [cap[w.index] for w in sim.layout.workers]
 
 
 _JSON_CACHE: dict[str, bytes] = {}

@@ -212,7 +212,8 @@ class RowBatch:
                 role=values["role"], role_source=values["role_source"]._value_, precision=values["precision"],
                 tp=values["tp"], gpu_uuids=tuple(values["gpu_uuids"]), cluster=values["cluster"],
                 deployment=values["deployment"], kv_capacity_tokens=values["kv_capacity_tokens"],
-                gpu_join=_value(values["gpu_join"]), first_seen=first, last_seen=last,
+                max_running_requests=values["max_running_requests"], gpu_join=_value(values["gpu_join"]),
+                first_seen=first, last_seen=last,
             )  # fmt: skip
             self.workers[worker_id] = _newer(self.workers.get(worker_id), worker)
             self._fold_node(worker.node, first, last)

@@ -123,6 +123,7 @@ class WorkerRow(Base):
     cluster: Mapped[str | None] = mapped_column(String(NAME))
     deployment: Mapped[str | None] = mapped_column(String(NAME))
     kv_capacity_tokens: Mapped[int | None] = mapped_column(BigInteger)  # as the engine last reported it
+    max_running_requests: Mapped[int | None] = mapped_column(Integer)  # as the engine last reported it
     first_seen: Mapped[datetime]
     last_seen: Mapped[datetime]
 

@@ -57,7 +57,7 @@ _SPANNED_DAYS = timedelta(days=31)  # up to this span a batch locks every day in
 _GPU_ATTRS = ("node", "gpu_index", "gpu_name", "sku", "parent_gpu_uuid", "mig_profile", "cluster",
               "worker_id", "state", "source")  # fmt: skip
 _WORKER_ATTRS = ("node", "engine", "model", "role", "role_source", "precision", "tp", "gpu_uuids", "gpu_join",
-                 "cluster", "deployment", "kv_capacity_tokens")  # fmt: skip
+                 "cluster", "deployment", "kv_capacity_tokens", "max_running_requests")  # fmt: skip
 _DIMENSIONS = {
     "nodes": ("name", ()),
     "gpus": ("gpu_uuid", _GPU_ATTRS),

@@ -43,6 +43,26 @@ than a sample's value.
 
 A factor is a whole number of at least 1; anything else (a NaN, 0, "None") is no budget, never 0 tokens.
 Where ranks report, tensor/pipeline rank 0 is read, as for the other gauges.
+
+The most requests an engine runs at once (engine_sample ``max_running_requests``) is one reported number
+(:data:`MAX_RUNNING_METRICS`), read by the same rule (a whole number of at least 1, rank 0, the largest of
+the first alias that has one; repeated, never added):
+
+- SGLang: ``sglang:max_running_requests``, a gauge of the scheduler's cap that the first SGLang releases
+  with metrics export (their docs/references/production_metrics.md example:
+  ``sglang:max_running_requests{name="google/gemma-2-9b-it"} 4097.0``). Current releases no longer export
+  it on ``/metrics`` (``/v1/loads`` has it): then None. It is not ``sglang:max_running_requests_under_SLO``,
+  an SLO estimate rather than the configured cap.
+- vLLM: ``--max-num-seqs`` as a ``max_num_seqs`` label of an info gauge, ``vllm:scheduler_config_info``
+  first, then ``vllm:cache_config_info``. vLLM itself (V1 ``loggers.py``) exports only its CacheConfig,
+  which has no such field: a stock vLLM reports None; servers that speak vLLM's metrics and add the label
+  report it. A data-parallel front end's series would each carry one engine's cap, of which one is read.
+- TensorRT-LLM: trtllm-serve's ``trtllm_max_num_active_requests`` (the executor's cap on active requests:
+  max batch size x pipeline stages), else ``trtllm_max_batch_size_runtime``, else
+  ``trtllm_max_batch_size_static``; iteration statistics, so only with ``enable_iter_perf_stats`` and
+  in releases with these gauges.
+
+A cap beyond what the contract holds (2**31 - 1) is None, never a wrong number.
 """
 
 from __future__ import annotations
@@ -52,6 +72,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from fleet.contract import REQUEST_CAP_MAX
 from fleet.labels import PP_RANK_LABEL, TP_RANK_LABEL
 from fleet.vocabulary.units import Kind, Unit
 
@@ -186,15 +207,16 @@ def primary_rank(labels: Mapping[str, str]) -> bool:
 
 
 @dataclass(frozen=True)
-class KvFactor:
-    """One factor of an engine's KV budget: a gauge's value, or (``label`` set) one label of an info gauge,
-    whose value is always 1. ``names``: aliases, preferred first."""
+class ReportedNumber:
+    """A whole number an engine reports about itself (a factor of its KV budget, its concurrency cap): a
+    gauge's value, or (``label`` set) one label of an info gauge, whose value is always 1. ``names``:
+    aliases, preferred first."""
 
     names: tuple[str, ...]
     label: str | None = None
 
     def of(self, labels: Mapping[str, str], value: float) -> int | None:
-        """This factor in one sample: a whole number of at least 1, else None."""
+        """This number in one sample: a whole number of at least 1, else None."""
         if self.label is not None:
             text = labels.get(self.label, "")
             number = int(text) if text.isascii() and text.isdigit() else 0
@@ -205,8 +227,8 @@ class KvFactor:
         return number if number >= 1 else None
 
     def read(self, samples: Iterable[Sample]) -> int | None:
-        """This factor in one scrape's samples: of the first alias with a usable sample at rank 0, the largest
-        (the samples repeat one budget: never added)."""
+        """This number in one scrape's samples: of the first alias with a usable sample at rank 0, the largest
+        (the samples repeat one figure: never added)."""
         found: dict[str, list[int]] = {}
         for name, labels, value in samples:
             if name in self.names and primary_rank(labels):
@@ -221,7 +243,7 @@ class KvCapacityMetric:
     """Where one engine reports the KV cache it holds, in tokens: the product of ``factors``."""
 
     engine: Engine
-    factors: tuple[KvFactor, ...]
+    factors: tuple[ReportedNumber, ...]
     kind: Kind = Kind.GAUGE  # every factor is a gauge (vLLM's info gauge too)
 
     @property
@@ -249,14 +271,17 @@ KV_CAPACITY_METRICS: tuple[KvCapacityMetric, ...] = (
     KvCapacityMetric(
         _V,
         (
-            KvFactor(_spelled(_V, "cache_config_info"), "num_gpu_blocks"),
-            KvFactor(_spelled(_V, "cache_config_info"), "block_size"),
+            ReportedNumber(_spelled(_V, "cache_config_info"), "num_gpu_blocks"),
+            ReportedNumber(_spelled(_V, "cache_config_info"), "block_size"),
         ),
     ),
-    KvCapacityMetric(_S, (KvFactor(_spelled(_S, "max_total_num_tokens")),)),
+    KvCapacityMetric(_S, (ReportedNumber(_spelled(_S, "max_total_num_tokens")),)),
     KvCapacityMetric(
         _T,
-        (KvFactor(_spelled(_T, "kv_cache_max_blocks")), KvFactor(_spelled(_T, "kv_cache_tokens_per_block"))),
+        (
+            ReportedNumber(_spelled(_T, "kv_cache_max_blocks")),
+            ReportedNumber(_spelled(_T, "kv_cache_tokens_per_block")),
+        ),
     ),
 )
 
@@ -264,3 +289,53 @@ KV_CAPACITY_METRICS: tuple[KvCapacityMetric, ...] = (
 def kv_capacity_metric(engine: Engine | str) -> KvCapacityMetric | None:
     """Where ``engine`` reports its KV budget; None for a name that is no engine of the table."""
     return next((m for m in KV_CAPACITY_METRICS if m.engine == engine), None)
+
+
+# --- The concurrency cap an engine reports ---------------------------------------------------------------
+
+MAX_RUNNING_FIELD = "max_running_requests"  # the engine_sample field, and zero-agent's column
+
+
+@dataclass(frozen=True)
+class MaxRunningMetric:
+    """Where one engine reports the most requests it runs at once: one reported number."""
+
+    engine: Engine
+    number: ReportedNumber
+    kind: Kind = Kind.GAUGE  # vLLM's info gauge too
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.number.names
+
+    def requests(self, samples: Iterable[Sample]) -> int | None:
+        """The cap in one scrape's samples; None when the engine does not report it, or reports more than
+        the data contract holds (never a wrong number)."""
+        cap = self.number.read(s for s in samples if s[0] in self.names)
+        return cap if cap is not None and cap <= REQUEST_CAP_MAX else None
+
+
+MAX_RUNNING_METRICS: tuple[MaxRunningMetric, ...] = (
+    MaxRunningMetric(
+        _V,
+        ReportedNumber(
+            (*_spelled(_V, "scheduler_config_info"), *_spelled(_V, "cache_config_info")), "max_num_seqs"
+        ),
+    ),
+    MaxRunningMetric(_S, ReportedNumber(_spelled(_S, "max_running_requests"))),
+    MaxRunningMetric(
+        _T,
+        ReportedNumber(
+            (
+                *_spelled(_T, "max_num_active_requests"),
+                *_spelled(_T, "max_batch_size_runtime"),
+                *_spelled(_T, "max_batch_size_static"),
+            )
+        ),
+    ),
+)
+
+
+def max_running_metric(engine: Engine | str) -> MaxRunningMetric | None:
+    """Where ``engine`` reports its concurrency cap; None for a name that is no engine of the table."""
+    return next((m for m in MAX_RUNNING_METRICS if m.engine == engine), None)

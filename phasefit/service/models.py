@@ -96,6 +96,9 @@ class Worker(BaseModel):
     kv_capacity_tokens: int | None = Field(
         default=None, description="The KV cache the engine reports holding, in tokens (null: not reported)."
     )
+    max_running_requests: int | None = Field(
+        default=None, description="The most requests the engine reports running at once (null: not reported)."
+    )
     first_seen: datetime
     last_seen: datetime
 

@@ -70,6 +70,15 @@ VLLM_CACHE_CONFIG_INFO = (
 )
 VLLM_KV_CAPACITY_TOKENS = 5943 * 16
 SGLANG_KV_CAPACITY_TOKENS = 92962  # sglang:max_total_num_tokens in the SGLang capture
+# SGLang's concurrency cap as the first SGLang releases with metrics exported it, verbatim from the example in
+# sgl-project/sglang docs/references/production_metrics.md of that time (a google/gemma-2-9b-it server; its
+# gauges then carried a ``name`` label). Later releases export no such gauge on /metrics (the Dynamo capture
+# has none).
+SGLANG_MAX_RUNNING_REQUESTS = (
+    "# HELP sglang:max_running_requests Maximum running requests\n"
+    "# TYPE sglang:max_running_requests gauge\n"
+    'sglang:max_running_requests{name="google/gemma-2-9b-it"} 4097.0\n'
+)
 
 
 def cache_config_labels(**changes: str) -> dict[str, str]:

@@ -22,7 +22,7 @@ from collector.spool import Spool
 from collector.window import SourceWindow
 from fleet.clock import FakeClock
 from fleet.contract import EngineSample, GpuSample, Role, RoleSource, TelemetrySource
-from tests.analyzer.prometheus_fixtures import VLLM_CACHE_CONFIG_INFO
+from tests.analyzer.prometheus_fixtures import SGLANG_MAX_RUNNING_REQUESTS, VLLM_CACHE_CONFIG_INFO
 from tests.collector.conftest import SGLANG_FIXTURE, VLLM_FIXTURE, fixture_text
 from tests.collector.dcgm_text import exposition
 from tests.collector.test_engines import set_value
@@ -55,6 +55,7 @@ class Engines:
     def __init__(self) -> None:
         self.vllm_generation = 600.0
         self.vllm_cache_config = True  # vLLM's cache_config_info (the capture's excerpt omits it)
+        self.sglang_extra = ""  # appended to SGLang's exposition
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         url = str(request.url)
@@ -62,7 +63,8 @@ class Engines:
             text = set_value(fixture_text(VLLM_FIXTURE), "vllm:generation_tokens_total", self.vllm_generation)
             return httpx.Response(200, text=text + (VLLM_CACHE_CONFIG_INFO if self.vllm_cache_config else ""))
         if url == SGLANG_URL:
-            return httpx.Response(200, text=fixture_text(SGLANG_FIXTURE).replace("unified", "decode"))
+            text = fixture_text(SGLANG_FIXTURE).replace("unified", "decode") + self.sglang_extra
+            return httpx.Response(200, text=text)
         if url == GARBAGE_URL:
             return httpx.Response(200, text="<html>oops</html>")
         raise httpx.ConnectError("connection refused", request=request)
@@ -156,6 +158,29 @@ def test_engine_samples_carry_the_kv_cache_the_engine_reports(tmp_path: Path, cl
         if s["kind"] == "engine_sample" and s["worker_id"] == "node-a:8100"
     ]
     assert vllm == [95088, None]  # as contract JSON, the unknown as null
+
+
+def test_engine_samples_carry_the_concurrency_cap_the_engine_reports(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    agent, engines = build(tmp_path, clock)
+    engines.sglang_extra = SGLANG_MAX_RUNNING_REQUESTS
+    agent.start()
+    clock.advance(10.0)
+    engine = {r.worker_id: r for r in agent.collect_window() if isinstance(r, EngineSample)}
+    assert engine["node-a:30001"].max_running_requests == 4097  # SGLang: sglang:max_running_requests
+    assert engine["node-a:8100"].max_running_requests is None  # vLLM exports no max_num_seqs
+    engines.sglang_extra = ""  # the latest reading says nothing: None, not stale
+    clock.advance(10.0)
+    engine = {r.worker_id: r for r in agent.collect_window() if isinstance(r, EngineSample)}
+    assert engine["node-a:30001"].max_running_requests is None
+    spooled = [json.loads(r.payload) for r in agent.spool.peek(100, 10**7)]  # type: ignore[union-attr]
+    sglang = [
+        s["max_running_requests"]
+        for s in spooled
+        if s["kind"] == "engine_sample" and s["worker_id"] == "node-a:30001"
+    ]
+    assert sglang == [4097, None]  # as contract JSON, the unknown as null
 
 
 class Broken:

@@ -13,6 +13,7 @@ from collector.promtext import parse
 from fleet.clock import FakeClock
 from tests.analyzer.prometheus_fixtures import (
     SGLANG_KV_CAPACITY_TOKENS,
+    SGLANG_MAX_RUNNING_REQUESTS,
     VLLM_CACHE_CONFIG_INFO,
     VLLM_KV_CAPACITY_TOKENS,
     cache_config_info,
@@ -184,6 +185,66 @@ def test_tensorrt_llm_kv_budget_is_max_blocks_times_tokens_per_block() -> None:
         "trtllm:kv_cache_tokens_per_block 64\n"
     )
     assert reading(colon, 0.0).kv_capacity_tokens == 640
+
+
+def test_sglang_concurrency_cap_is_its_max_running_requests_gauge() -> None:
+    text = fixture_text(SGLANG_FIXTURE)
+    assert reading(text, 0.0).max_running_requests is None  # current releases export no such gauge
+    r = reading(text + SGLANG_MAX_RUNNING_REQUESTS, 0.0)
+    assert r.max_running_requests == 4097
+    assert (r.kv_capacity_tokens, r.running, r.model) == (92962, 0.0, "Qwen/Qwen3-0.6B")  # nothing else moves
+    # Each scheduler reports the one cap: rank 0's is read, never a sum over ranks.
+    ranks = "".join(
+        f'sglang:max_running_requests{{model_name="Qwen/Qwen3-0.6B",pp_rank="0",tp_rank="{rank}"}} '
+        f"{256.0 if rank == 0 else 999.0}\n"
+        for rank in range(4)
+    )
+    assert reading(text + ranks, 0.0).max_running_requests == 256
+    # The SLO estimate is not the cap.
+    slo = 'sglang:max_running_requests_under_SLO{model_name="Qwen/Qwen3-0.6B",tp_rank="0"} 64.0\n'
+    assert reading(text + slo, 0.0).max_running_requests is None
+
+
+@pytest.mark.parametrize(
+    ("value", "cap"),
+    [("0.0", None), ("-3.0", None), ("12.5", None), ("NaN", None), ("+Inf", None), ("1.0", 1),
+     (f"{2**31 - 1}.0", 2**31 - 1), (f"{2**31}.0", None)],
+)  # fmt: skip
+def test_a_cap_that_is_no_whole_count_the_contract_holds_is_unknown(value: str, cap: int | None) -> None:
+    text = fixture_text(SGLANG_FIXTURE) + SGLANG_MAX_RUNNING_REQUESTS.replace("4097.0", value)
+    assert reading(text, 0.0).max_running_requests == cap
+
+
+def test_vllm_concurrency_cap_is_a_max_num_seqs_label_where_an_info_gauge_carries_one() -> None:
+    capture = fixture_text(VLLM_FIXTURE)
+    # vLLM's own cache_config_info has no max_num_seqs (it is the scheduler's): stock vLLM reports none.
+    assert reading(capture + VLLM_CACHE_CONFIG_INFO, 0.0).max_running_requests is None
+    labelled = cache_config_info(cache_config_labels(max_num_seqs="256"))
+    r = reading(capture + labelled, 0.0)
+    assert (r.max_running_requests, r.kv_capacity_tokens) == (256, VLLM_KV_CAPACITY_TOKENS)
+    scheduler = (
+        "# TYPE vllm:scheduler_config_info gauge\n"
+        'vllm:scheduler_config_info{engine="0",max_num_batched_tokens="8192",max_num_seqs="128"} 1.0\n'
+    )
+    assert reading(capture + labelled + scheduler, 0.0).max_running_requests == 128  # the scheduler's first
+    assert reading(capture + VLLM_CACHE_CONFIG_INFO + scheduler, 0.0).max_running_requests == 128
+    for bad in ("None", "0", "", "256.0", "-1"):
+        unusable = cache_config_info(cache_config_labels(max_num_seqs=bad))
+        assert reading(capture + unusable, 0.0).max_running_requests is None, bad
+
+
+def test_tensorrt_llm_concurrency_cap_is_max_num_active_requests_else_its_max_batch_size() -> None:
+    labels = '{engine_type="trtllm",model_name="llama"}'
+    base = f"trtllm_generation_tokens_total{labels} 50\ntrtllm_num_requests_running{labels} 4\n"
+    assert reading(base, 0.0).max_running_requests is None  # without enable_iter_perf_stats: none
+    static = f"trtllm_max_batch_size_static{labels} 2048.0\n"
+    runtime = f"trtllm_max_batch_size_runtime{labels} 512.0\n"
+    active = f"trtllm_max_num_active_requests{labels} 1024.0\n"
+    assert reading(base + static, 0.0).max_running_requests == 2048
+    assert reading(base + static + runtime, 0.0).max_running_requests == 512
+    assert reading(base + static + runtime + active, 0.0).max_running_requests == 1024
+    colon = "trtllm:generation_tokens_total 5\ntrtllm:max_num_active_requests 64\n"
+    assert reading(colon, 0.0).max_running_requests == 64
 
 
 def test_exposition_without_token_counters_is_refused() -> None:

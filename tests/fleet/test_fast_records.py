@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from benchmarks.ingest_bench import samples
 from fleet import fast_records
@@ -27,6 +27,7 @@ from fleet.contract import (
     Record,
     activity_evidence,
     dump_record,
+    parse_record,
 )
 from fleet.fast_records import KINDS, UNMIRRORED, NotMirroredError, fast_block, mirror
 from fleet.ingest import _validated_block, parse_block
@@ -187,6 +188,7 @@ ENGINE_LINE: dict[str, Any] = {
     "prompt_tokens": 10, "generation_tokens": 20, "requests_running": 3, "requests_waiting": 0,
     "kv_cache_usage": 0.25, "preemptions": 1, "ttft_p50_s": 0.1, "ttft_p99_s": 0.9, "tpot_p50_s": 0.01,
     "tpot_p99_s": 0.05, "cluster": "prod", "deployment": "ns/llama", "kv_capacity_tokens": 100_000,
+    "max_running_requests": 256,
 }  # fmt: skip
 NUMBERS = [
     "null", "true", "false", '"0.5"', '"5"', "5.0", "5", "0", "-0", "-0.0", "-1", "0.5", "1", "1.0", "1e0",
@@ -350,6 +352,36 @@ def test_random_edits_are_never_taken_where_pydantic_refuses() -> None:
         accepted += slow
         taken += fast
     assert taken > 100 and taken >= 0.9 * accepted, (taken, accepted)
+
+
+CAPS = [
+    ("1", 1), ("256", 256), (str(2**31 - 1), 2**31 - 1), ("null", None), ("0", ...), ("-0", ...), ("-1", ...),
+    ("256.0", ...), ("2.56e2", ...), ("256.5", ...), ("true", ...), ("false", ...), ('"256"', ...),
+    (str(2**31), ...), ("[256]", ...),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("raw", "cap"), CAPS, ids=[raw for raw, _ in CAPS])
+def test_a_concurrency_cap_is_a_whole_count_of_at_least_one_on_both_paths(raw: str, cap: Any) -> None:
+    """What the contract takes as ``max_running_requests`` (JSON integers 1..2**31 - 1, or null) both ingest
+    paths take and store on the worker; a 0, a negative, a float, a bool or a string neither takes."""
+    edited = _line([*_pairs(ENGINE_LINE)[:-1], ("max_running_requests", raw)])
+    accepted = cap is not ...
+    for encoding in ENCODINGS:
+        assert _check(edited, encoding) == (accepted, accepted), (raw, encoding)
+        fast = _agree(edited.encode() + b"\n", encoding)
+        assert (fast is not None) is accepted
+        if fast is not None:
+            assert fast.workers["worker-0"].max_running_requests == cap
+    if accepted:
+        record = parse_record(edited)
+        assert isinstance(record, EngineSample) and record.max_running_requests == cap
+    else:
+        with pytest.raises(ValidationError, match="max_running_requests"):
+            parse_record(edited)
+    missing = _line(_pairs({k: v for k, v in ENGINE_LINE.items() if k != "max_running_requests"}))
+    fast = _agree(missing.encode() + b"\n", "epoch_us")
+    assert fast is not None and fast.workers["worker-0"].max_running_requests is None  # not said: None
 
 
 # --- (c) the Structs mirror the contract: every field, default and bound ------------------------------------

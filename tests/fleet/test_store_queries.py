@@ -114,3 +114,28 @@ def test_cluster_and_deployment_are_kept_on_gpus_and_workers_latest_window_wins(
     assert gpus["GPU-0000"].cluster == "east" and gpus["GPU-0001"].cluster is None
     assert (workers["worker-0"].cluster, workers["worker-0"].deployment) == ("east", "canary/llama")
     assert (workers["worker-1"].cluster, workers["worker-1"].deployment) == (None, None)
+
+
+def test_what_an_engine_reports_of_itself_is_kept_on_its_worker_latest_window_wins(
+    store_engine: Engine,
+) -> None:
+    records: list[GpuSample | EngineSample] = [
+        engine_sample(0, 0, kv_capacity_tokens=92962, max_running_requests=4097),
+        engine_sample(0, 1, kv_capacity_tokens=92962, max_running_requests=256),
+        engine_sample(1, 1, max_running_requests=2**31 - 1),
+        engine_sample(1, 0, max_running_requests=8),  # an older window: the later one's cap stays
+        engine_sample(2, 0),
+    ]
+    with writing(store_engine) as connection:
+        write_samples(connection, records)
+    with store_engine.connect() as connection:
+        workers = {w.worker_id: w for w in list_workers(connection)}
+        again = get_worker(connection, "worker-0")
+    assert (workers["worker-0"].kv_capacity_tokens, workers["worker-0"].max_running_requests) == (92962, 256)
+    assert workers["worker-1"].max_running_requests == 2**31 - 1  # the contract's bound fits the column
+    assert workers["worker-2"].max_running_requests is None  # not reported: unknown, never a default
+    assert again is not None and again.max_running_requests == 256
+    with writing(store_engine) as connection:  # a later window that does not say it: unknown again
+        write_samples(connection, [engine_sample(0, 2)])
+    with store_engine.connect() as connection:
+        assert {w.worker_id: w for w in list_workers(connection)}["worker-0"].max_running_requests is None

@@ -4,8 +4,8 @@ The engine and DCGM tables in ``fleet/vocabulary`` are checked four ways: the co
 name in them and nothing else; zero-agent mode queries every name in them and nothing else; the real captures
 in tests/fixtures/metrics carry the names (with the kinds) the tables expect; and a role word or label means
 the same role to both readers. A name added to one reader only fails here. The KV budget table (factors that
-multiply, vLLM's from an info gauge's labels) is checked the same ways, and both readers must read the same
-budget from the same samples.
+multiply, vLLM's from an info gauge's labels) and the concurrency cap table are checked the same ways, and
+both readers must read the same budget and cap from the same samples.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from analyzer.sources.prometheus.metrics import (
     GPU_COLUMNS,
     GPU_QUERIES,
     KV_CAPACITY_QUERIES,
+    MAX_RUNNING_QUERIES,
     MetricQuery,
     Reduce,
 )
@@ -52,13 +53,17 @@ from fleet.vocabulary.engines import (
     KV_CAPACITY_FIELD,
     KV_CAPACITY_METRICS,
     LATENCY_QUANTILES,
+    MAX_RUNNING_FIELD,
+    MAX_RUNNING_METRICS,
     PREFIXES,
     Engine,
     EngineField,
     EngineMetric,
     KvCapacityMetric,
+    MaxRunningMetric,
     engine_metric,
     kv_capacity_metric,
+    max_running_metric,
 )
 from fleet.vocabulary.roles import ROLE_WORDS
 from fleet.vocabulary.units import Kind
@@ -135,7 +140,7 @@ def test_the_collector_reads_every_name_of_the_table(metric: EngineMetric, name:
 
 def table_lines(text: str) -> str:
     """``text`` without the samples of any name in the engine table (histograms: every sample of theirs)."""
-    names = {n for m in ENGINE_METRICS for n in m.names} | {n for m in KV_CAPACITY_METRICS for n in m.names}
+    names = {n for m in (*ENGINE_METRICS, *KV_CAPACITY_METRICS, *MAX_RUNNING_METRICS) for n in m.names}
     kept = []
     for line in text.splitlines():
         sample = re.match(r"[^#\s{]+", line)
@@ -159,7 +164,11 @@ def test_the_collector_reads_nothing_outside_the_table(engine: Engine) -> None:
         if field is not EngineField.GENERATION_TOKENS:
             assert not value_read(reading, field), f"{engine}: {field} read from a name outside the table"
     assert reading.kv_capacity_tokens is None, f"{engine}: a KV budget read from a name outside the table"
+    assert reading.max_running_requests is None, f"{engine}: a cap read from a name outside the table"
     assert read(text).kv_capacity_tokens == KV_IN_CAPTURE[engine]  # and the table's names are in the capture
+    assert (
+        read(text).max_running_requests is None
+    )  # neither capture's engine exports its cap (the table's docs)
 
 
 def test_zero_agent_queries_exactly_the_table() -> None:
@@ -212,11 +221,12 @@ def test_the_table_spells_every_name_with_its_engines_prefixes() -> None:
             for aliases in metric.parts:
                 stems = {n.removeprefix(p) for n in aliases for p in prefixes if n.startswith(p)}
                 assert len(aliases) == len(stems) * len(prefixes)  # each stem in every spelling
-    for kv in KV_CAPACITY_METRICS:
-        for factor in kv.factors:
-            assert all(name.startswith(PREFIXES[kv.engine]) for name in factor.names), factor
-            stems = {n.removeprefix(p) for n in factor.names for p in PREFIXES[kv.engine] if n.startswith(p)}
-            assert len(factor.names) == len(stems) * len(PREFIXES[kv.engine])
+    numbers = [(kv.engine, f) for kv in KV_CAPACITY_METRICS for f in kv.factors]
+    numbers += [(cap.engine, cap.number) for cap in MAX_RUNNING_METRICS]
+    for engine, number in numbers:
+        assert all(name.startswith(PREFIXES[engine]) for name in number.names), number
+        stems = {n.removeprefix(p) for n in number.names for p in PREFIXES[engine] if n.startswith(p)}
+        assert len(number.names) == len(stems) * len(PREFIXES[engine])
 
 
 # --- the KV budget table ---------------------------------------------------------------------------------
@@ -309,6 +319,63 @@ def test_the_real_captures_kv_budget_reads_alike_with_the_tables_kind(engine: En
                 samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
     assert read(capture_text(engine)).kv_capacity_tokens == KV_IN_CAPTURE[engine]
     assert zero_agent_budget(engine, samples) == KV_IN_CAPTURE[engine]
+
+
+# --- the concurrency cap table ---------------------------------------------------------------------------
+
+CAP = 37  # a number nothing else in the samples holds
+
+
+def every_cap_name() -> Iterator[tuple[MaxRunningMetric, str]]:
+    for metric in MAX_RUNNING_METRICS:
+        for name in metric.names:
+            yield metric, name
+
+
+def cap_sample(metric: MaxRunningMetric, name: str) -> tuple[dict[str, str], float]:
+    """One sample of ``name`` holding :data:`CAP`: a label of its info gauge (value 1), else its value."""
+    if metric.number.label is not None:
+        return {"model_name": "m", metric.number.label: str(CAP)}, 1.0
+    return {"model_name": "m"}, float(CAP)
+
+
+def zero_agent_cap(
+    engine: Engine, samples: Mapping[str, Sequence[tuple[Mapping[str, str], float]]]
+) -> int | None:
+    """The cap zero-agent mode reads from ``samples`` held over a range, whichever query fetches a name."""
+    times = GRID.times()
+    token = engine_metric(engine, EngineField.GENERATION_TOKENS)
+    assert token is not None
+    counter = next(q for q in ENGINE_QUERIES if q.name == token.parts[0][0])
+    results: dict[MetricQuery, list[RangeSeries]] = {counter: [RangeSeries(TARGET, times, np.ones(GRID.n))]}
+    for name, found in samples.items():
+        query = next(q for q in (*KV_CAPACITY_QUERIES, *MAX_RUNNING_QUERIES) if q.name == name)
+        results[query] = [RangeSeries({**labels, **TARGET}, times, np.full(GRID.n, v)) for labels, v in found]
+    (worker,) = map_fleet(results, GRID).workers
+    assert worker.engine == engine.value
+    return worker.max_running_requests
+
+
+@pytest.mark.parametrize(("metric", "name"), list(every_cap_name()), ids=[n for _, n in every_cap_name()])
+def test_both_readers_read_every_cap_name_of_the_table_alike(metric: MaxRunningMetric, name: str) -> None:
+    labels, value = cap_sample(metric, name)
+    token = engine_metric(metric.engine, EngineField.GENERATION_TOKENS)
+    assert token is not None
+    text = f'{token.parts[0][0]}{{model_name="m"}} 1\n{name}{{{rendered(labels)}}} {value}\n'
+    assert read(text).max_running_requests == CAP, f"the collector does not read {name}"
+    assert zero_agent_cap(metric.engine, {name: [(labels, value)]}) == CAP, f"zero-agent does not read {name}"
+
+
+def test_zero_agent_queries_every_cap_name_once() -> None:
+    expected = {(Family(m.engine.value), name) for m in MAX_RUNNING_METRICS for name in m.names}
+    fetched = {(q.family, q.name) for q in (*KV_CAPACITY_QUERIES, *MAX_RUNNING_QUERIES)}
+    assert expected <= fetched  # a name the KV table reads too (vLLM's cache_config_info) is fetched by it
+    assert {(q.family, q.name) for q in MAX_RUNNING_QUERIES} == expected - {
+        (q.family, q.name) for q in KV_CAPACITY_QUERIES
+    }
+    assert all(q.reduce is Reduce.LAST and q.column == MAX_RUNNING_FIELD for q in MAX_RUNNING_QUERIES)
+    assert set(MAX_RUNNING_QUERIES) <= set(ALL_QUERIES)
+    assert all(max_running_metric(engine) is not None for engine in Engine)  # every engine says where
 
 
 def test_the_collectors_dcgm_names_are_the_table() -> None:

@@ -74,6 +74,8 @@ def test_every_scenario_runs_and_its_records_carry_cluster_and_deployment(
     for e in engines:
         budgets.setdefault(e.worker_id, set()).add(e.kv_capacity_tokens)
     assert all(len(b) == 1 and next(iter(b)) is not None for b in budgets.values()), name
+    caps = {(e.worker_id, e.max_running_requests) for e in engines}  # and its concurrency cap, one per worker
+    assert len(caps) == len(budgets) and all(cap is not None for _, cap in caps), name
 
 
 @pytest.mark.parametrize("name", sorted(NODE))

@@ -9,6 +9,7 @@ import pytest
 from fleet.catalog import Catalog
 from fleet.contract import EngineSample, GpuSample, GpuState, parse_record
 from fleetsim.fleet_sim import FleetSimulation
+from fleetsim.physics_choice import draw_seed, resolve_physics
 from fleetsim.records import RecordBuilder, to_records
 from fleetsim.scenario import Scenario, load_scenario
 
@@ -111,6 +112,40 @@ def test_engine_records_report_the_kv_cache_the_simulator_gives_each_worker(cata
         np.testing.assert_allclose(limits.by_kv, by_kv, rtol=0, atol=1e-3)  # within the floored token
     # Per worker, not per pool: a pool's H100 and H200 workers hold different budgets.
     assert any(len({capacity[w.worker_id] for w in model.workers}) > 1 for model in sim.models)
+
+
+@pytest.mark.parametrize("physics", ["model", "perturbed"])
+def test_engine_records_report_the_concurrency_cap_each_engine_runs_with(
+    catalog: Catalog, physics: str
+) -> None:
+    scenario = load_scenario("tp-mix")  # SGLang and vLLM pools, capped at 256 and 1024
+    spec_caps = {p.max_batch for p in scenario.pools}
+    chosen = resolve_physics(physics)
+    if physics == "perturbed":  # a draw no pool's scenario cap equals, so the two cannot be confused
+        draws = (resolve_physics(physics, draw_seed("tp-mix", s)) for s in range(50))
+        chosen = next(
+            d for d in draws if d.perturbation and d.perturbation.max_running_requests not in spec_caps
+        )
+    sim = FleetSimulation(scenario, catalog, 3, window_s=60, physics=chosen)
+    builder = RecordBuilder(sim)
+    chunk = next(sim.chunks(sim.windows_in(0.05)))
+    parsed = [parse_record(line) for line in builder.chunk_jsonl(chunk).splitlines()]
+    assert parsed == to_records(builder.chunk_dicts(chunk))  # both paths, through the contract
+    engines = [r for r in parsed if isinstance(r, EngineSample)]
+    assert {r.engine for r in engines} == {"vllm", "sglang"}
+    reported = {r.worker_id: r.max_running_requests for r in engines}
+    runs_with = {w.worker_id: m.step.engine.max_batch for m in sim.models for w in m.workers}
+    assert reported == runs_with  # every worker, the cap its engine's physics runs with
+    for model in sim.models:  # ... which is what bounds its batch where KV and tokens leave room
+        limits = model.step.batch_limits(np.full(len(model.workers), 1.0), 0.0)
+        caps = [reported[w.worker_id] for w in model.workers]
+        np.testing.assert_array_equal(limits.batch, np.asarray(caps, dtype=np.float64))
+    if chosen.perturbation is None:
+        assert set(reported.values()) == spec_caps == {256, 1024}
+        assert reported == {w.worker_id: m.pool.spec.max_batch for m in sim.models for w in m.workers}
+    else:
+        assert set(reported.values()) == {chosen.perturbation.max_running_requests}
+        assert not set(reported.values()) & spec_caps
 
 
 def test_engine_counters_follow_the_engines_conventions(catalog: Catalog) -> None:

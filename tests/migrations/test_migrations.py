@@ -269,3 +269,44 @@ def test_0005_refuses_a_stored_value_it_has_no_code_for_and_changes_nothing(engi
         migrate.upgrade(engine)
     assert migrate.current_revision(engine) == "0004"
     assert len(_stored(engine, "gpu_samples", GPU_COLUMNS)) == 1
+
+
+# --- 0007: the concurrency cap each engine reports, on its worker row --------------------------------------
+
+
+def _worker_rows(engine: Engine, columns: str) -> list[tuple[Any, ...]]:
+    with engine.connect() as connection:
+        return [tuple(row) for row in connection.execute(text(f"SELECT {columns} FROM workers ORDER BY 1"))]
+
+
+def test_0007_adds_the_workers_concurrency_cap_and_its_downgrade_drops_only_that(engine: Engine) -> None:
+    migrate.upgrade(engine, "0006")
+    seen = DAY0 if engine.dialect.name == "postgresql" else to_epoch_us(DAY0)
+    with engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO nodes (name, first_seen, last_seen) VALUES ('node-a', :seen, :seen)"),
+            {"seen": seen},
+        )
+        connection.execute(
+            text(
+                "INSERT INTO workers (worker_id, node, engine, model, role, role_source, gpu_uuids, "
+                "kv_capacity_tokens, first_seen, last_seen) VALUES ('worker-a', 'node-a', 'sglang', 'llama', "
+                "'decode', 'engine', '[]', 92962, :seen, :seen)"
+            ),
+            {"seen": seen},
+        )
+    kept = "worker_id, engine, kv_capacity_tokens"
+    before = _worker_rows(engine, kept)
+    assert "max_running_requests" not in {c["name"] for c in inspect(engine).get_columns("workers")}
+
+    migrate.upgrade(engine, "0007")
+    assert _worker_rows(engine, f"{kept}, max_running_requests") == [(*before[0], None)]  # unknown, not 0
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE workers SET max_running_requests = 4097"))
+    assert _worker_rows(engine, f"{kept}, max_running_requests") == [(*before[0], 4097)]
+
+    migrate.downgrade(engine, "0006")
+    assert "max_running_requests" not in {c["name"] for c in inspect(engine).get_columns("workers")}
+    assert _worker_rows(engine, kept) == before
+    migrate.upgrade(engine)  # and up again: the cap is unknown until an engine reports it
+    assert _worker_rows(engine, f"{kept}, max_running_requests") == [(*before[0], None)]

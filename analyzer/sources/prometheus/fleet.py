@@ -58,6 +58,7 @@ class PrometheusWorker:
     cluster: str | None = None
     deployment: str | None = None
     kv_capacity_tokens: int | None = None  # the KV cache its engine reports holding; None: not reported
+    max_running_requests: int | None = None  # its engine's reported running-request cap; None: not reported
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A zero-agent read in the shapes the store path hands the analyzer: the fleet inventory
 (:class:`analyzer.pools.pool.Inventory`) and raw sample columns (as :mod:`fleet.store.queries` returns them).
 
-What Prometheus cannot say (precision, model, TP degree, KV budget) is left unknown.
+What Prometheus cannot say (precision, model, TP degree, KV budget, concurrency cap) is left unknown.
 Reasoning: docs/analyzer.md#inventory
 """
 
@@ -39,6 +39,7 @@ def inventory(fleet: PrometheusFleet) -> Inventory:
             cluster=w.cluster,
             deployment=w.deployment,
             kv_capacity_tokens=w.kv_capacity_tokens,
+            max_running_requests=w.max_running_requests,
         )
         for w in fleet.workers
     )
@@ -112,6 +113,7 @@ def sample_columns(fleet: PrometheusFleet) -> tuple[dict[str, Any], dict[str, An
         "cluster": [w.cluster for w in specs],
         "deployment": [w.deployment for w in specs],
         "kv_capacity_tokens": [w.kv_capacity_tokens for w in specs],
+        "max_running_requests": [w.max_running_requests for w in specs],
     }
     return gpu_columns, engine_columns
 

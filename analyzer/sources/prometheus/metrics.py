@@ -26,6 +26,8 @@ from fleet.vocabulary.engines import (
     KV_CAPACITY_FIELD,
     KV_CAPACITY_METRICS,
     LATENCY_QUANTILES,
+    MAX_RUNNING_FIELD,
+    MAX_RUNNING_METRICS,
     EngineMetric,
 )
 from fleet.vocabulary.units import Kind, Unit
@@ -38,6 +40,8 @@ __all__ = [  # the label defaults stay importable from here (analyzer.settings r
     "GPU_COLUMNS",
     "GPU_QUERIES",
     "KV_CAPACITY_QUERIES",
+    "MAX_RUNNING_QUERIES",
+    "REPORTED_COLUMNS",
     "MetricQuery",
     "Reduce",
     "format_duration",
@@ -60,7 +64,7 @@ class Reduce(StrEnum):
     RATE = "rate"  # counters: per-second rate over the window
     MAX = "max_over_time"  # codes (last Xid): the worst value in the window
     QUANTILE = "histogram_quantile"  # histograms: a quantile of the window's observations
-    LAST = "last_over_time"  # the KV budget's factors: the last value (and labels) in the window
+    LAST = "last_over_time"  # what an engine reports of itself: the last value (and labels) in the window
     PRESENT = "group"  # every series whose name matches: its labels, 1 where it exists
 
 
@@ -168,8 +172,18 @@ KV_CAPACITY_QUERIES: tuple[MetricQuery, ...] = tuple(
     for m in KV_CAPACITY_METRICS
     for name in m.names
 )
+# The concurrency cap's names, each queried once: one the KV queries read already (vLLM's cache_config_info)
+# is not asked again, since the series are matched to what reads them by name, whichever query fetched them.
+MAX_RUNNING_QUERIES: tuple[MetricQuery, ...] = tuple(
+    MetricQuery(Family(m.engine.value), MAX_RUNNING_FIELD, name, Unit.COUNT, Reduce.LAST, 0)
+    for m in MAX_RUNNING_METRICS
+    for name in m.names
+    if name not in {q.name for q in KV_CAPACITY_QUERIES}
+)
+# The columns of the queries above: what an engine reports of itself, never a frame column.
+REPORTED_COLUMNS = frozenset({KV_CAPACITY_FIELD, MAX_RUNNING_FIELD})
 ALL_QUERIES: tuple[MetricQuery, ...] = (
-    *GPU_QUERIES, GPU_PRESENCE, *ENGINE_QUERIES, *KV_CAPACITY_QUERIES, DYNAMO_LABELS,
+    *GPU_QUERIES, GPU_PRESENCE, *ENGINE_QUERIES, *KV_CAPACITY_QUERIES, *MAX_RUNNING_QUERIES, DYNAMO_LABELS,
 )  # fmt: skip
 
 

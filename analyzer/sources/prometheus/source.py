@@ -34,21 +34,16 @@ from analyzer.sources.prometheus.labels import (
     resolve_deployment,
     resolve_role,
 )
-from analyzer.sources.prometheus.metrics import GPU_COLUMNS, PRESENT, MetricQuery, Reduce
+from analyzer.sources.prometheus.metrics import GPU_COLUMNS, PRESENT, REPORTED_COLUMNS, MetricQuery, Reduce
 from analyzer.sources.prometheus.notes import join_notes, pool_notes, role_notes, unattributed_note
+from analyzer.sources.prometheus.reported import kv_capacity_tokens, max_running_requests
 from analyzer.sources.prometheus.series import Placements, RangeSeries, TimeGrid, dedupe_ranks, ratio_in_range
 from analyzer.telemetry.frames import ROLES, SOURCES, STATES, EngineFrame, FloatArray, GpuFrame, IntArray
 from fleet.contract import GpuState, Role, TelemetrySource
 from fleet.gpus import GpuCatalog
 from fleet.labels import MODEL_NAME_LABELS, TP_RANK_LABEL
 from fleet.vocabulary.dcgm import PROFILING_FIELDS, STUCK_CHECK_FIELDS, XID_GPU_FALLEN_OFF_BUS
-from fleet.vocabulary.engines import (
-    KV_CAPACITY_FIELD,
-    LATENCY_QUANTILES,
-    EngineField,
-    Sample,
-    kv_capacity_metric,
-)
+from fleet.vocabulary.engines import LATENCY_QUANTILES, EngineField
 
 _RATIOS = (*PROFILING_FIELDS, "gpu_util", "mem_copy_util", "gr_engine_active")
 _BUSY = (
@@ -197,7 +192,7 @@ class _Engines:
     metas: list[_EngineMeta]
     columns: dict[str, FloatArray]
     present: BoolArray
-    kv_series: dict[int, list[tuple[MetricQuery, RangeSeries]]]  # row -> its KV budget series
+    reported: dict[int, list[tuple[MetricQuery, RangeSeries]]]  # row -> its KV budget and cap series
 
 
 def _engine_key(labels: Mapping[str, str]) -> tuple[Pod | None, str | None]:
@@ -212,7 +207,7 @@ def _map_engines(
     metas: list[_EngineMeta] = []
     skipped = 0
     for query, series_list in results.items():
-        if not query.family.is_engine or query.column == KV_CAPACITY_FIELD:
+        if not query.family.is_engine or query.column in REPORTED_COLUMNS:
             continue
         for series in series_list:
             pod, worker = _engine_key(series.labels)
@@ -227,7 +222,7 @@ def _map_engines(
     if skipped:
         notes.append(f"{skipped} engine series without a pod or instance label were skipped")
     _lend_dynamo_labels(results, rows, metas)
-    kv_series = _kv_series(results, rows)
+    reported = _reported_series(results, rows)
     for column, placed in list(rows.placed.items()):
         rows.placed[column] = dedupe_ranks(placed)
     columns = {c: rows.fill(c, grid, total=c in _TOTALS) for c in _ENGINE_COLUMNS}
@@ -240,7 +235,7 @@ def _map_engines(
             "no vLLM, SGLang or TensorRT-LLM series in the range: token counts, queues, KV usage and "
             "engine-reported roles are unknown (are the engines' /metrics scraped?)"
         )
-    return _Engines(metas, columns, present, kv_series)
+    return _Engines(metas, columns, present, reported)
 
 
 def _lend_dynamo_labels(
@@ -258,13 +253,14 @@ def _lend_dynamo_labels(
                 metas[row].labels.append((float(series.ts[-1]), query.family, series.labels))
 
 
-def _kv_series(
+def _reported_series(
     results: Mapping[MetricQuery, Sequence[RangeSeries]], rows: Placements
 ) -> dict[int, list[tuple[MetricQuery, RangeSeries]]]:
-    """The KV budget series of each worker row (a series whose target serves no other engine series: none)."""
+    """The series of what each worker row's engine reports of itself (its KV budget, its concurrency cap);
+    a series whose target serves no other engine series: none."""
     out: dict[int, list[tuple[MetricQuery, RangeSeries]]] = defaultdict(list)
     for query, series_list in results.items():
-        if query.column != KV_CAPACITY_FIELD:
+        if query.column not in REPORTED_COLUMNS:
             continue
         for series in series_list:
             _, worker = _engine_key(series.labels)
@@ -272,28 +268,6 @@ def _kv_series(
             if row is not None:
                 out[row].append((query, series))
     return out
-
-
-def _latest(placed: Iterable[tuple[MetricQuery, RangeSeries]]) -> list[Sample]:
-    """The samples of the series that reported last, of those the latest born: (name, labels, last value)."""
-    points: list[tuple[tuple[float, float], Sample]] = []
-    for query, series in placed:
-        finite = np.flatnonzero(np.isfinite(series.values))
-        if finite.size:
-            when = (float(series.ts[finite[-1]]), float(series.ts[finite[0]]))
-            points.append((when, (query.name, series.labels, float(series.values[finite[-1]]))))
-    last = max((when for when, _ in points), default=None)
-    return [sample for when, sample in points if when == last]
-
-
-def kv_capacity_tokens(engine: str, placed: Sequence[tuple[MetricQuery, RangeSeries]]) -> int | None:
-    """A worker's KV budget from its series of the KV capacity queries; None where its engine reports none."""
-    metric = kv_capacity_metric(engine)
-    if metric is None:
-        return None
-    return metric.product(
-        [factor.read(_latest(p for p in placed if p[0].name in factor.names)) for factor in metric.factors]
-    )
 
 
 def _span(grid: TimeGrid, present: BoolArray) -> tuple[int, float | None, float | None]:
@@ -409,7 +383,8 @@ def _inventory_workers(
                 or _most_common(gpu.cluster for gpu in held)
                 or pool.default_cluster,
                 deployment=resolve_deployment(label_sets, pool.deployment_labels, namespace),
-                kv_capacity_tokens=kv_capacity_tokens(engine_name, e.kv_series.get(engine_row, [])),
+                kv_capacity_tokens=kv_capacity_tokens(engine_name, e.reported.get(engine_row, [])),
+                max_running_requests=max_running_requests(engine_name, e.reported.get(engine_row, [])),
             )
         )
     return out

@@ -105,6 +105,10 @@ BAD_RECORDS: list[tuple[str, Any, int | None, str | None]] = [
     ("NUL in a uuid list", engine(0, 0, gpu_uuids=["GPU-0000", "GPU-\x00"]), 0, "gpu_uuids.1"),
     ("integer beyond 64 bits", gpu(0, 0, mem_used_bytes=2**64), 0, "mem_used_bytes"),
     ("NaN ratio", gpu(0, 0, tensor_active=float("nan")), 0, "tensor_active"),
+    ("a concurrency cap of 0", engine(0, 0, max_running_requests=0), 0, "max_running_requests"),
+    ("a negative concurrency cap", engine(0, 0, max_running_requests=-1), 0, "max_running_requests"),
+    ("a float concurrency cap", engine(0, 0, max_running_requests=256.0), 0, "max_running_requests"),
+    ("a boolean concurrency cap", engine(0, 0, max_running_requests=True), 0, "max_running_requests"),
 ]
 
 

@@ -113,6 +113,16 @@ def test_worker_ids_with_slashes_work(client: Any) -> None:
     assert len(samples["engine"]) == 2
 
 
+def test_a_worker_shows_what_its_engine_reports_of_itself(client: Any) -> None:
+    records = [engine(0, 0, kv_capacity_tokens=92962, max_running_requests=4097), engine(1, 0)]
+    assert client.post("/v1/ingest", content=body(records), headers=auth(INGEST_A)).status_code == 200
+    reported = client.get("/v1/workers/worker-0").json()
+    assert (reported["kv_capacity_tokens"], reported["max_running_requests"]) == (92962, 4097)
+    listed = {w["worker_id"]: w for w in client.get("/v1/workers").json()["items"]}
+    assert listed["worker-0"]["max_running_requests"] == 4097
+    assert listed["worker-1"]["max_running_requests"] is None  # not reported: null, never a default
+
+
 def test_raw_samples_page_by_time(stocked: Any) -> None:
     params = {"from": T0.isoformat(), "to": (T0 + timedelta(minutes=40)).isoformat(), "limit": 12}
     page = stocked.get("/v1/workers/worker-0/samples", params=params).json()
