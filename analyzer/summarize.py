@@ -463,11 +463,14 @@ def build_summary(
     first = max(0, n - 3)
     attributed = set(inventory.gpu_worker().values())
     latest_range = {a.pool.key: (a.latest.first, a.latest.last) for a in analyses if a.latest is not None}
+    caps = {row: cap for a in analyses for row, cap in a.calibration.caps_reported.items()}
     workers = []
     for pool in pools:
         span = latest_range.get(pool.key, (0, n))
         for row in pool.members:
-            saturation = worker_saturation(grid, row, grid_role(grid, row), *span, params=saturation_params)
+            saturation = worker_saturation(
+                grid, row, grid_role(grid, row), *span, params=saturation_params, caps=caps
+            )
             worker = grid.workers[row]
             bottleneck = dominant_bottleneck(bottlenecks, worker, first, n)
             # A misplacement finding is only made on a measured bottleneck (analyzer.findings.misplacement):

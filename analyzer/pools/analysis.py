@@ -286,7 +286,9 @@ def _segment(
             )
             + " work equally over workers of unequal speed (round-robin): the slowest bounds the phase"
         )
-    measured = measured_phases(grid, current_roles, first, last, routing, p.capacity)
+    measured = measured_phases(
+        grid, current_roles, first, last, routing, p.capacity, calibration.caps_reported
+    )
     for phase, value in zip(("prefill", "decode"), measured, strict=True):
         if value is not None:
             notes.append(
@@ -410,11 +412,13 @@ def measured_phases(
     last: int,
     routing: Routing,
     params: CapacityParams,
+    caps: Mapping[int, int] | None = None,
 ) -> tuple[float | None, float | None]:
     """Prompt and generated tokens/s each phase delivered while saturated (None where never seen so).
 
-    A phase is saturated in a bucket when its workers queue work at their limit (decode: KV cache full with
-    a queue; prefill: ``saturated_busy`` busy with a queue): all of them under a load-aware router, any one
+    A phase is saturated in a bucket when its workers queue work at their limit (decode: KV cache full or
+    running at the engine's concurrency cap (``caps``, else the plateau) with a queue; prefill:
+    ``saturated_busy`` busy with a queue): all of them under a load-aware router, any one
     under round-robin, where the slowest bounds the phase. Needs ``min_saturated_buckets`` such buckets;
     the median over them.
     """
@@ -425,9 +429,9 @@ def measured_phases(
         if rows.size == 0:
             out.append(None)
             continue
-        reached = limits(grid, rows, busy_share(grid, rows), params)
+        reached = limits(grid, rows, busy_share(grid, rows), params, caps)
         if role == "decode":
-            at_limit = reached.kv_full[:, sl]
+            at_limit = reached.decode[:, sl]
             tokens = grid.rate(grid.generation_tokens[rows, sl], (rows, sl))
         else:
             at_limit = reached.busy[:, sl]

@@ -6,6 +6,7 @@ and the KV cache the engines hold. Reasoning: docs/analyzer.md#capacity
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -18,6 +19,7 @@ from analyzer.model.kv_budget import (
 )
 from analyzer.model.moe import kv_bytes_per_sequence, weights_per_gpu
 from analyzer.model.perf_model import Workload, default_budget, predict
+from analyzer.pools.concurrency import at_cap, group_cap, row_caps
 from analyzer.pools.decode_fit import DecodeLine, fit_decode_line
 from analyzer.pools.pool import Pool, SkuGroup
 from analyzer.pools.reported_budgets import ReportedBudgets, peer_key, reported_median
@@ -54,6 +56,14 @@ class CapacityParams:
     )
     saturated_kv: float = tunable(
         0.9, "A decode bucket with this much KV cache in use and a queue is saturated."
+    )
+    plateau_share: float = tunable(
+        0.98,
+        "Running requests within this share of a worker's concurrency cap (reported, else its plateau) are "
+        "at the cap: with a queue, a saturated decode bucket.",
+    )
+    plateau_buckets: int = tunable(
+        3, "Buckets a worker must hold its running-requests peak to call it a plateau (a cap, not a peak)."
     )
     min_saturated_buckets: int = tunable(
         2, "Saturated buckets a group needs before its measured throughput is its capacity."
@@ -98,6 +108,10 @@ class PoolCalibration:
     # group -> (median tokens, relative spread, workers) reported by peers elsewhere in the fleet
     kv_peer: dict[str, tuple[float, float, int]] = field(default_factory=dict)
     engines: dict[str, EngineSettings] = field(default_factory=dict)  # group -> its engine's KV rule
+    # group -> (the most requests its engines run at once, where that figure comes from: "reported" by its
+    # engines, "plateau" its decode workers held with work waiting, "peer" another group's of the pool)
+    concurrency_cap: dict[str, tuple[float, str]] = field(default_factory=dict)
+    caps_reported: dict[int, int] = field(default_factory=dict)  # grid row -> its engine's reported cap
 
     def as_dict(self) -> dict[str, float | str | None]:
         out: dict[str, float | str | None] = {
@@ -163,20 +177,36 @@ def busy_share(grid: WorkerGrid, rows: npt.NDArray[np.int64]) -> FloatArray:
 @dataclass(frozen=True)
 class Limits:
     """Per (worker row, bucket): work waiting for it, and each phase's limit reached. A phase is saturated
-    where work waits while it is at its limit (prefill: ``queued & busy``; decode: ``queued & kv_full``)."""
+    where work waits while it is at its limit (prefill: ``queued & busy``; decode: ``queued & decode``)."""
 
     queued: npt.NDArray[np.bool_]  # at least one request waiting
     busy: npt.NDArray[np.bool_]  # busy at least ``saturated_busy`` of the time (prefill's limit)
-    kv_full: npt.NDArray[np.bool_]  # KV cache at least ``saturated_kv`` full (decode's limit)
+    kv_full: npt.NDArray[np.bool_]  # KV cache at least ``saturated_kv`` full (a decode limit)
+    at_cap: npt.NDArray[np.bool_]  # running at the engine's concurrency cap (the other decode limit)
+
+    @property
+    def decode(self) -> npt.NDArray[np.bool_]:
+        """Decode at its limit: KV cache full or running at its concurrency cap."""
+        out: npt.NDArray[np.bool_] = self.kv_full | self.at_cap
+        return out
 
 
-def limits(grid: WorkerGrid, rows: npt.NDArray[np.int64], busy: FloatArray, p: CapacityParams) -> Limits:
-    """``Limits`` of ``rows`` over every bucket; ``busy`` is their :func:`busy_share`. Unreported is not
-    reached."""
+def limits(
+    grid: WorkerGrid,
+    rows: npt.NDArray[np.int64],
+    busy: FloatArray,
+    p: CapacityParams,
+    caps: Mapping[int, int] | None = None,
+) -> Limits:
+    """``Limits`` of ``rows`` over every bucket; ``busy`` is their :func:`busy_share`, ``caps`` the
+    concurrency caps their engines report (grid row -> requests; the running plateau elsewhere). Unreported
+    is not reached."""
+    cap = row_caps(grid, rows, caps or {}, p.plateau_share, p.plateau_buckets)
     return Limits(
         queued=np.nan_to_num(grid.waiting[rows]) >= 1.0,
         busy=np.nan_to_num(busy) >= p.saturated_busy,
         kv_full=np.nan_to_num(grid.kv_usage[rows]) >= p.saturated_kv,
+        at_cap=at_cap(grid, rows, cap, p.plateau_share),
     )
 
 
@@ -208,7 +238,7 @@ def calibrate(
         # Prefill: per bucket, prompt tokens per busy second over the model's prediction at that bucket's
         # mix; the median over a worker's loaded buckets is robust to counter resets and gaps.
         busy = busy_share(grid, rows)
-        reached = limits(grid, rows, busy, p)
+        reached = limits(grid, rows, busy, p, cal.caps_reported)
         prefill = (grid.role[rows] == _PREFILL) & (busy >= p.min_busy) & (grid.engine_s[rows] > 0)
         if prefill.any():
             speed_per_bucket = grid.rate(grid.prompt_tokens[rows], rows) / np.where(busy > 0, busy, np.nan)
@@ -259,7 +289,9 @@ def calibrate(
                 np.broadcast_to(context, decode.shape)[decode],
                 grid.tpot_s[rows][decode],
             )
-        saturated = decode & reached.kv_full & reached.queued
+        saturated = decode & reached.decode & reached.queued
+        pinned = decode & reached.at_cap & reached.queued & ~reached.kv_full  # a cap, not a full KV cache
+        _cap_of(group.key, group.members, pinned, grid, rows, cal, p)
         if saturated.sum() >= p.min_saturated_buckets:
             rate = grid.rate(grid.generation_tokens[rows], rows)[saturated]
             cal.decode_saturated[group.key] = (
@@ -273,6 +305,7 @@ def calibrate(
             seqs = grid.running[rows][occupied] / grid.kv_usage[rows][occupied]
             per_seq_bytes = np.array([kv_bytes_per_sequence(d, max(1, round(c))) for c in ctx])
             cal.kv_bytes[group.key] = float(np.median(seqs * per_seq_bytes))
+    _peer_caps(pool, cal)
     factors = [f for f, _ in cal.prefill_factor.values()]
     pooled_prefill = float(np.median(factors)) if factors else 1.0
     fleet = replace(cal, pooled_prefill=pooled_prefill).params()
@@ -296,8 +329,40 @@ def calibrate(
     )
 
 
+def _cap_of(
+    key: str,
+    members: tuple[int, ...],
+    pinned: npt.NDArray[np.bool_],
+    grid: WorkerGrid,
+    rows: npt.NDArray[np.int64],
+    cal: PoolCalibration,
+    p: CapacityParams,
+) -> None:
+    """A group's concurrency cap: what its engines report, else the running plateau its decode workers held
+    with work waiting (``pinned``: per row and bucket) in ``min_saturated_buckets`` buckets or more."""
+    reported = group_cap(members, cal.caps_reported)
+    if reported is not None:
+        cal.concurrency_cap[key] = (reported, "reported")
+        return
+    held = pinned.sum(axis=1) >= p.min_saturated_buckets
+    if held.any():
+        running = np.where(pinned[held], grid.running[rows[held]], np.nan)
+        cal.concurrency_cap[key] = (float(np.nanmedian(np.nanmax(running, axis=1))), "plateau")
+
+
+def _peer_caps(pool: Pool, cal: PoolCalibration) -> None:
+    """Groups with no cap of their own take the one the pool's other engines report (one deployment's
+    engines share their settings); a plateau is one group's observation and stays its own."""
+    own = [cap for cap, source in cal.concurrency_cap.values() if source == "reported"]
+    if not own:
+        return
+    for group in pool.groups:
+        cal.concurrency_cap.setdefault(group.key, (float(np.median(own)), "peer"))
+
+
 def _reported(pool: Pool, budgets: ReportedBudgets, cal: PoolCalibration) -> None:
     """The budgets the group's own engines report, else their peers' elsewhere, and each group's engine."""
+    cal.caps_reported.update({row: cap for row, cap in budgets.caps.items() if row in pool.members})
     for group in pool.groups:
         settings = budgets.settings_of(group.members)
         if settings is not None:

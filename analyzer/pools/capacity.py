@@ -8,7 +8,7 @@ it shared with the pool's other groups (``RoleCapacity.shared``). Reasoning: doc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -251,6 +251,9 @@ def _decode(
     the group's decode workers were seen saturated, their measured throughput scales to this mix."""
     kv = budget.bytes
     fits = kv >= p.min_kv_sequences * kv_bytes_per_sequence(d, max(1, round(isl + osl)))
+    cap = cal.concurrency_cap.get(group.key)
+    if cap is not None:  # the engines' concurrency cap, reported or seen: no batch runs beyond it
+        p = replace(p, max_decode_batch=round(min(cap[0], p.max_decode_batch or math.inf)))
     line = cal.decode.get(group.key)
     scale = line.scale if line else cal.pooled_decode
     tokens, batch, tpot = _modeled_decode(d, cal, isl, osl, kv, scale, p)
@@ -349,6 +352,7 @@ def _modeled_decode(
     batch = kv / kv_bytes_per_sequence(d, max(1, round(isl + osl)))
     if p.max_decode_batch is not None:
         batch = min(batch, float(p.max_decode_batch))
+
     if p.tpot_slo_s is not None and batch >= 1.0 and step(batch) > p.tpot_slo_s:
         low, high = 0.0, batch
         for _ in range(40):

@@ -70,6 +70,7 @@ def inventory_from_samples(
                 cluster=_optional(engine_columns, "cluster", i),
                 deployment=_optional(engine_columns, "deployment", i),
                 kv_capacity_tokens=_optional_int(engine_columns, "kv_capacity_tokens", i),
+                max_running_requests=_optional_int(engine_columns, "max_running_requests", i),
             )
         )
     gpus = [

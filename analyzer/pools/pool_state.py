@@ -32,6 +32,9 @@ class StateEvidence:
     evidence: str
 
 
+# Queues growing slower than this (requests/s: about 4 an hour) are holding, not growing: a least-squares
+# slope is never exactly 0.
+GROWING = 1e-3
 NOT_MODELLED = StateEvidence(PoolState.UNKNOWN, "no placement was modelled")
 
 
@@ -48,7 +51,7 @@ def pool_state(waiting: float, growth: float, measured: tuple[float | None, floa
             f"{waiting:,.1f} requests waiting in the median bucket: it served what arrived",
         )
     at_limit = [name for name, v in zip(("prefill", "decode"), measured, strict=True) if v is not None]
-    growing = math.isfinite(growth) and growth > 0.0
+    growing = math.isfinite(growth) and growth >= GROWING
     if at_limit or growing:
         why = []
         if at_limit:

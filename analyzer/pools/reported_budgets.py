@@ -36,6 +36,7 @@ class ReportedBudgets:
     engines: Mapping[int, str] = field(default_factory=dict)
     peers: Mapping[PeerKey, tuple[int, ...]] = field(default_factory=dict)
     settings: Mapping[int, EngineSettings] = field(default_factory=dict)  # each row's engine's KV rule
+    caps: Mapping[int, int] = field(default_factory=dict)  # each row's engine's concurrency cap, as reported
 
     @classmethod
     def from_workers(
@@ -65,6 +66,13 @@ class ReportedBudgets:
             MappingProxyType({row: w.engine for row, w in workers.items()}),
             MappingProxyType({k: tuple(v) for k, v in peers.items() if v}),
             MappingProxyType(settings),
+            MappingProxyType(
+                {
+                    row: int(w.max_running_requests)
+                    for row, w in workers.items()
+                    if w.max_running_requests is not None and w.max_running_requests > 0
+                }
+            ),
         )
 
     def of_rows(self, rows: Iterable[int]) -> list[int]:

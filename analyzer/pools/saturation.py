@@ -3,9 +3,9 @@
 A worker is saturated in a bucket when work waits for it (requests waiting, at least one) while it runs
 at its limit:
 
-- decode: its KV cache nearly full (``saturated_kv``), or its running requests on their plateau: within
-  ``plateau_share`` of the most it ran over the range, a level it held in ``plateau_buckets`` buckets or
-  more (the engine's concurrency cap as the fleet shows it, where the engine does not export it);
+- decode: its KV cache nearly full (``saturated_kv``), or its running requests at its engine's concurrency
+  cap (within ``plateau_share``): the cap its engine reports, else the plateau the fleet shows (the most it
+  ran, held in ``plateau_buckets`` buckets or more; :mod:`analyzer.pools.concurrency`);
 - prefill: busy (``saturated_busy`` of the time a kernel ran);
 - mixed (colocated): either.
 
@@ -15,6 +15,7 @@ Unsaturated where it reported a queue and was not at its limit; unknown where it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from analyzer.pools.calibration import CapacityParams, busy_share, limits
+from analyzer.pools.concurrency import running_plateau
 from analyzer.telemetry.grid import WorkerGrid
 from analyzer.tunable import tunable
 from fleet.contract import Role
@@ -32,12 +34,6 @@ BoolArray = npt.NDArray[np.bool_]
 
 @dataclass(frozen=True)
 class SaturationParams:
-    plateau_share: float = tunable(
-        0.98, "Running requests within this share of the most a worker ran count as its concurrency plateau."
-    )
-    plateau_buckets: int = tunable(
-        3, "Buckets a worker must hold its running-requests peak to call it a plateau."
-    )
     saturated_share: float = tunable(
         0.5,
         "A worker is reported saturated when it was saturated in at least this share of its serving buckets.",
@@ -62,15 +58,6 @@ def _median(values: npt.NDArray[np.float64]) -> float | None:
     return float(np.median(finite)) if finite.size else None
 
 
-def _plateau(running: npt.NDArray[np.float64], p: SaturationParams) -> float | None:
-    finite = running[np.isfinite(running)]
-    if finite.size == 0 or float(finite.max()) < 1.0:
-        return None
-    peak = float(finite.max())
-    held = int((finite >= p.plateau_share * peak).sum())
-    return peak if held >= p.plateau_buckets else None
-
-
 _LIMIT = {
     Role.DECODE: "KV cache nearly full or running requests on their plateau",
     Role.PREFILL: "busy",
@@ -84,20 +71,20 @@ def saturated_buckets(
     first: int,
     last: int,
     capacity: CapacityParams,
-    p: SaturationParams,
+    caps: Mapping[int, int] | None = None,
 ) -> tuple[BoolArray, BoolArray, float | None]:
-    """(saturated, queue reported) per bucket of [first, last), and the plateau of running requests."""
+    """(saturated, queue reported) per bucket of [first, last), and the worker's concurrency cap (reported
+    in ``caps``, else the plateau of its running requests; None where neither)."""
     sl = slice(first, last)
     rows = np.array([row])
-    reached = limits(grid, rows, busy_share(grid, rows), capacity)
+    reached = limits(grid, rows, busy_share(grid, rows), capacity, caps)
     queued, busy = reached.queued[0, sl], reached.busy[0, sl]
-    plateau = _plateau(grid.running[row], p)
-    at_cap = (
-        np.nan_to_num(grid.running[row, sl]) >= p.plateau_share * plateau
-        if plateau
-        else np.zeros_like(queued)
+    plateau = (
+        float(caps[row])
+        if caps and row in caps
+        else running_plateau(grid.running[row], capacity.plateau_share, capacity.plateau_buckets)
     )
-    decode_limit = reached.kv_full[0, sl] | at_cap
+    decode_limit = reached.decode[0, sl]
     at_limit = {Role.DECODE: decode_limit, Role.PREFILL: busy}.get(role, decode_limit | busy)
     return queued & at_limit, np.isfinite(grid.waiting[row, sl]), plateau
 
@@ -110,12 +97,13 @@ def worker_saturation(
     last: int,
     capacity: CapacityParams | None = None,
     params: SaturationParams | None = None,
+    caps: Mapping[int, int] | None = None,
 ) -> Saturation:
     """The worker's saturation over buckets [first, last) where it served (module docstring)."""
     cap, p = capacity or CapacityParams(), params or SaturationParams()
     sl = slice(first, last)
     serving = grid.engine_s[row, sl] > 0
-    saturated, reported, plateau = saturated_buckets(grid, row, role, first, last, cap, p)
+    saturated, reported, plateau = saturated_buckets(grid, row, role, first, last, cap, caps)
     waiting = _median(np.where(serving, grid.waiting[row, sl], np.nan))
     kv = _median(np.where(serving, grid.kv_usage[row, sl], np.nan))
     n = int(serving.sum())
