@@ -55,7 +55,8 @@ def pool_state(waiting: float, growth: float, measured: tuple[float | None, floa
     if at_limit or growing:
         why = []
         if at_limit:
-            why.append(f"its {' and '.join(at_limit)} phase seen saturated")
+            phases = "phases" if len(at_limit) > 1 else "phase"
+            why.append(f"its {' and '.join(at_limit)} {phases} seen saturated")
         if growing:
             why.append(f"its queues growing by {growth:,.2f} requests/s")
         return StateEvidence(
