@@ -434,7 +434,7 @@ def measured_phases(
             at_limit = reached.decode[:, sl]
             tokens = grid.rate(grid.generation_tokens[rows, sl], (rows, sl))
         else:
-            at_limit = reached.busy[:, sl]
+            at_limit = reached.prefill[:, sl]
             tokens = grid.rate(grid.prompt_tokens[rows, sl], (rows, sl))
         saturated = reached.queued[:, sl] & at_limit
         reporting = (grid.engine_s[rows, sl] > 0).all(axis=0)

@@ -65,6 +65,11 @@ class CapacityParams:
     plateau_buckets: int = tunable(
         3, "Buckets a worker must hold its running-requests peak to call it a plateau (a cap, not a peak)."
     )
+    ttft_rise: float = tunable(
+        2.0,
+        "A prefill bucket with a queue whose median TTFT is this many times the worker's own TTFT without "
+        "a queue is at its limit (TTFT rising with the queue), where busy time says nothing.",
+    )
     min_saturated_buckets: int = tunable(
         2, "Saturated buckets a group needs before its measured throughput is its capacity."
     )
@@ -177,12 +182,19 @@ def busy_share(grid: WorkerGrid, rows: npt.NDArray[np.int64]) -> FloatArray:
 @dataclass(frozen=True)
 class Limits:
     """Per (worker row, bucket): work waiting for it, and each phase's limit reached. A phase is saturated
-    where work waits while it is at its limit (prefill: ``queued & busy``; decode: ``queued & decode``)."""
+    where work waits while it is at its limit (prefill: ``queued & prefill``; decode: ``queued & decode``)."""
 
     queued: npt.NDArray[np.bool_]  # at least one request waiting
-    busy: npt.NDArray[np.bool_]  # busy at least ``saturated_busy`` of the time (prefill's limit)
+    busy: npt.NDArray[np.bool_]  # busy at least ``saturated_busy`` of the time (a prefill limit)
+    ttft_rising: npt.NDArray[np.bool_]  # TTFT ``ttft_rise`` x its unqueued level (the other prefill limit)
     kv_full: npt.NDArray[np.bool_]  # KV cache at least ``saturated_kv`` full (a decode limit)
     at_cap: npt.NDArray[np.bool_]  # running at the engine's concurrency cap (the other decode limit)
+
+    @property
+    def prefill(self) -> npt.NDArray[np.bool_]:
+        """Prefill at its limit: busy, or its TTFT rising with the queue where busy time is not reported."""
+        out: npt.NDArray[np.bool_] = self.busy | self.ttft_rising
+        return out
 
     @property
     def decode(self) -> npt.NDArray[np.bool_]:
@@ -202,12 +214,28 @@ def limits(
     concurrency caps their engines report (grid row -> requests; the running plateau elsewhere). Unreported
     is not reached."""
     cap = row_caps(grid, rows, caps or {}, p.plateau_share, p.plateau_buckets)
+    queued = np.nan_to_num(grid.waiting[rows]) >= 1.0
     return Limits(
-        queued=np.nan_to_num(grid.waiting[rows]) >= 1.0,
+        queued=queued,
         busy=np.nan_to_num(busy) >= p.saturated_busy,
+        ttft_rising=ttft_rising(grid.ttft_s[rows], queued, np.isnan(busy), p.ttft_rise),
         kv_full=np.nan_to_num(grid.kv_usage[rows]) >= p.saturated_kv,
         at_cap=at_cap(grid, rows, cap, p.plateau_share),
     )
+
+
+def ttft_rising(
+    ttft: FloatArray, queued: npt.NDArray[np.bool_], busy_unknown: npt.NDArray[np.bool_], rise: float
+) -> npt.NDArray[np.bool_]:
+    """Per (row, bucket): a queue, no busy time reported, and the median TTFT at least ``rise`` times the
+    row's own median TTFT in buckets without a queue (never where that baseline is unknown)."""
+    calm = np.where(~queued & np.isfinite(ttft), ttft, np.nan)
+    has_calm = np.isfinite(calm).any(axis=1)
+    baseline = np.full(ttft.shape[0], np.nan)
+    baseline[has_calm] = np.nanmedian(calm[has_calm], axis=1)
+    limit = np.where(np.isfinite(baseline) & (baseline > 0), rise * baseline, np.inf)
+    out: npt.NDArray[np.bool_] = queued & busy_unknown & (np.nan_to_num(ttft) >= limit[:, None])
+    return out
 
 
 def calibrate(
@@ -245,7 +273,7 @@ def calibrate(
             model = _model_prefill_series(d, isl, osl, prefill.any(axis=0)) if d is not None else None
             per_worker, factors = [], []
             # Saturated: busy at its limit with prompts queued. Only there is a worker's speed its capacity.
-            saturated = prefill & reached.busy & reached.queued
+            saturated = prefill & reached.prefill & reached.queued
             for i in range(len(rows)):
                 at_limit = saturated[i].sum() >= p.min_saturated_buckets
                 loaded = prefill[i] & (busy[i] >= p.loaded_busy)

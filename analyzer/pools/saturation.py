@@ -6,7 +6,8 @@ at its limit:
 - decode: its KV cache nearly full (``saturated_kv``), or its running requests at its engine's concurrency
   cap (within ``plateau_share``): the cap its engine reports, else the plateau the fleet shows (the most it
   ran, held in ``plateau_buckets`` buckets or more; :mod:`analyzer.pools.concurrency`);
-- prefill: busy (``saturated_busy`` of the time a kernel ran);
+- prefill: busy (``saturated_busy`` of the time a kernel ran), or, where no busy time is reported, its median
+  TTFT ``ttft_rise`` times its own TTFT without a queue (TTFT rising with the queue);
 - mixed (colocated): either.
 
 Unsaturated where it reported a queue and was not at its limit; unknown where its engine reports no queue
@@ -59,8 +60,8 @@ def _median(values: npt.NDArray[np.float64]) -> float | None:
 
 
 _LIMIT = {
-    Role.DECODE: "KV cache nearly full or running requests on their plateau",
-    Role.PREFILL: "busy",
+    Role.DECODE: "KV cache nearly full or running requests at their concurrency cap",
+    Role.PREFILL: "busy, or TTFT rising with the queue where busy time is not reported",
 }
 
 
@@ -78,7 +79,7 @@ def saturated_buckets(
     sl = slice(first, last)
     rows = np.array([row])
     reached = limits(grid, rows, busy_share(grid, rows), capacity, caps)
-    queued, busy = reached.queued[0, sl], reached.busy[0, sl]
+    queued, busy = reached.queued[0, sl], reached.prefill[0, sl]
     plateau = (
         float(caps[row])
         if caps and row in caps
@@ -116,6 +117,6 @@ def worker_saturation(
         return Saturation("unknown", None, n, waiting, kv, plateau, why)
     share = float((saturated & serving).sum()) / n
     state: SaturationState = "saturated" if share >= p.saturated_share else "unsaturated"
-    limit = _LIMIT.get(role, "KV cache nearly full, running requests on their plateau, or busy")
+    limit = _LIMIT.get(role, "KV cache nearly full, running requests at their cap, or busy")
     reason = f"work waiting while at its limit ({limit}) in {share:.0%} of {n} serving buckets"
     return Saturation(state, share, n, waiting, kv, plateau, reason)

@@ -289,7 +289,8 @@ class WorkerSummary(_Model):
     saturation: Literal["saturated", "unsaturated", "unknown"] = Field(
         default="unknown",
         description="Over its pool's latest segment: saturated when work waited for it while it ran at its "
-        "limit (KV cache nearly full or running requests on their plateau; prefill: busy) in most buckets; "
+        "limit (KV cache nearly full or running requests at their concurrency cap; prefill: busy, or TTFT "
+        "rising with the queue where busy time is not reported) in most buckets; "
         "unknown where its engine reports no queue. Only a saturated worker's throughput is its capacity.",
     )
     saturated_share: float | None = Field(

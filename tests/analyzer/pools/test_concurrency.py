@@ -53,3 +53,20 @@ def test_the_cap_the_engines_report_bounds_every_groups_decode_batch() -> None:
     for group in latest.capacities:
         assert group.decode.batch is not None and group.decode.batch <= caps[group.group.key][0] + 1e-6
     assert latest.placement.best.prefill == latest.placement.current.prefill
+
+
+def test_ttft_rising_with_the_queue_is_a_prefill_limit_only_where_busy_time_is_unknown() -> None:
+    from analyzer.pools.calibration import ttft_rising
+
+    ttft = np.array([[0.2, 0.2, 0.3, 0.9, 1.2], [0.2, 0.2, 0.3, 0.9, 1.2], [np.nan, 0.5, 0.9, 1.1, 1.2]])
+    queued = np.array([[False, False, True, True, True]] * 3)
+    unknown = np.array([[True] * 5, [False] * 5, [True] * 5])
+    hit = ttft_rising(ttft, queued, unknown, 2.0)
+    # Row 0: its calm TTFT is 0.2 s; 0.9 and 1.2 s with a queue are at its limit, 0.3 s is not.
+    assert hit[0].tolist() == [False, False, False, True, True]
+    # Row 1 reports busy time: that decides, not the TTFT.
+    assert not hit[1].any()
+    # Row 2: its one calm bucket holds 0.5 s; a queue at 1.1 and 1.2 s is at its limit.
+    assert hit[2].tolist() == [False, False, False, True, True]
+    # No calm bucket at all: no baseline, never at the limit.
+    assert not ttft_rising(ttft[:1], np.ones((1, 5), dtype=bool), unknown[:1], 2.0).any()
