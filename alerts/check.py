@@ -55,6 +55,6 @@ def check_current(expected: Mapping[Path, str]) -> CheckResult:
     detail = (
         "rendered files match alerts/rules_source.py"
         if not stale
-        else "out of date (run `phasefit alerts render`): " + ", ".join(str(p) for p in stale)
+        else "out of date (run `phasefit alerts render --checkout`): " + ", ".join(str(p) for p in stale)
     )
     return CheckResult("rendered files current", not stale, detail)

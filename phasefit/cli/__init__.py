@@ -7,9 +7,11 @@ its own name here (``phasefit.cli.report`` is the module, ``phasefit.cli.report.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-from phasefit import __version__
 from phasefit.cli import (
     alerts,
     analyze,
@@ -36,10 +38,51 @@ app = typer.Typer(
 )
 
 
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
+
+def package_version() -> str:
+    """The installed distribution's version, else the source tree's pyproject.toml, else ``unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("phasefit")
+    except PackageNotFoundError:
+        return _pyproject_version(PYPROJECT)
+
+
+def _pyproject_version(path: Path) -> str:
+    import tomllib
+
+    try:
+        project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return "unknown"
+    return str(project.get("version", "unknown"))
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"phasefit {package_version()}")
+        raise typer.Exit
+
+
+@app.callback()
+def root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print phasefit's version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Find LLM inference workers whose bottleneck does not match their GPU, and the tokens it costs."""
+
+
 @app.command()
 def version() -> None:
     """Print phasefit's version."""
-    typer.echo(__version__)
+    typer.echo(package_version())
 
 
 # The main job first, then the fleet's path: collect -> serve/ingest -> analyze -> report/dashboard.

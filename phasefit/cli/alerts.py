@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phasefit.cli.output import emit_json, fail, human
+from phasefit.cli.output import emit_json, escape, fail, human
 
 if TYPE_CHECKING:
     from alerts.check import CheckResult
@@ -83,10 +84,18 @@ def render(
         Path | None,
         typer.Option(
             "--out",
-            help="Write phasefit-*.yaml and phasefit-prometheusrule.yaml into DIR. Default: the committed "
-            "files of a source checkout (alerts/rules/, deploy/prometheus/).",
+            help="Write phasefit-*.yaml and phasefit-prometheusrule.yaml into DIR. Default: print them on "
+            "stdout (YAML documents separated by ---) and write nothing.",
         ),
     ] = None,
+    checkout: Annotated[
+        bool,
+        typer.Option(
+            "--checkout",
+            help="Write the committed files of a source checkout (alerts/rules/, deploy/prometheus/); "
+            "--check without --out compares against them.",
+        ),
+    ] = False,
     runbook_base_url: Annotated[
         str | None,
         typer.Option(
@@ -128,19 +137,11 @@ def render(
     json_output: JsonFlag = False,
 ) -> None:
     """Render the rule groups as Prometheus rule files and as a Kubernetes PrometheusRule."""
-    from alerts.layout import RULES_DIR, checkout_prometheus_rule_path
-    from alerts.render import PROMETHEUS_RULE_FILE, rendered_outputs, stale_outputs, write_outputs
+    from alerts.render import rendered_outputs
     from alerts.rules_source import rule_files
 
     cfg = _config(runbook_base_url, job_selector or [], role_label, cluster_label, lost_tokens_share)
-    if out is None:
-        cr_path = checkout_prometheus_rule_path()
-        if cr_path is None:
-            fail("no source checkout here (deploy/ not found): pass --out DIR")
-            return
-        rules_dir = RULES_DIR
-    else:
-        rules_dir, cr_path = out, out / PROMETHEUS_RULE_FILE
+    rules_dir, cr_path = _destination(out, to_files=out is not None or checkout or check)
     try:
         files = rule_files(cfg)
     except ValueError as exc:
@@ -149,29 +150,73 @@ def render(
     outputs = rendered_outputs(
         files, rules_dir=rules_dir, prometheus_rule_path=cr_path, meta=_meta(cr_label or [], cr_namespace)
     )
-    if check:
-        stale = stale_outputs(outputs)
-        if json_output:
-            emit_json({"current": not stale, "stale": [str(p) for p in stale]})
-        for path in stale:
-            human().print(f"[red]out of date:[/] {path}")
-        if stale:
-            raise typer.Exit(1)
-        human().print(f"{len(outputs)} rendered files are current")
-        return
-    written = write_outputs(outputs)
-    summary = {
-        "files": [str(p) for p in outputs],
-        "written": [str(p) for p in written],
+    summary: dict[str, Any] = {
         "alerts": [a.alert for f in files for a in f.alerts],
         "recording_rules": [r.record for f in files for r in f.recording_rules],
     }
+    if check:
+        _check_current(outputs, json_output)
+    elif out is None and not checkout:
+        _print_documents(outputs, summary, json_output)
+    else:
+        _write(outputs, summary, json_output)
+
+
+def _destination(out: Path | None, *, to_files: bool) -> tuple[Path, Path]:
+    """Where the rule files and the PrometheusRule go (bare file names when they only reach stdout)."""
+    from alerts.layout import RULES_DIR, checkout_prometheus_rule_path
+    from alerts.render import PROMETHEUS_RULE_FILE
+
+    if out is not None:
+        return out, out / PROMETHEUS_RULE_FILE
+    if not to_files:
+        return Path(), Path(PROMETHEUS_RULE_FILE)
+    cr_path = checkout_prometheus_rule_path()
+    if cr_path is None:
+        fail("no source checkout here (deploy/ not found): pass --out DIR")
+        raise AssertionError("unreachable: fail() raises typer.Exit")
+    return RULES_DIR, cr_path
+
+
+def _check_current(outputs: dict[Path, str], json_output: bool) -> None:
+    """``--check``: exit 1 if any output file is missing or differs from the render."""
+    from alerts.render import stale_outputs
+
+    stale = stale_outputs(outputs)
+    if json_output:
+        emit_json({"current": not stale, "stale": [str(p) for p in stale]})
+    for path in stale:
+        human().print(f"[red]out of date:[/] {escape(str(path))}")
+    if stale:
+        raise typer.Exit(1)
+    human().print(f"{len(outputs)} rendered files are current")
+
+
+def _print_documents(outputs: dict[Path, str], summary: dict[str, Any], json_output: bool) -> None:
+    """No ``--out``: every rendered file on stdout, one YAML document each; no file is written."""
+    if json_output:
+        emit_json({"documents": {p.name: text for p, text in outputs.items()}, **summary})
+        return
+    for path, text in outputs.items():
+        sys.stdout.write(f"---\n# {path.name}\n{text}")
+        if not text.endswith("\n"):
+            sys.stdout.write("\n")
+    sys.stdout.flush()
+    human().print(f"{len(summary['alerts'])} alerts, {len(summary['recording_rules'])} recording rules")
+
+
+def _write(outputs: dict[Path, str], summary: dict[str, Any], json_output: bool) -> None:
+    """``--out DIR`` or ``--checkout``: write the files whose content changed."""
+    from alerts.render import write_outputs
+
+    written = write_outputs(outputs)
+    summary = {"files": [str(p) for p in outputs], "written": [str(p) for p in written], **summary}
     if json_output:
         emit_json(summary)
         return
     console = human()
     for path in outputs:
-        console.print(f"{'wrote' if path in written else 'unchanged'} {path}")
+        console.print(f"{'wrote' if path in written else 'unchanged'} {path}", markup=False)
     console.print(f"{len(summary['alerts'])} alerts, {len(summary['recording_rules'])} recording rules")
 
 
@@ -228,7 +273,7 @@ def _report(results: list[CheckResult], json_output: bool) -> None:
     else:
         console = human()
         for r in results:
-            console.print(f"{'[green]ok[/]' if r.ok else '[bold red]FAILED[/]'} {r.name}")
+            console.print(f"{'[green]ok[/]' if r.ok else '[bold red]FAILED[/]'} {escape(r.name)}")
             if not r.ok:
                 console.print(r.detail, markup=False, highlight=False)
     if not all(r.ok for r in results):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phasefit.cli.output import emit_json, human
+from phasefit.cli.output import add_row, emit_json, escape, human
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -341,6 +341,13 @@ def devices_phrase(fleet: FleetTotals) -> str:
     return f"{physical_text}: {whole} whole GPUs and {instances} MIG instances on {parents} GPU(s)"
 
 
+def _unattributed(devices: int, mig_instances: int) -> str:
+    """The devices no worker was attributed to, named for what they are (MIG instances count one each)."""
+    if mig_instances:
+        return f"{devices} unattributed device(s): whole GPUs or MIG instances"
+    return f"{devices} unattributed GPU(s)"
+
+
 def print_result(result: AnalysisResult, console: Console) -> None:
     """The fleet summary, the pools (with their notes) and the findings as rich tables."""
     from rich.table import Table
@@ -348,9 +355,9 @@ def print_result(result: AnalysisResult, console: Console) -> None:
     summary = result.typed_summary
     fleet = summary.fleet
     console.print(
-        f"[bold]phasefit analyze[/] {summary.from_} -> {summary.to}: {fleet.pools} pool(s), "
-        f"{fleet.workers} workers ({judged_phrase(fleet)}), {devices_phrase(fleet)} "
-        f"({fleet.unattributed_gpus} unattributed)"
+        f"[bold]phasefit analyze[/] {escape(f'{summary.from_} -> {summary.to}')}: {fleet.pools} pool(s), "
+        f"{fleet.workers} workers ({escape(judged_phrase(fleet))}), {escape(devices_phrase(fleet))} "
+        f"({_unattributed(fleet.unattributed_gpus, fleet.mig_instances)})"
     )
     loss = "idle capacity (the fleet served its demand)" if fleet.demand_limited else "undelivered"
     lost, mean = fleet.lost, fleet.lost_mean
@@ -358,9 +365,11 @@ def print_result(result: AnalysisResult, console: Console) -> None:
         console.print("Lost capacity: unknown (no pool's placement could be analysed)")
     else:
         console.print(
-            f"Lost output tokens/s now: [bold]{_lost(lost.output_tokens_per_s)}[/], "
-            f"requests/s {_lost(lost.requests_per_s, 2)}; mean over the range "
-            f"{_lost(mean.output_tokens_per_s)} output tokens/s - {loss}"
+            f"Lost output tokens/s now: [bold]{escape(_lost(lost.output_tokens_per_s))}[/], "
+            + escape(
+                f"requests/s {_lost(lost.requests_per_s, 2)}; mean over the range "
+                f"{_lost(mean.output_tokens_per_s)} output tokens/s - {loss}"
+            )
         )
         console.print(
             f"(secondary) lost total tokens/s, prompt + output: {_lost(lost.tokens_per_s)}; "
@@ -369,7 +378,9 @@ def print_result(result: AnalysisResult, console: Console) -> None:
         )
     unknown_lost = fleet.lost_unknown_pools
     if unknown_lost and (lost.tokens_per_s.value is not None):
-        console.print(f"Lost capacity unknown for {len(unknown_lost)} pool(s): {', '.join(unknown_lost)}")
+        console.print(
+            f"Lost capacity unknown for {len(unknown_lost)} pool(s): {', '.join(unknown_lost)}", markup=False
+        )
     capacity_note = ""
     if fleet.capacity_tokens_per_s is None and fleet.capacity_unknown_pools:
         capacity_note = f" (unknown for {', '.join(fleet.capacity_unknown_pools)})"
@@ -408,7 +419,8 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             for sku, roles in row.workers_by_sku_role.items()
         )
         utilisation = f"{row.utilisation:.0%}" if row.utilisation is not None else "unknown"
-        pools.add_row(
+        add_row(
+            pools,
             row.pool,
             row.serving,
             by_sku,
@@ -446,7 +458,8 @@ def print_result(result: AnalysisResult, console: Console) -> None:
     advice: list[str] = []
     for number, f in enumerate(result.findings, start=1):
         rec = f.recommendation
-        findings.add_row(
+        add_row(
+            findings,
             str(number),
             f.severity.value,
             f.kind.value,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phasefit.cli.output import emit_json, fail, human
+from phasefit.cli.output import add_row, emit_json, fail, human
 
 if TYPE_CHECKING:
     from fleet.catalog import Catalog
@@ -67,7 +67,8 @@ def gpus(json_output: JsonFlag = False) -> None:
         link = sku.interconnect or "-"
         if sku.interconnect_bytes_per_s:
             link = f"{link} {sku.interconnect_bytes_per_s / 1e9:,.0f} GB/s"
-        table.add_row(
+        add_row(
+            table,
             sku.key,
             _fmt(sku.hbm_bytes, 1e9),
             _fmt(sku.hbm_bandwidth_bytes_per_s, 1e12, 2),
@@ -110,7 +111,8 @@ def models(json_output: JsonFlag = False) -> None:
         table.add_column(column, justify="right", no_wrap=True)
     for arch in archs:
         experts = "-" if arch.experts_total is None else f"{arch.experts_active}/{arch.experts_total}"
-        table.add_row(
+        add_row(
+            table,
             arch.key,
             str(arch.layers),
             arch.attention.upper(),

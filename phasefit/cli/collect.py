@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from phasefit.cli.output import fail, human
+from phasefit.cli.output import escape, fail, human
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -212,10 +212,12 @@ def _run_once(runtime: Runtime, clock: SleepingClock, settings: CollectorSetting
         left = runtime.spool.count()
         ship_failures = runtime.shipper.failures.last_failures()
         if runtime.shipper.shipped:
-            console.print(f"shipped {runtime.shipper.shipped} records")
+            console.print(f"shipped {runtime.shipper.shipped} records", markup=False)
         if not drained or left:
             where = settings.spool_path
-            console.print(f"[yellow]could not ship yet:[/] {left} records wait in the spool {where}")
+            console.print(
+                f"[yellow]could not ship yet:[/] {left} records wait in the spool {escape(str(where))}"
+            )
     from collector.failures import STAGE_SPOOL
 
     current = runtime.agent.failures.current()
@@ -235,8 +237,6 @@ def _run_once(runtime: Runtime, clock: SleepingClock, settings: CollectorSetting
 
 
 def _say(console: Console, level: str, failure: Failure) -> None:
-    from rich.markup import escape
-
     colour = "bold red" if level == "error" else "yellow"
     console.print(f"[{colour}]{level}:[/] {escape(failure.describe())}", soft_wrap=True)
 
@@ -260,7 +260,7 @@ def _run_forever(runtime: Runtime, settings: CollectorSettings, output: OutputKi
         fail(f"cannot serve /metrics on {settings.listen}: {exc.strerror or exc}")
         return
     where = f"/metrics on {settings.listen}, {settings.interval_s} s windows"
-    human().print(f"phasefit collector on {settings.node}: {where}")
+    human().print(f"phasefit collector on {settings.node}: {where}", markup=False)
     if output is OutputKind.JSON:
 
         def print_records(records: Sequence[GpuSample | EngineSample]) -> None:

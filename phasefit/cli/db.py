@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from phasefit.cli.output import emit_json, fail, human
+from phasefit.cli.output import add_row, emit_json, fail, human, plain
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -88,9 +88,7 @@ def open_engine(settings: Settings) -> Engine:
 
 def die(message: str) -> NoReturn:
     """``fail`` with the message taken literally (SQL errors quote ``[SQL: ...]``: not rich markup)."""
-    from rich.markup import escape
-
-    fail(escape(message))
+    fail(message)
     raise AssertionError("unreachable: fail() raises typer.Exit")
 
 
@@ -238,11 +236,11 @@ def stats(database_url: DatabaseUrl = None, json_output: JsonFlag = False) -> No
         return
     from rich.table import Table
 
-    table = Table(title=f"phasefit store {store_label(engine)}")
+    table = Table(title=plain(f"phasefit store {store_label(engine)}"))
     table.add_column("table")
     table.add_column("rows", justify="right")
     for name, count in counts.items():
-        table.add_row(name, f"{count:,}")
+        add_row(table, name, f"{count:,}")
     human().print(table)
 
 

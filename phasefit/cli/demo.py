@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from phasefit.cli.output import emit_json, human
+from phasefit.cli.output import add_row, emit_json, escape, human
 
 if TYPE_CHECKING:
     from analyzer.pipeline import AnalysisResult
@@ -37,7 +37,7 @@ def _step(timings: dict[str, float], name: str, text: str) -> Iterator[None]:
     with console.status(text):
         yield
     timings[name] = round(time.perf_counter() - began, 2)
-    console.print(f"[green]✓[/] {text} ({timings[name]:.1f} s)")
+    console.print(f"[green]✓[/] {escape(text)} ({timings[name]:.1f} s)")
 
 
 def demo(
@@ -152,11 +152,11 @@ def demo(
         _print_summary(summary)
         print_result(analysis, human())
         _print_accuracy(summary["accuracy"], summary["report"])
-    human().print(f"the demo's folder {out} holds {summary['folder']['bytes'] / 1e6:,.0f} MB")
+    human().print(f"the demo's folder {out} holds {summary['folder']['bytes'] / 1e6:,.0f} MB", markup=False)
     if not no_serve:
         human().print(
             f"[bold]now serving the dashboard[/] at http://127.0.0.1:{port} until you press Ctrl-C "
-            f"(`phasefit demo --no-serve` skips it; the store stays in {out})"
+            f"(`phasefit demo --no-serve` skips it; the store stays in {escape(str(out))})"
         )
         dashboard(port=port, host="127.0.0.1", database_url=database_url, source="store", api_url=None)
 
@@ -243,7 +243,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for column in ("SKU", "role", "GPUs", "workers", "tensor active", "DRAM active", "lost GPUs"):
         table.add_column(column, justify="left" if column in ("SKU", "role") else "right")
     for group in summary["fleet"]:
-        table.add_row(
+        add_row(
+            table,
             group["sku"],
             group["role"],
             str(group["gpus"]),
@@ -253,7 +254,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
             str(group["lost_gpus"]),
         )
     console.print(table)
-    console.print(f"{summary['records_stored']:,} records stored in {summary['database_url']}")
+    console.print(f"{summary['records_stored']:,} records stored in {summary['database_url']}", markup=False)
 
 
 def _print_accuracy(accuracy: dict[str, Any], report: dict[str, Any]) -> None:
@@ -271,7 +272,7 @@ def _print_accuracy(accuracy: dict[str, Any], report: dict[str, Any]) -> None:
         f"against {_num(truth)}"
     )
     for path in report["files"]:
-        console.print(f"weekly placement audit {report['week']}: {path}")
+        console.print(f"weekly placement audit {report['week']}: {path}", markup=False)
 
 
 def _num(value: float | None, digits: int = 0) -> str:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from phasefit.cli.output import fail, human
+from phasefit.cli.output import escape, fail, human
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -37,7 +37,7 @@ def config(
     text, found = generate()
     console = human()
     for path, why in found.missing:
-        console.print(f"[yellow]skipped[/] {path}: {why}")
+        console.print(f"[yellow]skipped[/] {escape(f'{path}: {why}')}")
     if check:
         try:
             current = target.read_text(encoding="utf-8")
@@ -48,11 +48,11 @@ def config(
         else:
             if current != text:
                 fail(f"{target} is stale: run `phasefit docs config` and commit the result")
-            console.print(f"{target} is current")
+            console.print(f"{target} is current", markup=False)
         return
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
     except OSError as exc:
         fail(f"cannot write {target}: {exc.strerror}")
-    console.print(f"wrote {target} ({len(found.classes)} settings classes)")
+    console.print(f"wrote {target} ({len(found.classes)} settings classes)", markup=False)

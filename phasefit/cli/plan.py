@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from phasefit.cli.analyze import DatabaseUrlOption, FromOption, ToOption
-from phasefit.cli.output import emit_json, fail, human
+from phasefit.cli.output import add_row, emit_json, escape, fail, human
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -104,9 +104,7 @@ def plan(
 
 def refuse(message: str) -> NoReturn:
     """A what-if or option the command cannot evaluate: the reason on stderr, exit 2."""
-    from rich.markup import escape
-
-    fail(escape(message), USAGE_ERROR)
+    fail(message, USAGE_ERROR)
     raise AssertionError("unreachable: fail() raises typer.Exit")
 
 
@@ -139,7 +137,7 @@ def print_plan(plans: list[PoolPlan], console: Console) -> None:
 
     console.print("[bold]phasefit plan[/]: recommended changes; nothing is applied")
     for p in plans:
-        console.print(f"\n[bold]{p.pool}[/] ({p.status})", markup=True)
+        console.print(f"\n[bold]{escape(p.pool)}[/] ({escape(str(p.status))})")
         if p.gain is None:
             console.print(f"expected gain: unknown: {p.reason}", markup=False)
         else:
@@ -157,7 +155,8 @@ def print_plan(plans: list[PoolPlan], console: Console) -> None:
                 table.add_column(column)
             for r in p.replicas:
                 delta = r.recommended - r.current
-                table.add_row(
+                add_row(
+                    table,
                     r.sku,
                     str(r.tp),
                     r.role,
@@ -171,7 +170,8 @@ def print_plan(plans: list[PoolPlan], console: Console) -> None:
             for column in ("worker", "SKU", "from -> to", "with", "work moves to", "why"):
                 table.add_column(column, overflow="fold")
             for c in p.changes:
-                table.add_row(
+                add_row(
+                    table,
                     c.worker_id,
                     f"{c.tp} x {c.sku}",
                     f"{c.from_role} -> {c.to_role}",
@@ -189,7 +189,7 @@ def print_what_if(w: WhatIfResult, console: Console) -> None:
     from analyzer.planning.plan import gain_from_tokens
 
     spec = ", ".join(f"{c.op} {c.gpus} x {c.sku}" for c in w.changes)
-    console.print(f"\n[bold]What-if[/] on {w.pool}: {spec}")
+    console.print(f"\n[bold]What-if[/] on {escape(w.pool)}: {escape(spec)}")
     table = Table(title="Workers per SKU and role", title_justify="left")
     for column in (
         "SKU",
@@ -202,7 +202,8 @@ def print_what_if(w: WhatIfResult, console: Console) -> None:
     ):
         table.add_column(column)
     for g in w.groups:
-        table.add_row(
+        add_row(
+            table,
             g.sku + (" (new)" if g.new else ""),
             str(g.tp),
             str((g.prefill_now + g.decode_now) * g.tp),

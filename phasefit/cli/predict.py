@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from phasefit.cli.output import emit_json, fail, human
+from phasefit.cli.output import add_row, emit_json, escape, fail, human, plain
 
 if TYPE_CHECKING:
     from analyzer.model.perf_model import ThroughputPrediction
@@ -85,8 +85,10 @@ def _print_human(p: ThroughputPrediction) -> None:
     d, w = p.deployment, p.workload
     concurrency = "engine-chosen batch" if w.concurrency is None else f"concurrency {w.concurrency}"
     table = Table(
-        title=f"{d.model.name} {d.precision} (KV {d.kv_precision}) on {d.tp} x {d.gpu.name}, "
-        f"ISL {w.isl} / OSL {w.osl}, {concurrency}"
+        title=plain(
+            f"{d.model.name} {d.precision} (KV {d.kv_precision}) on {d.tp} x {d.gpu.name}, "
+            f"ISL {w.isl} / OSL {w.osl}, {concurrency}"
+        )
     )
     table.add_column("quantity")
     table.add_column("value", justify="right")
@@ -107,11 +109,11 @@ def _print_human(p: ThroughputPrediction) -> None:
         ("TPOT at this batch", f"{p.tpot_s * 1e3:,.1f} ms" if p.fits else "-"),
     ]
     for name, value in rows:
-        table.add_row(name, value)
+        add_row(table, name, value)
     console = human()
     console.print(table)
     for note in p.notes:
-        console.print(f"[yellow]note:[/] {note}")
+        console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 def predict(

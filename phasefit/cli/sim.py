@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from phasefit.cli.output import emit_json, fail, human
+from phasefit.cli.output import emit_json, escape, fail, human
 
 app = typer.Typer(
     help="The simulated fleet: scenarios with ground truth, run far faster than real time.",
@@ -55,7 +55,9 @@ def scenarios(json_output: JsonFlag = False) -> None:
     console = human()
     width = max(len(r["name"]) for r in rows)
     for r in rows:
-        console.print(f"{r['name']:<{width}}  {r['gpus']:>4} GPUs  {r['description']}", soft_wrap=True)
+        console.print(
+            f"{r['name']:<{width}}  {r['gpus']:>4} GPUs  {r['description']}", soft_wrap=True, markup=False
+        )
 
 
 def _atomic_target(path: Path) -> Path:
@@ -185,12 +187,16 @@ def run(
         return
     console = human()
     console.print(
-        f"[bold]{sc.name}[/]: {summary['gpus']} GPUs, {summary['workers']} workers, {n_days:g} days of "
-        f"{sim.window_s:g}-s windows, {chosen.name} physics -> {lines:,} records "
-        f"({written / 1e6:,.0f} MB) in {out} ({simulated_s:.1f} s)"
+        f"[bold]{escape(sc.name)}[/]: "
+        + escape(
+            f"{summary['gpus']} GPUs, {summary['workers']} workers, {n_days:g} days of "
+            f"{sim.window_s:g}-s windows, {chosen.name} physics -> {lines:,} records "
+            f"({written / 1e6:,.0f} MB) in {out} ({simulated_s:.1f} s)"
+        )
     )
     if truth is not None:
         console.print(
             f"ground truth -> {truth}: {summary['misplaced_workers']} misplaced workers, "
-            f"{summary['lost_tokens_per_s']:,.0f} tokens/s lost (time-weighted)"
+            f"{summary['lost_tokens_per_s']:,.0f} tokens/s lost (time-weighted)",
+            markup=False,
         )
