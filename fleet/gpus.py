@@ -374,8 +374,8 @@ class GpuCatalog:
         if cached is not None:
             return cached
         sku = mig_sku(parent, profile)
-        if not sku.known:
-            self._warn(sku.name, "%s: %s", sku.name, sku.notes)
+        if not sku.known:  # its own subject: the parent's name may have been warned about already
+            self._warn(f"MIG instance {sku.name}", "%s: %s", sku.name, sku.notes)
         if len(self._derived) < _RESOLVE_CACHE_LIMIT:
             self._derived[cache_key] = sku
         return sku
@@ -430,7 +430,8 @@ class GpuCatalog:
                 "(add it in the operator catalog file, PHASEFIT_CATALOG_PATH)",
                 reported_name,
             )
-        return unknown_sku(reported_name)
+        # A MIG device's parent is named without the MIG suffix: the instance's name adds it back once.
+        return unknown_sku(reported_name if name == _normalise(reported_name) else name)
 
     def _warn(self, subject: str, message: str, *args: object) -> None:
         """Log a warning once per subject (names repeat every window)."""

@@ -310,7 +310,13 @@ def quality_blocks(report: AuditReport) -> list[Block]:
         ],
         ["lost GPUs (Xid 79)", ", ".join(q.lost_gpus) or "none"],
         ["degraded telemetry", f"{q.degraded_gpu_hours:,.1f} GPU-hours"],
-        ["GPUs without a worker (unattributed, never guessed)", str(q.unattributed_gpus)],
+        [
+            # The count is of devices: a MIG instance without a worker counts once, as an instance.
+            "devices without a worker (whole GPUs and MIG instances; unattributed, never guessed)"
+            if q.mig_instances
+            else "GPUs without a worker (unattributed, never guessed)",
+            str(q.unattributed_gpus),
+        ],
         ["workers whose role is unknown", f"{q.workers_role_unknown} of {q.workers}"],
         ["how roles were learned", ", ".join(f"{s} {n}" for s, n in q.role_sources.items()) or "-"],
         [

@@ -17,7 +17,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_builtin_catalog_loads() -> None:
     catalog = load_catalog()
     assert isinstance(catalog, Catalog)
-    assert len(catalog.gpus.skus) == 10
+    assert len(catalog.gpus.skus) == 16
     assert len(catalog.models.models) == 12
     assert load_catalog(None).gpus.get("H100-SXM") == catalog.gpus.get("H100-SXM")
 
@@ -63,7 +63,7 @@ def test_a_new_key_adds_a_sku_that_resolves(tmp_path: Path) -> None:
     assert sku.key == "RTX-PRO-6000" and sku.known
     assert sku.hbm_bytes == 96_000_000_000 and sku.hbm_bandwidth_bytes_per_s == 1.6e12
     assert sku.bf16_dense_flops is None and sku.hourly_price_usd == 1.8
-    assert len(catalog.gpus.skus) == 11
+    assert len(catalog.gpus.skus) == 17
 
 
 def test_a_new_sku_must_give_every_required_field(tmp_path: Path) -> None:
@@ -156,7 +156,7 @@ def test_missing_or_unreadable_files(tmp_path: Path) -> None:
 
 def test_an_empty_file_changes_nothing(tmp_path: Path) -> None:
     catalog = load_catalog(_write(tmp_path, "# nothing yet\n"))
-    assert len(catalog.gpus.skus) == 10
+    assert len(catalog.gpus.skus) == 16
     catalog = load_catalog(_write(tmp_path, "gpus:\nmodels:\n"))
     assert len(catalog.models.models) == 12
 

@@ -25,6 +25,12 @@ CSV_ROW_OF = {
     "A100-SXM-80GB": "A100 80GB SXM",
     "L40S": "L40S",
     "MI300X": "MI300X",
+    "A100-SXM-40GB": "A100 40GB SXM",
+    "A800-SXM-80GB": "A800 80GB SXM",
+    "A10G": "A10G",
+    "L4": "L4",
+    "T4": "T4",
+    "L20": "L20",
 }
 
 
@@ -46,7 +52,7 @@ def _plain_number(cell: str) -> float | None:
         return None
 
 
-def test_the_catalog_holds_the_ten_skus(gpus: GpuCatalog) -> None:
+def test_the_catalog_holds_the_sixteen_skus(gpus: GpuCatalog) -> None:
     assert set(gpus.skus) == set(CSV_ROW_OF)
     for key, sku in gpus.skus.items():
         assert sku.key == key
@@ -166,7 +172,8 @@ def test_mig_profile(gpus: GpuCatalog, reported: str, profile: str | None) -> No
         "NVIDIA GH200 96GB HBM3",
         "NVIDIA H100",
         "NVIDIA H800",
-        "NVIDIA A100-SXM4-40GB",
+        "NVIDIA A100-PCIE-40GB",
+        "NVIDIA A10",
         "NVIDIA H200 141GB HBM3e NVL",
         "NVIDIA H20 141GB HBM3e",
         "NVIDIA H100 80GB HBM3e",
@@ -296,7 +303,8 @@ def test_every_catalogued_profile_derives_its_figures(gpus: GpuCatalog, row: dic
             assert sku.peak_flops(precision) is None  # unknown stays unknown, never 0
         else:
             assert sku.peak_flops(precision) == pytest.approx(whole * compute)
-    assert (sku.compute_share, sku.bandwidth_share) == (pytest.approx(compute), pytest.approx(bandwidth))
+    assert sku.compute_share == pytest.approx(compute)
+    assert sku.bandwidth_share == pytest.approx(bandwidth)
     assert sku.tdp_w is None and sku.hourly_price_usd is None and sku.interconnect_bytes_per_s is None
     assert parent.key in sku.sources and row["profile"] in sku.sources
 
@@ -387,7 +395,7 @@ def test_lookup_and_get_know_mig_keys(gpus: GpuCatalog) -> None:
     with pytest.raises(KeyError, match="not in the H100-SXM MIG table"):
         gpus.get("H100-SXM/9g.90gb")
     assert gpus.lookup("H999/1g.10gb") is None and gpus.lookup("H999") is None
-    assert "H100-SXM/1g.10gb" not in gpus.skus  # the whole-GPU SKUs stay ten
+    assert "H100-SXM/1g.10gb" not in gpus.skus  # the whole-GPU SKUs only
 
 
 def test_a_catalog_key_may_not_look_like_a_mig_key() -> None:
@@ -426,3 +434,111 @@ def test_skus_with_a_mig_table_stay_hashable_picklable_values(gpus: GpuCatalog) 
     assert h100 == again and hash(h100) == hash(again)
     assert pickle.loads(pickle.dumps(h100)) == h100
     assert len({h100, again, gpus.get("H100-SXM/1g.10gb")}) == 2
+
+
+# --- the GPUs of issue 29's catalog item: resolved from their NVML/DCGM names, unknown figures None ----
+
+NEW_GPUS = [
+    # (NVML/DCGM name, key, HBM bytes, bandwidth B/s, BF16/FP16 dense, FP8 dense, link B/s, TDP W)
+    ("NVIDIA A100-SXM4-40GB", "A100-SXM-40GB", 40e9, 1.555e12, 312e12, None, 600e9, 400),
+    ("NVIDIA A800-SXM4-80GB", "A800-SXM-80GB", 80e9, 2.039e12, 312e12, None, 400e9, 400),
+    ("NVIDIA A10G", "A10G", 24e9, 0.6e12, None, None, None, None),
+    ("NVIDIA L4", "L4", 24e9, 0.3e12, 121e12, 242.5e12, 64e9, 72),
+    ("Tesla T4", "T4", 16e9, 0.3e12, 65e12, None, 32e9, 70),
+    ("NVIDIA L20", "L20", 48e9, 0.864e12, 119.5e12, 239e12, 64e9, 275),
+]
+
+
+@pytest.mark.parametrize(
+    ("reported", "key", "hbm", "bandwidth", "bf16", "fp8", "link", "tdp"),
+    NEW_GPUS,
+    ids=[row[1] for row in NEW_GPUS],
+)
+def test_the_added_gpus_resolve_with_their_figures(
+    gpus: GpuCatalog,
+    reported: str,
+    key: str,
+    hbm: float,
+    bandwidth: float,
+    bf16: float | None,
+    fp8: float | None,
+    link: float | None,
+    tdp: float | None,
+) -> None:
+    sku = gpus.resolve(reported)
+    assert sku.known and not sku.is_mig and sku.key == key
+    assert sku.hbm_bytes == hbm
+    assert sku.hbm_bandwidth_bytes_per_s == pytest.approx(bandwidth)
+    for value, expected in (
+        (sku.bf16_dense_flops, bf16),
+        (sku.fp8_dense_flops, fp8),
+        (sku.interconnect_bytes_per_s, link),
+        (sku.tdp_w, tdp),
+    ):
+        if expected is None:
+            assert value is None  # unknown or unsupported: None, never 0
+        else:
+            assert value == pytest.approx(expected)
+    assert sku.fp4_dense_flops is None  # none of them has FP4 tensor cores
+    assert sku.hourly_price_usd is None  # operators set prices
+    assert sku.peak_flops(Precision.FP8) == sku.fp8_dense_flops
+    assert sku.sources.strip()
+    assert gpus.resolve(reported.upper()).key == key  # case ignored
+
+
+def test_no_fp8_on_ampere_and_turing_is_unknown_never_zero(gpus: GpuCatalog) -> None:
+    for key in ("A100-SXM-40GB", "A800-SXM-80GB", "A10G", "T4"):
+        sku = gpus.get(key)
+        assert sku.fp8_dense_flops is None and sku.peak_flops(Precision.FP8) is None
+        assert sku.ridge_point(Precision.FP8) is None
+    assert gpus.get("A10G").bf16_dense_flops is None  # no citable A10G figure: unknown, not the A10's
+    assert gpus.get("A10G").ridge_point(Precision.BF16) is None
+    t4 = gpus.get("T4")  # no BF16 on Turing: the field holds the FP16 tensor rate, said so in the notes
+    assert t4.peak_flops(Precision.FP16) == 65e12 and "FP16" in t4.notes
+
+
+@pytest.mark.parametrize(
+    ("profile", "gb", "compute", "memory_slices"),
+    [
+        ("1g.5gb", 5, 1, 1),
+        ("1g.10gb", 10, 1, 2),
+        ("2g.10gb", 10, 2, 2),
+        ("3g.20gb", 20, 3, 4),
+        ("4g.20gb", 20, 4, 4),
+        ("7g.40gb", 40, 7, 8),
+    ],
+)
+def test_the_a100_40gb_mig_profiles_resolve(
+    gpus: GpuCatalog, profile: str, gb: int, compute: int, memory_slices: int
+) -> None:
+    sku = gpus.resolve(f"NVIDIA A100-SXM4-40GB MIG {profile}")
+    assert sku.known and sku.is_mig and sku.key == f"A100-SXM-40GB/{profile}"
+    assert sku == gpus.resolve("NVIDIA A100-SXM4-40GB", mig_profile=profile)  # dcgm-exporter's way
+    assert sku.hbm_bytes == gb * 1_000_000_000
+    assert sku.bf16_dense_flops == pytest.approx(312e12 * compute / 7)
+    assert sku.hbm_bandwidth_bytes_per_s == pytest.approx(1.555e12 * memory_slices / 8)
+    assert sku.fp8_dense_flops is None  # the parent has none: unknown, never 0
+    assert sku.name == f"A100 40GB SXM MIG {profile}"
+
+
+def test_the_a800_takes_the_a100_80gb_mig_profiles(gpus: GpuCatalog) -> None:
+    sku = gpus.resolve("NVIDIA A800-SXM4-80GB MIG 3g.40gb")
+    assert sku.known and sku.key == "A800-SXM-80GB/3g.40gb"
+    a800, a100 = gpus.get("A800-SXM-80GB"), gpus.get("A100-SXM-80GB")
+    assert a800.mig is not None and a100.mig is not None
+    assert dict(a800.mig.profiles) == dict(a100.mig.profiles)
+
+
+@pytest.mark.parametrize("profile_apart", [False, True])
+def test_an_unknown_parent_names_its_mig_instance_once(gpus: GpuCatalog, profile_apart: bool) -> None:
+    """'<parent> MIG 2g.20gb', never '<parent> MIG 2g.20gb MIG 2g.20gb'."""
+    parent = "NVIDIA GH200 96GB HBM3"
+    sku = (
+        gpus.resolve(parent, mig_profile="2g.20gb")
+        if profile_apart
+        else gpus.resolve(f"{parent} MIG 2g.20gb")
+    )
+    assert not sku.known and sku.is_mig
+    assert sku.name == f"{parent} MIG 2g.20gb"
+    assert sku.name.count("MIG") == 1 and sku.notes.count("MIG") == 1
+    assert repr(parent) in sku.notes

@@ -21,7 +21,7 @@ def test_gpus_json_lists_every_sku_with_nulls_for_unknowns() -> None:
     result = runner.invoke(app, ["gpus", "--json"])
     assert result.exit_code == 0, result.output
     skus = {row["key"]: row for row in json.loads(result.stdout)}
-    assert len(skus) == 10
+    assert len(skus) == 16
     h100 = skus["H100-SXM"]
     assert h100["hbm_bytes"] == 80_000_000_000
     assert h100["hbm_bandwidth_bytes_per_s"] == 3.35e12
@@ -94,4 +94,4 @@ def test_a_bad_operator_catalog_fails_naming_file_and_key(
 def test_wired_into_the_phasefit_cli() -> None:
     result = runner.invoke(root_app, ["catalog", "gpus", "--json"])
     assert result.exit_code == 0, result.output
-    assert len(json.loads(result.stdout)) == 10
+    assert len(json.loads(result.stdout)) == 16
