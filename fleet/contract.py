@@ -47,7 +47,10 @@ NonNegInt = Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)]
 # at most what a 32-bit integer column holds.
 REQUEST_CAP_MAX = 2**31 - 1
 RequestCap = Annotated[int, Strict(), Field(ge=1, le=REQUEST_CAP_MAX)]
-WindowSeconds = Annotated[float, Strict(), Field(gt=0.0, le=86_400.0, allow_inf_nan=False)]
+# A sample's window: at least a millisecond (no collector samples faster; rates divide by it, and a
+# subnormal window would store as another number and make them explode), at most a day.
+MIN_WINDOW_S = 0.001
+WindowSeconds = Annotated[float, Strict(), Field(ge=MIN_WINDOW_S, le=86_400.0, allow_inf_nan=False)]
 
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)  # exclusive

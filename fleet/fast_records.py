@@ -10,8 +10,10 @@ windows; the values found valid are remembered across blocks). The rows are then
 
 :func:`fast_block` returns exactly the :class:`~fleet.store.rows.RowBatch` the pydantic path builds, or
 ``None`` whenever it is not certain: a line msgspec cannot decode, a value pydantic refuses, one the store
-cannot hold, a contract this module cannot mirror (:data:`UNMIRRORED`). The caller then runs the pydantic
-path, which stays the authority and the only source of error messages (line and field).
+cannot hold, a contract this module cannot mirror (:data:`UNMIRRORED`), a line that repeats a key (msgspec
+keeps the last value silently: the Structs decoded leave a field the line does not hold UNSET, so the keys
+held are known, and the block's quotes must be exactly two per key and per string value). The caller then
+runs the pydantic path, which stays the authority and the only source of error messages (line and field).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from __future__ import annotations
 import operator
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections import namedtuple
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -44,6 +47,7 @@ _ROW_COLUMNS = {"gpu_sample": GPU_SAMPLE_COLUMNS, "engine_sample": ENGINE_SAMPLE
 _EVIDENCE_VALUE: dict[str | None, str | None] = {None: None, **{m.value: m.value for m in ActivityEvidence}}
 # Constraints on a number msgspec checks itself (Strict: msgspec never takes "5" or true for a number).
 _BOUNDS = {Ge: "ge", Gt: "gt", Le: "le", Lt: "lt"}
+_MSGSPEC_FIELD = type(msgspec.field())  # a default factory's wrapper
 
 
 class NotMirroredError(TypeError):
@@ -99,6 +103,10 @@ class RecordKind:
     struct: type[msgspec.Struct]
     fields: tuple[str, ...]  # the Struct's fields, the model's order (the tag field is msgspec's tag)
     texts: tuple[TextField, ...]
+    # What is decoded: ``struct`` with every default UNSET, so that the keys a line holds are known (a line
+    # repeating a key holds more key ends than keys); ``defaults`` fills them in afterwards.
+    keyed: type[msgspec.Struct]
+    defaults: tuple[Any, ...]  # per field: msgspec.NODEFAULT (required), a value, or a _Factory
 
 
 def mirror(models: Sequence[type[BaseModel]]) -> tuple[RecordKind, ...]:
@@ -146,7 +154,35 @@ def _mirror_model(model: type[BaseModel]) -> RecordKind:
         model.__name__, fields, kw_only=True, tag_field=TAG_FIELD, tag=tag,
         forbid_unknown_fields=extra == "forbid", gc=False,  # only numbers, text and lists of text: no cycles
     )  # fmt: skip
-    return RecordKind(tag, struct, tuple(name for name, _, _ in fields), tuple(texts))
+    keyed_fields = [
+        (name, kind if default is msgspec.NODEFAULT else kind | msgspec.UnsetType,
+         default if default is msgspec.NODEFAULT else msgspec.UNSET)
+        for name, kind, default in fields
+    ]  # fmt: skip
+    keyed = msgspec.defstruct(
+        model.__name__, keyed_fields, kw_only=True, tag_field=TAG_FIELD, tag=tag,
+        forbid_unknown_fields=extra == "forbid", gc=False,
+    )  # fmt: skip
+    defaults = tuple(
+        _Factory(d.default_factory) if isinstance(d, _MSGSPEC_FIELD) else d for _, _, d in fields
+    )
+    return RecordKind(tag, struct, tuple(name for name, _, _ in fields), tuple(texts), keyed, defaults)
+
+
+@dataclass(frozen=True)
+class _Factory:
+    make: Callable[[], Any]
+
+
+def _filled(column: Sequence[Any], default: Any) -> Sequence[Any]:
+    """``column`` with UNSET (a field the line does not hold) replaced by the field's default."""
+    unset = msgspec.UNSET
+    if isinstance(default, _Factory):
+        make = default.make
+        return [make() if value is unset else value for value in column]
+    if column.count(unset) == len(column):
+        return [default] * len(column)
+    return [default if value is unset else value for value in column]
 
 
 def _mirror_field(model: str, name: str, info: FieldInfo) -> tuple[Any, TextField | None]:
@@ -232,8 +268,16 @@ try:
 except NotMirroredError as exc:
     KINDS, UNMIRRORED = (), str(exc)
 _DECODE: Callable[[bytes], Any] | None = (
-    msgspec.json.Decoder(reduce(operator.or_, (kind.struct for kind in KINDS))).decode if KINDS else None
+    msgspec.json.Decoder(reduce(operator.or_, (kind.keyed for kind in KINDS))).decode if KINDS else None
 )
+_EVIDENCE_FIELDS = ("activity_evidence", "sm_active", "tensor_active", "dram_active", "gpu_util",
+                    "mem_copy_util", "gr_engine_active")  # fmt: skip
+# What activity_evidence reads, column-wise.
+_Evidence = namedtuple(
+    "_Evidence",
+    ["activity_evidence", "sm_active", "tensor_active", "dram_active", "gpu_util", "mem_copy_util",
+     "gr_engine_active"],
+)  # fmt: skip
 
 
 def fast_block(block: bytes, first_line: int, time_encoding: TimeEncoding) -> RowBatch | None:
@@ -252,32 +296,75 @@ def fast_block(block: bytes, first_line: int, time_encoding: TimeEncoding) -> Ro
     except msgspec.DecodeError:  # malformed JSON, or a value msgspec refuses (ValidationError subclasses it)
         return None
     batch = RowBatch(time_encoding)
+    quoted = 0  # the keys and the string values the lines hold
     try:
         for kind in KINDS:
-            of_kind = [record for record in records if type(record) is kind.struct]
-            if of_kind and not _add_kind(batch, kind, of_kind):
-                return None
+            of_kind = [record for record in records if type(record) is kind.keyed]
+            if of_kind:
+                found = _add_kind(batch, kind, of_kind)
+                if found is None:
+                    return None
+                quoted += found
+    except RowValueError:
+        return None
+    # Every key and every string is written between two quotes; a line that repeats a key (msgspec, like
+    # pydantic, keeps the last value) holds more, and so does a string with an escaped quote: the pydantic
+    # path decides those, and names the line and the key. One count over the block, at memory speed.
+    if block.count(b'"') != 2 * quoted:
+        return None
+    try:
         return batch.finish()
     except RowValueError:
         return None
 
 
-def _add_kind(batch: RowBatch, kind: RecordKind, records: list[Any]) -> bool:
-    """Add ``records`` (all of ``kind``) to ``batch`` column-wise; False if pydantic refuses a value."""
+def _add_kind(batch: RowBatch, kind: RecordKind, records: list[Any]) -> int | None:
+    """Add ``records`` (all of ``kind``) to ``batch`` column-wise; the number of keys and string values the
+    lines hold (each key once), or None if pydantic refuses a value."""
     astuple = msgspec.structs.astuple
-    transposed = zip(*map(astuple, records), strict=True)  # one tuple per field, at C speed
+    tuples = list(map(astuple, records))
+    transposed: list[Sequence[Any]] = list(zip(*tuples, strict=True))  # one tuple per field, at C speed
+    absent = 0
+    unheld: set[str] = set()  # fields some line does not hold
+    unset = msgspec.UNSET
+    strings = len(records)  # the tag's value
+    positions = {name: index for index, name in enumerate(kind.fields)}
+    for text in kind.texts:  # before the defaults are filled in: the values the lines hold
+        column = transposed[positions[text.name]]
+        if text.shape == "list":
+            strings += sum(len(value) for value in column if type(value) is list)
+        else:
+            strings += len(column) - column.count(unset) - column.count(None)
+    for index, default in enumerate(kind.defaults):
+        if default is not msgspec.NODEFAULT:
+            missing = transposed[index].count(unset)
+            if missing:
+                absent += missing
+                transposed[index] = _filled(transposed[index], default)
+                unheld.add(kind.fields[index])
     columns: dict[str, Sequence[Any]] = dict(zip(kind.fields, transposed, strict=True))
     if not all(text.check(columns[text.name]) for text in kind.texts):
-        return False
+        return None
     (ts_field,) = (text for text in kind.texts if text.name == "ts")
     ts = list(map(ts_field.known.__getitem__, columns["ts"]))
     if kind.tag == "gpu_sample":
-        # The contract's own derivation, on the Structs (it reads the same attributes), as plain text.
-        columns["activity_evidence"] = list(map(_EVIDENCE_VALUE.__getitem__, map(activity_evidence, records)))
+        # The contract's own derivation, on the same attributes (defaults filled in), as plain text.
+        if unheld.intersection(_EVIDENCE_FIELDS):  # a Struct holds UNSET there: read the filled columns
+            evidence: Iterator[Any] = map(
+                _Evidence._make, zip(*(columns[name] for name in _EVIDENCE_FIELDS), strict=True)
+            )
+        else:
+            evidence = iter(records)  # the Structs hold every field it reads
+        columns["activity_evidence"] = list(
+            map(_EVIDENCE_VALUE.__getitem__, map(activity_evidence, evidence))
+        )
 
     def values_at(index: int) -> dict[str, Any]:
         """Record ``index``'s fields as pydantic holds them: enumeration members, UTC datetimes."""
-        values = dict(zip(kind.fields, astuple(records[index]), strict=True))
+        values = dict(zip(kind.fields, tuples[index], strict=True))
+        for name in unheld:  # a field some line does not hold: its default, as filled in the columns
+            if values[name] is unset:
+                values[name] = transposed[positions[name]][index]
         for text in kind.texts:
             value = values[text.name]
             if text.shape != "list":
@@ -287,4 +374,4 @@ def _add_kind(batch: RowBatch, kind: RecordKind, records: list[Any]) -> bool:
         return {TAG_FIELD: kind.tag, **values}
 
     batch.add_columns(kind.tag, columns, ts, values_at)  # type: ignore[arg-type]
-    return True
+    return len(records) * (len(kind.fields) + 1) - absent + strings  # + 1: the tag

@@ -7,14 +7,20 @@ enough to pay for them, while this process writes the previous block. :mod:`flee
 block first (msgspec, ~2.5x as fast); a block it declines is validated line by line through pydantic, the
 authority, which names the bad lines. The whole file is written in one transaction, so a bad line
 anywhere stores nothing from that file; the error names the file, the line and the field.
+
+As strict as the HTTP service: a line repeating a key is refused (line and key), and so is a sample key
+already stored, or repeated in the file, with other values (:mod:`fleet.store.resend`: the key and each
+field that differs); the same values again are duplicates, stored once.
 """
 
 from __future__ import annotations
 
 import gc
 import gzip
+import json
 import multiprocessing
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from itertools import chain
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from sqlalchemy import Engine
@@ -32,6 +38,7 @@ from sqlalchemy import Engine
 from fleet.contract import RECORD_ADAPTER, RECORD_KINDS, error_message
 from fleet.fast_records import fast_block
 from fleet.store.engine import writing
+from fleet.store.resend import Conflicts
 from fleet.store.rows import RowBatch, RowValueError, TimeEncoding
 from fleet.store.writer import (
     DuplicateKeyError,
@@ -54,16 +61,13 @@ class _Reader(Protocol):
 
 @dataclass(frozen=True)
 class LineError:
-    line: int
+    line: int | None  # None for a sample key sent with other values than stored (the key is named instead)
     field: str | None  # None when the line is not a JSON object at all
     message: str
 
     def __str__(self) -> str:
-        return (
-            f"line {self.line}: {self.field}: {self.message}"
-            if self.field
-            else f"line {self.line}: {self.message}"
-        )
+        where = f"line {self.line}: " if self.line is not None else ""
+        return f"{where}{self.field}: {self.message}" if self.field else f"{where}{self.message}"
 
 
 class _LineTooLongError(Exception):
@@ -132,7 +136,12 @@ def _validated_block(
         if first_line == 1 and offset == 0 and line.startswith(b"\xef\xbb\xbf"):
             line = line[3:]  # a UTF-8 byte order mark some editors write
         try:
-            batch.add(RECORD_ADAPTER.validate_json(line), first_line + offset)
+            record = RECORD_ADAPTER.validate_json(line)
+            repeated = _repeated_key(line, len(record.model_fields_set))
+            if repeated is not None:
+                errors.append(LineError(first_line + offset, repeated, _REPEATED))
+            else:
+                batch.add(record, first_line + offset)
         except ValidationError as exc:
             errors.extend(_line_errors(first_line + offset, exc))
         except RowValueError as exc:
@@ -145,6 +154,40 @@ def _validated_block(
         except RowValueError as exc:
             errors.append(LineError(exc.tag if exc.tag is not None else first_line, exc.field, exc.message))
     return errors[:MAX_ERRORS]
+
+
+_REPEATED = "the key appears more than once in the object: send each field once"
+_LOOSE = re.compile(rb'"[ \t\r\n]')  # a string followed by whitespace: maybe a key before a spaced colon
+
+
+class _RepeatedKeyError(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _refuse_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKeyError(key)
+        seen[key] = value
+    return seen
+
+
+def _repeated_key(line: bytes, distinct: int) -> str | None:
+    """The first key that the object of ``line`` (a valid record of ``distinct`` distinct keys) repeats, or
+    None. Without a backslash and a string followed by whitespace, every ``":`` ends a key: as many as the
+    distinct keys proves no repeat; else Python's parser looks at each object's pairs."""
+    if line.find(b"\\") < 0 and _LOOSE.search(line) is None and line.count(b'":') == distinct:
+        return None
+    try:
+        json.loads(line, object_pairs_hook=_refuse_repeats)
+    except _RepeatedKeyError as exc:
+        return exc.key
+    except (ValueError, RecursionError):
+        return None  # pydantic read it: not expected
+    return None
 
 
 def _line_errors(line: int, exc: ValidationError) -> list[LineError]:
@@ -311,6 +354,7 @@ def _ingest_once(
     on_progress: ProgressCallback | None,
 ) -> IngestResult:
     counts = WriteCounts()
+    conflicts = Conflicts()
     gpu_samples = engine_samples = 0
     with open_source() as stream, writing(engine) as connection:
         encoding = time_encoding_for(connection)
@@ -320,15 +364,31 @@ def _ingest_once(
             if isinstance(parsed, list):
                 raise IngestError(path, parsed, more=True)  # leaving the block rolls the transaction back
             with gc_paused():
-                counts += write_sample_rows(connection, parsed, assume_new=assume_new)
+                written = write_sample_rows(connection, parsed, assume_new=assume_new)
                 dimensions.merge(parsed, rows=False)
+            if written.duplicates:  # a key stored before, or repeated in the file: the same values only
+                conflicts.samples(connection, parsed)
+                _raise_conflicts(path, conflicts)
+            counts += written
             gpu_samples += len(parsed.gpu_rows)
             engine_samples += len(parsed.engine_rows)
+        if counts.duplicates:
+            dimensions.finish()
+            conflicts.attributes(connection, dimensions)
+            _raise_conflicts(path, conflicts)
         write_dimensions(connection, dimensions, sku_resolver=sku_resolver)
     return IngestResult(
         path, gpu_samples + engine_samples, gpu_samples, engine_samples, counts.stored, counts.duplicates,
         time.perf_counter() - started,
     )  # fmt: skip
+
+
+def _raise_conflicts(path: Path, conflicts: Conflicts) -> None:
+    """Refuse the file (the transaction rolls back) when a key came with other values than stored."""
+    found = conflicts.conflicts()
+    if found:
+        errors = [LineError(None, conflict.differences[0][0], str(conflict)) for conflict in found]
+        raise IngestError(path, errors[:MAX_ERRORS], more=True)
 
 
 def _line_length_checked(
