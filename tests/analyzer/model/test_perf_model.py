@@ -177,7 +177,7 @@ def test_names_resolve_through_the_catalog(catalog: Catalog) -> None:
     ("kwargs", "message"),
     [
         ({"model": "no-such-model"}, "unknown model 'no-such-model'; known models: deepseek-v3"),
-        ({"gpu": "NVIDIA Z9000"}, "unknown GPU 'NVIDIA Z9000'; known SKUs: A100-SXM-80GB"),
+        ({"gpu": "NVIDIA Z9000"}, "unknown GPU 'NVIDIA Z9000'; known SKUs: A100-SXM-40GB, A100-SXM-80GB"),
         ({"gpu": "H100-NVL"}, "lacks catalog figure(s) dense fp8 FLOP/s"),
         ({"precision": "fp4"}, "lacks catalog figure(s) dense fp4 FLOP/s"),
         ({"precision": "fp7"}, "unknown precision 'fp7'"),
