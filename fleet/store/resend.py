@@ -8,6 +8,7 @@ Only batches whose write met a duplicate key are compared (rare), so a load of n
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +26,7 @@ _CHUNK = 500
 
 
 @dataclass(frozen=True)
-class _Kind:
+class SampleKind:
     kind: str
     samples: str
     dimensions: str
@@ -34,10 +35,10 @@ class _Kind:
     attributes: tuple[str, ...]
 
 
-_GPU = _Kind("gpu_sample", "gpu_samples", "gpus", "gpu_uuid", GPU_SAMPLE_COLUMNS,
+GPU_KIND = SampleKind("gpu_sample", "gpu_samples", "gpus", "gpu_uuid", GPU_SAMPLE_COLUMNS,
              ("node", "gpu_index", "gpu_name", "parent_gpu_uuid", "mig_profile", "cluster", "worker_id",
               "state", "source"))  # fmt: skip
-_ENGINE = _Kind("engine_sample", "engine_samples", "workers", "worker_id", ENGINE_SAMPLE_COLUMNS,
+ENGINE_KIND = SampleKind("engine_sample", "engine_samples", "workers", "worker_id", ENGINE_SAMPLE_COLUMNS,
                 ("node", "engine", "model", "role", "role_source", "precision", "tp", "gpu_uuids", "gpu_join",
                  "cluster", "deployment"))  # fmt: skip
 
@@ -62,7 +63,8 @@ class Conflict:
         )
 
 
-def _instant(value: Any) -> datetime:
+def instant(value: Any) -> datetime:
+    """A sample row's ``ts`` (epoch microseconds for SQLite rows, a datetime for PostgreSQL) as UTC."""
     return from_epoch_us(value) if isinstance(value, int) else value.astimezone(UTC)
 
 
@@ -72,17 +74,17 @@ class Conflicts:
 
     def __init__(self) -> None:
         self.found: dict[tuple[str, SampleKey], list[Difference]] = {}
-        self.collided: dict[str, set[SampleKey]] = {_GPU.kind: set(), _ENGINE.kind: set()}
+        self.collided: dict[str, set[SampleKey]] = {GPU_KIND.kind: set(), ENGINE_KIND.kind: set()}
 
     def samples(self, connection: Connection, batch: RowBatch) -> None:
         """Compare each row of ``batch`` with the stored row of its key (earlier loads, or this transaction's
         earlier writes, which include the batch's own first row of a key it repeats)."""
         dialect = connection.dialect.name
-        for kind, rows in ((_GPU, batch.gpu_rows), (_ENGINE, batch.engine_rows)):
+        for kind, rows in ((GPU_KIND, batch.gpu_rows), (ENGINE_KIND, batch.engine_rows)):
             if not rows:
                 continue
-            keyed = [((row[0], _instant(row[1])), row) for row in rows]
-            stored = _stored_samples(connection, kind, {key for key, _ in keyed})
+            keyed = [((row[0], instant(row[1])), row) for row in rows]
+            stored = stored_samples(connection, kind, {key for key, _ in keyed})
             self.collided[kind.kind].update(stored)
             for key, row in keyed:
                 stored_row = stored.get(key)
@@ -98,17 +100,17 @@ class Conflicts:
 
     def attributes(self, connection: Connection, dimensions: RowBatch) -> None:
         """Compare the GPUs and workers last written from a collided key with the load's attributes."""
-        for kind, dims in ((_GPU, dimensions.gpus), (_ENGINE, dimensions.workers)):
-            for key, differences in _attribute_differences(connection, kind, dims, self.collided[kind.kind]):
+        for kind, dims in ((GPU_KIND, dimensions.gpus), (ENGINE_KIND, dimensions.workers)):
+            for key, differences in attribute_differences(connection, kind, dims, self.collided[kind.kind]):
                 self._add(kind, key, differences)
 
-    def _add(self, kind: _Kind, key: SampleKey, differences: list[Difference]) -> None:
+    def _add(self, kind: SampleKind, key: SampleKey, differences: list[Difference]) -> None:
         found = self.found.setdefault((kind.kind, key), [])
         named = {name for name, _, _ in found}
         found.extend(d for d in differences if d[0] not in named)
 
     def conflicts(self) -> list[Conflict]:
-        key_fields = {_GPU.kind: _GPU.key, _ENGINE.kind: _ENGINE.key}
+        key_fields = {GPU_KIND.kind: GPU_KIND.key, ENGINE_KIND.kind: ENGINE_KIND.key}
         return [
             Conflict(kind, key_fields[kind], id_, ts, tuple(differences))
             for (kind, (id_, ts)), differences in self.found.items()
@@ -116,9 +118,12 @@ class Conflicts:
         ]
 
 
-def _stored_samples(
-    connection: Connection, kind: _Kind, keys: set[SampleKey]
+def stored_samples(
+    connection: Connection, kind: SampleKind, keys: Collection[SampleKey]
 ) -> dict[SampleKey, tuple[Any, ...]]:
+    """The stored rows among ``keys``: one range query per 500 ids over their span."""
+    if not keys:
+        return {}
     table = Base.metadata.tables[kind.samples]
     key_column, ts = table.c[kind.key], table.c.ts
     ids = sorted({key[0] for key in keys})
@@ -130,18 +135,18 @@ def _stored_samples(
             key_column.in_(ids[start : start + _CHUNK]), ts >= earliest, ts <= latest
         )
         for row in connection.execute(statement):
-            key = (row[0], _instant(row[1]))
+            key = (row[0], instant(row[1]))
             if key in keys:
                 found[key] = tuple(row)
     return found
 
 
-def _attribute_differences(
-    connection: Connection, kind: _Kind, dimensions: dict[str, Any], stored: set[SampleKey]
+def attribute_differences(
+    connection: Connection, kind: SampleKind, dimensions: dict[str, Any], stored: Collection[SampleKey]
 ) -> list[tuple[SampleKey, list[Difference]]]:
     """GPUs / workers whose stored row was last written from a colliding key and would be rewritten from
     this batch with other attributes (the upsert's "latest window wins" takes the re-send on a tie)."""
-    candidates = {id_: dim for id_, dim in dimensions.items() if (id_, _instant(dim.last_seen)) in stored}
+    candidates = {id_: dim for id_, dim in dimensions.items() if (id_, instant(dim.last_seen)) in stored}
     if not candidates:
         return []
     table = Base.metadata.tables[kind.dimensions]
@@ -157,7 +162,7 @@ def _attribute_differences(
         for id_, last_seen, *stored_values in connection.execute(statement):
             dim = candidates[id_]
             values = [tuple(v) if isinstance(v, list) else v for v in stored_values]
-            if _instant(last_seen) != _instant(dim.last_seen):
+            if instant(last_seen) != instant(dim.last_seen):
                 continue
             differences = [
                 (name, old, getattr(dim, name))
@@ -165,5 +170,5 @@ def _attribute_differences(
                 if not stored_equal(dialect, name, old, getattr(dim, name))
             ]
             if differences:
-                found.append(((id_, _instant(dim.last_seen)), differences))
+                found.append(((id_, instant(dim.last_seen)), differences))
     return found

@@ -22,26 +22,29 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import Connection, Table, select
 
 from fleet.contract import EngineSample, GpuSample
-from fleet.store.columns import from_epoch_us
 from fleet.store.lean import stored_equal
-from fleet.store.rows import ENGINE_SAMPLE_COLUMNS, GPU_SAMPLE_COLUMNS, RowBatch
+from fleet.store.resend import (
+    ENGINE_KIND,
+    GPU_KIND,
+    Difference,
+    SampleKey,
+    SampleKind,
+    attribute_differences,
+    instant,
+    stored_samples,
+)
+from fleet.store.rows import RowBatch
 from fleet.store.schema import Base
 from phasefit.service.batches import MAX_REPORTED_ERRORS, BatchRejectedError, RecordError
 from phasefit.service.tokens import Token
 
 AnyRecord = GpuSample | EngineSample
-SampleKey = tuple[str, datetime]
 
 _CHUNK = 500
-_GPU_ATTRIBUTES = ("node", "gpu_index", "gpu_name", "parent_gpu_uuid", "mig_profile", "cluster",
-                   "worker_id", "state", "source")  # fmt: skip
-_WORKER_ATTRIBUTES = ("node", "engine", "model", "role", "role_source", "precision", "tp", "gpu_uuids",
-                      "gpu_join", "cluster", "deployment")  # fmt: skip
 
 
 def _table(name: str) -> Table:
@@ -131,11 +134,6 @@ def check_known_nodes(token: Token, refs: References, known: KnownNodes) -> None
 # --- re-sent samples ----------------------------------------------------------------------------------
 
 
-def _instant(value: Any) -> datetime:
-    """A sample row's ``ts`` (epoch microseconds for SQLite rows, a datetime for PostgreSQL) as UTC."""
-    return from_epoch_us(value) if isinstance(value, int) else value.astimezone(UTC)
-
-
 def _stamp(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
@@ -147,35 +145,17 @@ def distinct_keys(batch: RowBatch) -> int:
     )
 
 
-@dataclass(frozen=True)
-class _Kind:
-    kind: str
-    samples: str
-    dimensions: str
-    key: str
-    columns: tuple[str, ...]
-    attributes: tuple[str, ...]
-
-
-_GPU = _Kind("gpu_sample", "gpu_samples", "gpus", "gpu_uuid", GPU_SAMPLE_COLUMNS, _GPU_ATTRIBUTES)
-_ENGINE = _Kind("engine_sample", "engine_samples", "workers", "worker_id", ENGINE_SAMPLE_COLUMNS,
-                _WORKER_ATTRIBUTES)  # fmt: skip
-
-
-Difference = tuple[str, Any, Any]  # (field, stored, sent)
-
-
 def resend_conflicts(connection: Connection, batch: RowBatch, records: Sequence[AnyRecord]) -> int:
     """How many of ``batch``'s sample keys the store already holds, all with the same values; else raise
     :class:`BatchRejectedError` (409) naming each key sent with different values."""
-    conflicts: dict[tuple[_Kind, SampleKey], list[Difference]] = {}
+    conflicts: dict[tuple[SampleKind, SampleKey], list[Difference]] = {}
     collisions = 0
     for kind, rows, dimensions in (
-        (_GPU, batch.gpu_rows, batch.gpus),
-        (_ENGINE, batch.engine_rows, batch.workers),
+        (GPU_KIND, batch.gpu_rows, batch.gpus),
+        (ENGINE_KIND, batch.engine_rows, batch.workers),
     ):
-        sent = {(row[0], _instant(row[1])): row for row in rows}
-        stored = _stored_samples(connection, kind, sent)
+        sent = {(row[0], instant(row[1])): row for row in rows}
+        stored = stored_samples(connection, kind, sent)
         collisions += len(stored)
         for key, stored_row in stored.items():
             columns = zip(kind.columns[2:], stored_row[2:], sent[key][2:], strict=True)
@@ -185,7 +165,7 @@ def resend_conflicts(connection: Connection, batch: RowBatch, records: Sequence[
             ]
             if differences:
                 conflicts.setdefault((kind, key), []).extend(differences)
-        for key, differences in _attribute_differences(connection, kind, dimensions, stored):
+        for key, differences in attribute_differences(connection, kind, dimensions, stored):
             found = conflicts.setdefault((kind, key), [])
             named = {name for name, _, _ in found}  # worker_id, state, role... are in both places
             found.extend(difference for difference in differences if difference[0] not in named)
@@ -194,64 +174,8 @@ def resend_conflicts(connection: Connection, batch: RowBatch, records: Sequence[
     return collisions
 
 
-def _stored_samples(
-    connection: Connection, kind: _Kind, sent: dict[SampleKey, tuple[Any, ...]]
-) -> dict[SampleKey, tuple[Any, ...]]:
-    """The stored rows among the keys of ``sent``: one range query per 500 ids over the batch's span."""
-    if not sent:
-        return {}
-    table = _table(kind.samples)
-    key_column, ts = table.c[kind.key], table.c.ts
-    ids = sorted({key[0] for key in sent})
-    earliest, latest = min(key[1] for key in sent), max(key[1] for key in sent)
-    columns = [table.c[name] for name in kind.columns]
-    found: dict[SampleKey, tuple[Any, ...]] = {}
-    for start in range(0, len(ids), _CHUNK):
-        statement = select(*columns).where(
-            key_column.in_(ids[start : start + _CHUNK]), ts >= earliest, ts <= latest
-        )
-        for row in connection.execute(statement):
-            key = (row[0], _instant(row[1]))
-            if key in sent:
-                found[key] = tuple(row)
-    return found
-
-
-def _attribute_differences(
-    connection: Connection, kind: _Kind, dimensions: dict[str, Any], stored: dict[SampleKey, tuple[Any, ...]]
-) -> list[tuple[SampleKey, list[Difference]]]:
-    """GPUs / workers whose stored row was last written from a colliding key and would be rewritten from
-    this batch with other attributes (the upsert's "latest window wins" takes the re-send on a tie)."""
-    candidates = {id_: dim for id_, dim in dimensions.items() if (id_, _instant(dim.last_seen)) in stored}
-    if not candidates:
-        return []
-    table = _table(kind.dimensions)
-    key_column = table.c[kind.key]
-    columns = [table.c[name] for name in kind.attributes]
-    ids = sorted(candidates)
-    found: list[tuple[SampleKey, list[Difference]]] = []
-    for start in range(0, len(ids), _CHUNK):
-        chunk = ids[start : start + _CHUNK]
-        statement = select(key_column, table.c.last_seen, *columns).where(key_column.in_(chunk))
-        for id_, last_seen, *stored_values in connection.execute(statement):
-            dim = candidates[id_]
-            # A JSON column reads back a list where the record holds a tuple (a worker's gpu_uuids).
-            values = [tuple(v) if isinstance(v, list) else v for v in stored_values]
-            if _instant(last_seen) != _instant(dim.last_seen):
-                continue  # the stored row comes from a later window: the re-send does not rewrite it
-            dialect = connection.dialect.name
-            differences = [
-                (name, old, getattr(dim, name))
-                for name, old in zip(kind.attributes, values, strict=True)
-                if not stored_equal(dialect, name, old, getattr(dim, name))
-            ]
-            if differences:
-                found.append(((id_, _instant(dim.last_seen)), differences))
-    return found
-
-
 def _conflict_errors(
-    conflicts: dict[tuple[_Kind, SampleKey], list[Difference]], records: Sequence[AnyRecord]
+    conflicts: dict[tuple[SampleKind, SampleKey], list[Difference]], records: Sequence[AnyRecord]
 ) -> list[RecordError]:
     index_of = _record_indexes(records, {(kind.kind, key) for kind, key in conflicts})
     errors = []
