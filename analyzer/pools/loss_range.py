@@ -69,3 +69,13 @@ def range_cause(
     if low <= 0:
         return f"no single capacity: the uncertainties together (the largest: {what}) take the low end to 0"
     return f"{what}: {how}, the low end would be {low:,.0f} tokens/s"
+
+
+def held_back_cause(gains: npt.NDArray[np.float64], high: float) -> str:
+    """Why nothing is recommended though a split might help: its gain's low end is not positive."""
+    wins = float((gains > 0).mean())
+    return (
+        f"no move is recommended: the best other split might add up to {high:,.0f} tokens/s, but "
+        f"it sustains more in only {wins:.0%} of the capacity draws (the low end of its gain is not "
+        "positive)"
+    )

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
-from analyzer.pools.loss_range import range_cause
+from analyzer.pools.loss_range import held_back_cause, range_cause
 from analyzer.pools.worker_choice import Change, WorkerLoad, changes_for
 
 HOURS_PER_WEEK = 168.0
@@ -428,33 +428,25 @@ def place(
     lost = max(0.0, best.tokens_per_s - current.tokens_per_s)
     low = high = lost
     cause = ""
-    if best.prefill != current.prefill:
+    moved = best.prefill != current.prefill
+    other = np.array(best.prefill, dtype=np.int64) if moved else choice.held_back
+    if other is not None:  # the recommended move, or the one held back by ``act``: its gain over the draws
         offset = (current.request_rate - modeled.request_rate) * (isl + osl)  # measured minus modeled now
-        xb = np.array(best.prefill, dtype=np.float64)
-        xc = current_x.astype(np.float64)
+        xo, xc = other.astype(np.float64), current_x.astype(np.float64)
 
         def gain_at(dp: npt.NDArray[np.float64], dd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-            rates = draw_rates(xb, sizes, dp, dd, isl, osl, r) - draw_rates(xc, sizes, dp, dd, isl, osl, r)
+            rates = draw_rates(xo, sizes, dp, dd, isl, osl, r) - draw_rates(xc, sizes, dp, dd, isl, osl, r)
             out: npt.NDArray[np.float64] = rates * (isl + osl)
             return out
 
         gains = gain_at(draws_p, draws_d) - offset
-        low = max(0.0, min(lost, float(np.quantile(gains, 0.1))))
         high = max(lost, float(np.quantile(gains, 0.9)))
-        if lost > 0 and low <= 0:
-            cause = range_cause(groups, gains, gain_at, draws_p, draws_d, offset)
-    elif choice.held_back is not None:
-        offset = (current.request_rate - modeled.request_rate) * (isl + osl)
-        held = draw_rates(choice.held_back, sizes, draws_p, draws_d, isl, osl, r)
-        gains = (held - draw_rates(current_x, sizes, draws_p, draws_d, isl, osl, r)) * (isl + osl) - offset
-        high = max(0.0, float(np.quantile(gains, 0.9)))
-        if high > 0:
-            wins = float((gains > 0).mean())
-            cause = (
-                f"no move is recommended: the best other split might add up to {high:,.0f} tokens/s, but "
-                f"it sustains more in only {wins:.0%} of the capacity draws (the low end of its gain is not "
-                "positive)"
-            )
+        if moved:
+            low = max(0.0, min(lost, float(np.quantile(gains, 0.1))))
+            if lost > 0 and low <= 0:
+                cause = range_cause(groups, gains, gain_at, draws_p, draws_d, offset)
+        elif high > 0:
+            cause = held_back_cause(gains, high)
     gpus = int(sum(len(m) * g.group.tp for g, m in zip(groups, current_roles, strict=True)))
     weekly = weekly_cost_usd(groups, [len(m) for m in current_roles])
     capacity = current.tokens_per_s
