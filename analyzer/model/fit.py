@@ -48,19 +48,19 @@ ROW_WEIGHTS: dict[RowKind, float] = {
 Loss = Literal["linear", "soft_l1", "huber"]
 _ROBUST_SCALE = 0.05  # log-error beyond which a robust loss stops growing quadratically (5%)
 _NOT_FITTING = math.log(10.0)  # residual charged for a row the parameters make infeasible
-PRIOR_WEIGHT = 0.2  # residual per width of log deviation of a parameter from its documented prior
+PRIOR_WEIGHT = 0.3  # residual per width of log deviation of a parameter from its documented prior
 # How far (as a factor) each parameter may plausibly sit from its prior (docs/analyzer.md#fit).
 PRIOR_WIDTHS = {
     "compute_efficiency": 1.5,
     "bandwidth_efficiency": 1.15,
     "step_overhead_s": 4.0,
-    "allreduce_hop_latency_s": 3.0,
+    "allreduce_latency_s": 3.0,
     "allreduce_bandwidth_efficiency": 1.5,
     "runtime_reserve_bytes": 2.0,
 }
 # Additive parameters whose prior deviation is measured as log((x + floor) / (prior + floor)), so 0 costs a
 # finite amount: about a fifth of the prior each.
-_PRIOR_FLOORS = {"step_overhead_s": 2e-4, "allreduce_hop_latency_s": 2e-6, "runtime_reserve_bytes": 5e8}
+_PRIOR_FLOORS = {"step_overhead_s": 2e-4, "allreduce_latency_s": 2e-6, "runtime_reserve_bytes": 5e8}
 
 
 @dataclass(frozen=True)

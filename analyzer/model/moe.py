@@ -10,6 +10,7 @@ import math
 from dataclasses import replace
 
 from analyzer.model import roofline
+from analyzer.model.collectives import all_to_all_seconds
 from analyzer.model.deployment import Deployment
 from analyzer.model.efficiency import EfficiencyParams
 from analyzer.model.roofline import StepTime
@@ -81,14 +82,13 @@ def _routed_flops(d: Deployment, tokens: float) -> float:
 
 def dispatch_time(d: Deployment, params: EfficiencyParams, tokens: float) -> float:
     """Attention-data-parallel MoE layers: each GPU sends its tokens' hidden states to the GPUs of their
-    ``k`` experts and gets the results back (an all-to-all each way per MoE layer; ``tp - 1`` peers, the
-    catalog's per-GPU link at the fitted all-reduce efficiency and per-peer latency)."""
+    ``k`` experts and gets the results back (an all-to-all each way per MoE layer over ``tp - 1`` peers,
+    :func:`analyzer.model.collectives.all_to_all_seconds`)."""
     m = d.model
     if not d.attention_dp or d.tp == 1 or tokens <= 0 or not m.experts_active:
         return 0.0
-    link = roofline.link_bytes_per_s(d, params)
     volume = (tokens / d.tp) * m.experts_active * m.hidden * _ACTIVATION_BYTES * (d.tp - 1) / d.tp
-    one_way = (d.tp - 1) * params.allreduce_hop_latency_s + volume / link
+    one_way = all_to_all_seconds(d.tp, volume, roofline.collective_link(d, params))
     return 2.0 * m.moe_layers * one_way
 
 

@@ -24,6 +24,8 @@ from fleet.models import prefill_flops
 
 # A batch is capacity-bound when doubling the KV memory would raise throughput by more than this.
 CAPACITY_GAIN_THRESHOLD = 0.10
+# Above this TP degree the all-reduce latency dominates small decode steps; predictions say what it rests on.
+TP_COMM_CAVEAT_ABOVE = 2
 
 
 class Mode(StrEnum):
@@ -399,6 +401,13 @@ def predict(
         notes.append(f"batch limited by KV capacity to {core.batch:.1f} sequences (wanted {wanted})")
     if d.tp > 1 and d.gpu.interconnect_bytes_per_s is None:
         notes.append("no GPU interconnect in the catalog: all-reduces assumed over PCIe Gen4 x16")
+    if d.tp > TP_COMM_CAVEAT_ABOVE:
+        notes.append(
+            f"tensor parallelism {d.tp}: each all-reduce carries the fitted "
+            f"{params.allreduce_latency_s * 1e6:.0f} us call latency of end-to-end measurements, above what "
+            "isolated collective kernels take; decode steps run longer than measured-kernel sums while "
+            "H200/H100 ratios hold (docs/analyzer.md#communication)"
+        )
     if d.is_moe:
         notes.append(
             f"mixture of experts ({d.layout}): experts read as uniform routing touches them; the range "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from analyzer.model.collectives import Link, allreduce_seconds
 from analyzer.model.deployment import Deployment
 from analyzer.model.efficiency import EfficiencyParams, EngineLimits
 from fleet.contract import Bottleneck
@@ -116,14 +117,17 @@ def link_bytes_per_s(d: Deployment, params: EfficiencyParams) -> float:
     ) * params.allreduce_bandwidth_efficiency
 
 
+def collective_link(d: Deployment, params: EfficiencyParams) -> Link:
+    """The instance's link as its collectives see it (achieved bandwidth, fitted latency per call)."""
+    return Link(link_bytes_per_s(d, params), params.allreduce_latency_s)
+
+
 def allreduce_time(d: Deployment, params: EfficiencyParams, tokens: float) -> float:
-    """Tensor-parallel all-reduces of one iteration over ``tokens`` tokens (ring alpha-beta model)."""
-    n = d.tp
-    if n == 1 or tokens <= 0:
+    """Tensor-parallel all-reduces of one iteration over ``tokens`` tokens (:mod:`collectives`)."""
+    if d.tp == 1 or tokens <= 0:
         return 0.0
-    link = link_bytes_per_s(d, params)
     message = tokens * d.model.hidden * _ACTIVATION_BYTES
-    one = 2 * (n - 1) * params.allreduce_hop_latency_s + 2 * (n - 1) / n * message / link
+    one = allreduce_seconds(d.tp, message, collective_link(d, params))
     return _ALLREDUCES_PER_LAYER * d.model.layers * one
 
 

@@ -264,3 +264,20 @@ def test_regimes(catalog: Catalog) -> None:
     assert predict(instance(catalog, "H200-SXM", 1, model="llama-3.1-8b"), Workload(2048, 128)).regime == (
         "compute-bound"
     )
+
+
+def test_a_small_decode_all_reduce_costs_about_the_same_at_tp2_and_tp8(catalog: Catalog) -> None:
+    """One call latency per all-reduce, not one per ring hop: at batch 1 the TP 8 step's communication is
+    not 7x the TP 2 step's (the previous model's 2(n-1) hops made it so)."""
+    two = step_time(instance(catalog, "H200-SXM", 2), CALIBRATED, decode_seqs=1, context_len=1024)
+    eight = step_time(instance(catalog, "H200-SXM", 8), CALIBRATED, decode_seqs=1, context_len=1024)
+    assert eight.comm_s < 1.2 * two.comm_s
+    assert eight.comm_s == pytest.approx(160 * CALIBRATED.allreduce_latency_s, rel=0.05)
+
+
+def test_a_prediction_above_tp2_says_what_its_all_reduce_rests_on(catalog: Catalog) -> None:
+    w = Workload(isl=1000, osl=1000)
+    wide = predict(instance(catalog, "H200-SXM", 8), w)
+    narrow = predict(instance(catalog, "H200-SXM", 2), w)
+    assert any("call latency" in n and "measured-kernel" in n for n in wide.notes)
+    assert not any("call latency" in n for n in narrow.notes)
