@@ -231,14 +231,13 @@ def run_store_analysis(
     from analyzer.sources.store import read_input, write_result
     from fleet.catalog import CatalogError, load_catalog
     from fleet.store.engine import writing
-    from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
+    from fleet.store.migrate import SchemaNotCurrentError
     from fleet.store.queries import sample_time_range
-    from phasefit.cli.db import die, load_settings, open_engine
+    from phasefit.cli.db import POINT_AT_A_STORE, check_store_schema, die, open_store, store_label
 
-    settings = load_settings(database_url)
-    engine = open_engine(settings)
+    settings, engine = open_store(database_url)  # a missing SQLite file is refused, never created
     try:
-        ensure_schema(engine, create_if_empty=False)
+        check_store_schema(engine, database_url=database_url)
         catalog = load_catalog(settings.catalog_path)
         params = AnalyzerSettings().params()
         with engine.connect() as connection:
@@ -246,7 +245,7 @@ def run_store_analysis(
                 # A sample stamped in the future (a skewed clock) must not move the range past the data.
                 span = sample_time_range(connection, before=datetime.now(UTC) + FUTURE_SLACK)
                 if span is None:
-                    die("the store holds no samples yet: ingest some first (phasefit ingest or demo)")
+                    die(f"the store at {store_label(engine)} holds no samples yet: {POINT_AT_A_STORE}")
                 assert span is not None
                 until = until or span[1] + timedelta(microseconds=1)
                 since = since or max(span[0], until - DEFAULT_SPAN)
@@ -442,43 +441,13 @@ def print_result(result: AnalysisResult, console: Console) -> None:
         console.print("Pool notes", style="bold")
         for line in notes:
             console.print(f"- {line}", markup=False)
-    # Recommendations are sentences: listed under the table by number, so the table's columns stay
-    # readable in an ordinary terminal instead of folding every cell.
-    findings = Table(title="Findings", title_justify="left")
-    # fmt: off
-    widths = (("#", 2), ("severity", 8), ("kind", 25), ("worker / pool", None), ("SKU", 8), ("role", 7),
-              ("bottleneck", 16), ("lost output tok/s (range)", 25), ("lost req/s", 10),
-              ("total tok/s", 11), ("since (UTC)", 11), ("status", 8))
-    # fmt: on
-    for column, width in widths:  # fixed widths; the worker / pool name folds instead
-        if width is None:
-            findings.add_column(column, overflow="fold")
-        else:
-            findings.add_column(column, no_wrap=True, min_width=width)
     advice: list[str] = []
     for number, f in enumerate(result.findings, start=1):
         rec = f.recommendation
-        add_row(
-            findings,
-            str(number),
-            f.severity.value,
-            f.kind.value,
-            f.worker_id or f.pool or "fleet",
-            f.gpu_sku or "-",
-            f.role.value,
-            f.bottleneck.value,
-            _range(
-                f.lost_output_tokens_per_s, f.lost_output_tokens_per_s_low, f.lost_output_tokens_per_s_high
-            ),
-            _rate(f.lost_requests_per_s, 2),
-            _rate(f.lost_tokens_per_s),
-            f.first_seen.strftime("%m-%d %H:%M"),
-            f.status.value,
-        )
         if rec:
             advice.append(f"#{number} {rec.action}: {rec.detail}")
     if result.findings:
-        console.print(findings)
+        print_findings(result.findings, console)
         if advice:
             console.print("Recommendations", style="bold")
             for line in advice:
@@ -487,3 +456,88 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             console.print(unjudged_sentence(fleet), markup=False)
     else:
         console.print(judged_sentence(fleet), markup=False)
+
+
+# The findings' columns, in order: the header and the figure of one finding.
+FINDING_COLUMNS = (
+    "#",
+    "severity",
+    "kind",
+    "worker / pool",
+    "SKU",
+    "role",
+    "bottleneck",
+    "lost output tok/s (range)",
+    "lost req/s",
+    "total tok/s",
+    "since (UTC)",
+    "status",
+)
+
+
+def finding_cells(number: int, f: Finding) -> tuple[str, ...]:
+    """One finding's cells, in :data:`FINDING_COLUMNS` order (an unknown figure reads "-", never 0)."""
+    return (
+        str(number),
+        f.severity.value,
+        f.kind.value,
+        f.worker_id or f.pool or "fleet",
+        f.gpu_sku or "-",
+        f.role.value,
+        f.bottleneck.value,
+        _range(f.lost_output_tokens_per_s, f.lost_output_tokens_per_s_low, f.lost_output_tokens_per_s_high),
+        _rate(f.lost_requests_per_s, 2),
+        _rate(f.lost_tokens_per_s),
+        f.first_seen.strftime("%m-%d %H:%M"),
+        f.status.value,
+    )
+
+
+def print_findings(findings: list[Finding], console: Console) -> None:
+    """The findings as a table when every cell fits the console's width unwrapped, else stacked: one block
+    per finding, its worker on a line of its own. Either way no column is dropped or cut and every name
+    prints whole (a stacked line longer than the width is left for the terminal to wrap, never folded or
+    truncated), in a terminal of any width as in a log."""
+    from rich.measure import Measurement
+    from rich.table import Table
+
+    rows = [finding_cells(number, f) for number, f in enumerate(findings, start=1)]
+    table = Table(title="Findings", title_justify="left")
+    for column in FINDING_COLUMNS:
+        table.add_column(column, no_wrap=True)
+    for cells in rows:
+        add_row(table, *cells)
+    natural = Measurement.get(console, console.options.update_width(1_000_000), table).maximum
+    if natural <= console.width:
+        console.print(table)
+        return
+    _print_stacked(rows, console)
+
+
+def _print_stacked(rows: list[tuple[str, ...]], console: Console) -> None:
+    """Narrow consoles: ``#N worker / pool: NAME`` on a line of its own, then the other columns as
+    ``label: value`` items packed into indented lines of the console's width (an item is never split)."""
+    from rich.text import Text
+
+    console.print("Findings", style="italic")
+    indent = "   "
+    for cells in rows:
+        number, name = cells[0], cells[FINDING_COLUMNS.index("worker / pool")]
+        head = Text.assemble((f"#{number} ", "bold"), ("worker / pool: ", "dim"), (name, "bold"))
+        console.print(
+            head, soft_wrap=True
+        )  # a long name runs on whole: the terminal wraps it, rich never cuts
+        items = [
+            Text.assemble((f"{label}: ", "dim"), value)
+            for label, value in zip(FINDING_COLUMNS, cells, strict=True)
+            if label not in ("#", "worker / pool")
+        ]
+        line = Text(indent)
+        for item in items:
+            if len(line) > len(indent) and line.cell_len + 2 + item.cell_len > console.width:
+                console.print(line, soft_wrap=True)
+                line = Text(indent)
+            if len(line) > len(indent):
+                line.append("; ")
+            line.append_text(item)
+        console.print(line, soft_wrap=True)

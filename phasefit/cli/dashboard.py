@@ -93,7 +93,7 @@ def dashboard(
     from pydantic import ValidationError
 
     from dashboard.settings import DashboardSettings
-    from phasefit.cli.db import die, load_settings, say
+    from phasefit.cli.db import POINT_AT_A_STORE, die, load_settings, missing_sqlite_file, say
 
     env = child_environment(os.environ, database_url=database_url, source=source, api_url=api_url)
     try:
@@ -103,6 +103,8 @@ def dashboard(
     except ValidationError as exc:
         die("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
     store_url = load_settings(database_url).database_url
+    if settings.source == "store" and (missing := missing_sqlite_file(store_url)) is not None:
+        die(f"no store at {missing}: {POINT_AT_A_STORE}")  # the dashboard only reads: never create one
     env["PHASEFIT_DATABASE_URL"] = store_url
     if settings.host not in LOOPBACK:
         say(f"warning: the dashboard has no login and will listen on {settings.host}; keep it behind a proxy")

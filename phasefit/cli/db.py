@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -84,6 +85,82 @@ def open_engine(settings: Settings) -> Engine:
         return make_engine(settings.database_url)
     except Exception as exc:  # a malformed URL or a missing driver: say which, exit non-zero
         die(f"cannot open the store at {settings.database_url}: {exc}")
+
+
+POINT_AT_A_STORE = (
+    "point phasefit at a store: `export PHASEFIT_DATABASE_URL=sqlite:///PATH/phasefit.db` (or "
+    "postgresql+psycopg://USER@HOST/DB), or pass --database-url; `phasefit demo` (`make demo`) builds a demo "
+    "store and prints its export line, and `phasefit ingest` or `phasefit serve` store telemetry"
+)
+
+
+def missing_sqlite_file(url: str) -> Path | None:
+    """The file an SQLite ``url`` names when it does not exist (connecting would create it empty), else
+    None (it exists, or the URL is in-memory, a ``file:`` URI or not SQLite)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if not url.startswith("sqlite"):
+        return None
+    try:
+        database = make_url(url).database
+    except ArgumentError:
+        return None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    path = Path(database)
+    return None if path.exists() else path
+
+
+def _which_store(database_url: str | None) -> str:
+    """Where the URL came from, said when the store is missing or empty."""
+    import os
+
+    if database_url:
+        return "--database-url"
+    if os.environ.get("PHASEFIT_DATABASE_URL"):
+        return "PHASEFIT_DATABASE_URL"
+    return "the default store: PHASEFIT_DATABASE_URL is not set"
+
+
+CREATE_HERE = "; or create an empty store there with `phasefit db upgrade`"
+
+
+def _demo_store_hint(database_url: str | None) -> str:
+    """Where no store was named and ``make demo`` left one in this folder: the line that points at it."""
+    import os
+
+    from phasefit.cli.demo import DEMO_FOLDER, export_line
+
+    demo = DEMO_FOLDER / "phasefit.db"
+    if database_url or os.environ.get("PHASEFIT_DATABASE_URL") or not demo.is_file():
+        return ""
+    return f". The demo's store is in this folder: {export_line(f'sqlite:///{demo.resolve()}')}"
+
+
+def open_store(database_url: str | None, *, hint: str = "") -> tuple[Settings, Engine]:
+    """Settings and an engine on an existing store, for the commands that read one: a missing SQLite file
+    is refused with how to point at a store (and ``hint``), never created (connecting would create it)."""
+    settings = load_settings(database_url)
+    missing = missing_sqlite_file(settings.database_url)
+    if missing is not None:
+        where = _which_store(database_url)
+        die(f"no store at {missing} ({where}): {POINT_AT_A_STORE}{hint}{_demo_store_hint(database_url)}")
+    return settings, open_engine(settings)
+
+
+def check_store_schema(engine: Engine, *, hint: str = "", database_url: str | None = None) -> None:
+    """:func:`fleet.store.migrate.ensure_schema` without creating anything, for the commands that read the
+    store: a database with no phasefit tables says how to point at a store (and ``hint``) rather than to
+    migrate it. Raises ``SchemaNotCurrentError`` (its message says what to do) when the schema is behind
+    or ahead."""
+    from fleet.store import migrate
+
+    status = migrate.schema_status(engine)
+    if status.state is migrate.SchemaState.EMPTY:
+        demo = _demo_store_hint(database_url)
+        die(f"the store at {store_label(engine)} holds no phasefit tables: {POINT_AT_A_STORE}{hint}{demo}")
+    migrate.ensure_schema(engine, create_if_empty=False)
 
 
 def die(message: str) -> NoReturn:
@@ -200,7 +277,17 @@ def current(database_url: DatabaseUrl = None, json_output: JsonFlag = False) -> 
 
     from fleet.store import migrate
 
-    engine = open_engine(load_settings(database_url))
+    settings = load_settings(database_url)
+    missing = missing_sqlite_file(settings.database_url)
+    if missing is not None:  # reading the revision of a file that is not there must not create it
+        status = migrate.SchemaStatus(migrate.SchemaState.EMPTY, None, migrate.head_revision())
+        label = f"sqlite:///{missing}"
+        if json_output:
+            emit_json({"database": label, "current": None, "head": status.head, "state": status.state.value})
+            return
+        say(f"{label}: no such file (head {status.head}); {POINT_AT_A_STORE}")
+        return
+    engine = open_engine(settings)
     try:
         status = migrate.schema_status(engine)
     except SQLAlchemyError as exc:
@@ -222,9 +309,9 @@ def stats(database_url: DatabaseUrl = None, json_output: JsonFlag = False) -> No
     from fleet.store import migrate
     from fleet.store.queries import table_counts
 
-    engine = open_engine(load_settings(database_url))
+    _, engine = open_store(database_url, hint=CREATE_HERE)
     try:
-        migrate.ensure_schema(engine, create_if_empty=False)
+        check_store_schema(engine, hint=CREATE_HERE)
         with engine.connect() as connection:
             counts = table_counts(connection)
     except (SQLAlchemyError, migrate.SchemaNotCurrentError) as exc:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from fleet.ingest import ChunkReader
 
 DEMO_SCENARIO = "demo"
+DEMO_FOLDER = Path("phasefit-demo")  # --out's default: `make demo` leaves its store in ./phasefit-demo
 DEMO_WINDOW_S = 60
 
 
@@ -43,7 +44,7 @@ def _step(timings: dict[str, float], name: str, text: str) -> Iterator[None]:
 def demo(
     out: Annotated[
         Path, typer.Option("--out", help="Folder for the records, truth, store and report.")
-    ] = Path("phasefit-demo"),
+    ] = DEMO_FOLDER,
     days: Annotated[float, typer.Option("--days", min=0.01, help="Simulated days.")] = 7.0,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Simulation seed.")] = 0,
     window_s: Annotated[
@@ -146,6 +147,7 @@ def demo(
     summary["report"] = {"week": week, "files": [str(p) for p in written], "summary": rendered.summary}
 
     summary["folder"] = {"path": str(out), "bytes": _folder_bytes(out)}
+    summary["export"] = export_line(database_url)
     if json_output:
         emit_json(summary)
     else:
@@ -153,12 +155,21 @@ def demo(
         print_result(analysis, human())
         _print_accuracy(summary["accuracy"], summary["report"])
     human().print(f"the demo's folder {out} holds {summary['folder']['bytes'] / 1e6:,.0f} MB", markup=False)
+    human().print("to point phasefit analyze, plan, report and dashboard at the demo's store:", markup=False)
+    human().print(summary["export"], markup=False, soft_wrap=True)  # one line, whole, to copy and paste
     if not no_serve:
         human().print(
             f"[bold]now serving the dashboard[/] at http://127.0.0.1:{port} until you press Ctrl-C "
             f"(`phasefit demo --no-serve` skips it; the store stays in {escape(str(out))})"
         )
         dashboard(port=port, host="127.0.0.1", database_url=database_url, source="store", api_url=None)
+
+
+def export_line(database_url: str) -> str:
+    """The shell line that points later phasefit commands at ``database_url`` (quoted where it must be)."""
+    import shlex
+
+    return f"export PHASEFIT_DATABASE_URL={shlex.quote(database_url)}"
 
 
 def _write_records(path: Path, stream: ChunkReader) -> None:

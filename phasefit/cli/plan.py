@@ -22,7 +22,7 @@ from phasefit.cli.output import add_row, emit_json, escape, fail, human
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from analyzer.planning.plan import Figure, PoolPlan
+    from analyzer.planning.plan import Figure, Gain, PoolPlan
     from analyzer.planning.what_if import WhatIfResult
     from fleet.gpus import GpuCatalog
 
@@ -92,7 +92,7 @@ def plan(
             "from": result.summary.get("from"),
             "to": result.summary.get("to"),
             "pools": [p.as_dict() for p in plans],
-            "what_if": hypothetical.as_dict() if hypothetical is not None else None,
+            "what_if": what_if_payload(hypothetical) if hypothetical is not None else None,
         }
         emit_json(payload)
     else:
@@ -100,6 +100,28 @@ def plan(
         print_plan(plans, console)
         if hypothetical is not None:
             print_what_if(hypothetical, console)
+
+
+def gain_vs_recommended(w: WhatIfResult) -> Gain:
+    """What the hypothetical GPU set adds over the recommended split of today's GPUs (what
+    ``phasefit plan`` without a what-if would reach): the part of the gain the new GPUs bring, not the
+    re-split."""
+    from analyzer.planning.plan import Figure, gain_from_tokens
+
+    best = w.capacity_best_now.tokens_per_s.value
+    hyp = w.capacity_what_if.tokens_per_s
+    return gain_from_tokens(Figure(hyp.value - best, hyp.low - best, hyp.high - best), w.isl, w.osl)
+
+
+def what_if_payload(w: WhatIfResult) -> dict[str, Any]:
+    """The what-if as ``--json`` prints it: :meth:`WhatIfResult.as_dict` with ``gain_vs_recommended`` (the
+    gain over the recommended split of today's GPUs) next to ``gain_vs_now``."""
+    payload: dict[str, Any] = {}
+    for key, value in w.as_dict().items():
+        payload[key] = value
+        if key == "gain_vs_now":
+            payload["gain_vs_recommended"] = gain_vs_recommended(w).as_dict()
+    return payload
 
 
 def refuse(message: str) -> NoReturn:
@@ -227,6 +249,12 @@ def print_what_if(w: WhatIfResult, console: Console) -> None:
     console.print(
         f"gain vs now: output tokens/s {_range(w.gain.output_tokens_per_s)}, requests/s "
         f"{_range(w.gain.requests_per_s, 2)} (bound by {w.bound_what_if})",
+        markup=False,
+    )
+    over_best = gain_vs_recommended(w)
+    console.print(
+        f"gain vs the recommended split of today's GPUs: output tokens/s "
+        f"{_range(over_best.output_tokens_per_s)}, requests/s {_range(over_best.requests_per_s, 2)}",
         markup=False,
     )
 

@@ -16,6 +16,8 @@ import typer
 from phasefit.cli.output import emit_json, human
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from analyzer.report.publish import Rendered
 
 
@@ -25,10 +27,102 @@ def last_complete_week(now: datetime) -> str:
     return f"{year:04d}-W{week:02d}"
 
 
+def _week_of(moment: datetime) -> str:
+    year, week, _ = moment.isocalendar()
+    return f"{year:04d}-W{week:02d}"
+
+
+def weeks_with_telemetry(connection: Connection) -> list[str]:
+    """The ISO weeks (UTC) holding stored telemetry, raw samples or hourly rollups, oldest first."""
+    from sqlalchemy import select
+
+    from fleet.store.queries import telemetry_span
+    from fleet.store.schema import EngineSample1hRow, EngineSampleRow, GpuSample1hRow, GpuSampleRow, table_of
+
+    first, end = telemetry_span(connection)
+    if first is None or end is None:
+        return []
+    columns = [
+        table_of(GpuSample1hRow).c.bucket,
+        table_of(EngineSample1hRow).c.bucket,
+        table_of(GpuSampleRow).c.ts,
+        table_of(EngineSampleRow).c.ts,
+    ]
+    monday = datetime.fromisocalendar(*first.isocalendar()[:2], 1).replace(tzinfo=UTC)
+    weeks: list[str] = []
+    while monday < end:
+        until = monday + timedelta(days=7)
+        for column in columns:
+            found = connection.execute(
+                select(column).where(column >= monday, column < until).limit(1)
+            ).first()
+            if found is not None:
+                weeks.append(_week_of(monday))
+                break
+        monday = until
+    return weeks
+
+
+def weeks_phrase(weeks: list[str]) -> str:
+    """The weeks a store holds, said briefly: all of them, or how many, the first and the latest."""
+    if not weeks:
+        return "no telemetry"
+    if len(weeks) <= 8:
+        return ", ".join(weeks)
+    return f"{len(weeks)} weeks from {weeks[0]} to {weeks[-1]} (latest: {', '.join(weeks[-3:])})"
+
+
+def choose_week(weeks: list[str], now: datetime) -> str | None:
+    """The last complete ISO week (ended before ``now``) of ``weeks``; None when none is complete."""
+    from analyzer.report.build import week_bounds
+
+    complete = [w for w in weeks if week_bounds(w)[1] <= now]
+    return complete[-1] if complete else None
+
+
+def default_week(database_url: str | None, now: datetime) -> str:
+    """No --week: the last complete week that holds telemetry (said when it is not last week), or exit 1
+    naming the weeks the store holds."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from fleet.store.migrate import SchemaNotCurrentError
+    from phasefit.cli.db import check_store_schema, die, open_store, say
+
+    _, engine = open_store(database_url)
+    try:
+        check_store_schema(engine, database_url=database_url)
+        with engine.connect() as connection:
+            weeks = weeks_with_telemetry(connection)
+    except SchemaNotCurrentError as exc:
+        die(str(exc))
+    except SQLAlchemyError as exc:
+        die(f"the store failed: {exc}")
+    finally:
+        engine.dispose()
+    chosen = choose_week(weeks, now)
+    if chosen is None:
+        current = _week_of(now)
+        die(
+            f"no --week and no complete week with telemetry to audit (this week, {current}, is not over): "
+            f"the store holds {weeks_phrase(weeks)}; give --week"
+            + (f" (e.g. --week {weeks[-1]})" if weeks else "")
+        )
+    if chosen != last_complete_week(now):
+        say(
+            f"no --week: auditing {chosen}, the last complete week with telemetry (last week, "
+            f"{last_complete_week(now)}, has none; the store holds {weeks_phrase(weeks)})"
+        )
+    return chosen
+
+
 def report(
     week: Annotated[
         str | None,
-        typer.Option("--week", help="ISO week to audit, e.g. 2026-W48 (default: last complete week, UTC)."),
+        typer.Option(
+            "--week",
+            help="ISO week to audit, e.g. 2026-W48 (default: the last complete week, UTC, that holds "
+            "telemetry).",
+        ),
     ] = None,
     fmt: Annotated[
         str, typer.Option("--format", help="File format written to --out: html (self-contained) or md.")
@@ -81,7 +175,7 @@ def report(
         from phasefit.cli.db import die
 
         die(f"--format must be html or md, not {fmt!r}")
-    chosen = week or last_complete_week(datetime.now(UTC))
+    chosen = week or default_week(database_url, datetime.now(UTC))
     if shard is not None:
         if shards is not None:
             raise typer.BadParameter(
@@ -123,20 +217,19 @@ def make_report(
     from analyzer.settings import AnalyzerSettings
     from fleet.catalog import CatalogError, load_catalog
     from fleet.store.engine import writing
-    from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
+    from fleet.store.migrate import SchemaNotCurrentError
     from fleet.store.reports import check_week
     from phasefit import __version__
-    from phasefit.cli.db import die, load_settings, open_engine
+    from phasefit.cli.db import check_store_schema, die, open_store
 
     now = datetime.now(UTC)
     try:
         check_week(week)
     except ValueError as exc:
         die(str(exc))
-    settings = load_settings(database_url)
-    engine = open_engine(settings)
+    settings, engine = open_store(database_url)  # a missing SQLite file is refused, never created
     try:
-        ensure_schema(engine, create_if_empty=False)
+        check_store_schema(engine, database_url=database_url)
         catalog = load_catalog(settings.catalog_path)
         with engine.connect() as connection:
             analyzer_settings = AnalyzerSettings()
@@ -152,7 +245,12 @@ def make_report(
         rendered = render(audit)
         with writing(engine) as connection:
             store_report(connection, week, rendered, created_at=now)
-    except (ReportError, SchemaNotCurrentError, CatalogError) as exc:
+    except ReportError as exc:
+        with engine.connect() as connection:
+            weeks = weeks_with_telemetry(connection)
+        held = "" if week in weeks else f"; the store holds {weeks_phrase(weeks)}"
+        die(f"{exc}{held}")
+    except (SchemaNotCurrentError, CatalogError) as exc:
         die(str(exc))
     except SQLAlchemyError as exc:
         die(f"the store failed: {exc}")
@@ -177,24 +275,25 @@ def analyse_shard(week: str, shard: str, *, database_url: str | None, json_outpu
     from analyzer.sources.store import write_result
     from fleet.catalog import CatalogError, load_catalog
     from fleet.store.engine import writing
-    from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
+    from fleet.store.migrate import SchemaNotCurrentError
     from fleet.store.reports import check_week
-    from phasefit.cli.db import die, load_settings, open_engine, say
+    from phasefit.cli.db import check_store_schema, die, open_store, say
 
     try:
         check_week(week)
         selection = PoolSelection.parse(shard=shard)
     except (ValueError, SelectionError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--shard") from None
-    settings = load_settings(database_url)
-    engine = open_engine(settings)
+    settings, engine = open_store(database_url)  # a missing SQLite file is refused, never created
     try:
-        ensure_schema(engine, create_if_empty=False)
+        check_store_schema(engine, database_url=database_url)
         catalog = load_catalog(settings.catalog_path)
         with engine.connect() as connection:
             found = analyse_week(connection, week, catalog, AnalyzerSettings().params(), selection)
         if found is None:
-            die(f"no telemetry in {week}: nothing to analyse")
+            with engine.connect() as connection:
+                weeks = weeks_with_telemetry(connection)
+            die(f"no telemetry in {week}: nothing to analyse; the store holds {weeks_phrase(weeks)}")
         _, result = found
         with writing(engine) as connection:
             write_result(connection, result, now=datetime.now(UTC), whole_fleet=False)

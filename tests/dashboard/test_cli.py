@@ -40,6 +40,7 @@ def _option(command: list[str], name: str) -> str:
 
 def test_runs_streamlit_headless_on_loopback(runner: tuple[CliRunner, typer.Typer], tmp_path: Path) -> None:
     invoke, app = runner
+    (tmp_path / "store.db").touch()
     url = f"sqlite:///{tmp_path / 'store.db'}"
     result = invoke.invoke(app, ["--port", "8765", "--database-url", url])
     assert result.exit_code == 0, result.output
@@ -51,6 +52,16 @@ def test_runs_streamlit_headless_on_loopback(runner: tuple[CliRunner, typer.Type
     assert _option(command, "--server.headless") == "true"
     assert _option(command, "--browser.gatherUsageStats") == "false"
     assert env["PHASEFIT_DATABASE_URL"] == url
+
+
+def test_a_missing_store_is_refused_not_created(
+    runner: tuple[CliRunner, typer.Typer], tmp_path: Path
+) -> None:
+    invoke, app = runner
+    result = invoke.invoke(app, ["--database-url", f"sqlite:///{tmp_path / 'nothing' / 'store.db'}"])
+    assert result.exit_code != 0
+    assert "PHASEFIT_DATABASE_URL" in result.output and not FakeChild.started
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_host_port_and_api_source(

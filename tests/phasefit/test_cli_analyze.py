@@ -125,10 +125,11 @@ def test_an_empty_store_says_what_to_do(tmp_path: Path) -> None:
     assert "no samples" in result.output
 
 
-def test_a_store_without_the_schema_is_refused(tmp_path: Path) -> None:
+def test_a_missing_store_is_refused_and_not_created(tmp_path: Path) -> None:
     result = _runner().invoke(app, ["--database-url", f"sqlite:///{tmp_path / 'none.db'}"])
     assert result.exit_code == 1
-    assert "phasefit db upgrade" in result.output
+    assert "no store at" in result.output and "PHASEFIT_DATABASE_URL" in result.output
+    assert not (tmp_path / "none.db").exists()
 
 
 def test_bad_times_are_usage_errors(store: str) -> None:
