@@ -3,20 +3,29 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Everything (every extra and the test tools) for test, lint and bench; only the `demo` extra for the demo.
 STAMP := $(VENV)/.phasefit-installed
+DEMO_STAMP := $(VENV)/.phasefit-demo-installed
+PIP := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 
 .PHONY: demo test lint venv bench images clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "phasefit needs Python >= 3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[all,test]'
+
+$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e '.[all,test]'
+	@touch $@ $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e '.[demo]'
 	@touch $@
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/phasefit demo $(DEMO_ARGS)
 
 # Finds or starts what the tests need (PostgreSQL, promtool, Prometheus, Alertmanager, Chromium), then runs

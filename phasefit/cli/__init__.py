@@ -103,4 +103,9 @@ app.add_typer(docs.app, name="docs")
 
 
 def main() -> None:
-    app()
+    import sys
+
+    from phasefit.cli.extras import missing_extra_exits
+
+    with missing_extra_exits(sys.argv[1:]):  # a missing optional dependency names its extra, no traceback
+        app()

@@ -143,13 +143,13 @@ def test_service_image_is_closed_by_default_on_the_address_it_binds() -> None:
     assert env["PHASEFIT_READ_ACCESS"] == "token"
 
 
-def test_service_image_installs_server_analyzer_and_dashboard() -> None:
+def test_service_image_installs_server_analyzer_report_and_dashboard() -> None:
     installs = _pip_installs(SERVICE)
     assert len(installs) == 1, installs
     assert "-c constraints.txt" in installs[0]
     extras = re.findall(r"'\.\[([^\]]*)\]'", installs[0])
     assert len(extras) == 1
-    assert set(extras[0].split(",")) == {"server", "analyzer", "dashboard"}
+    assert set(extras[0].split(",")) == {"server", "analyzer", "report", "dashboard"}
 
 
 def _pyproject() -> dict[str, object]:
