@@ -1,4 +1,6 @@
-"""The communication model against NVIDIA AI Configurator's measured collectives (data/measured/collectives.csv).
+"""The communication model against NVIDIA AI Configurator's measured collectives (data/measured).
+
+The table: data/measured/collectives.csv.
 
 For every all-reduce and all-to-all AIC 0.12.0 measured on H100 SXM and H200 SXM (each engine's custom
 all-reduce kernel, in and out of a CUDA graph, and NCCL 2.29.2; ``data/measured/collectives.csv``,

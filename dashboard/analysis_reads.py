@@ -23,7 +23,7 @@ from fleet.store.stored_summary import StoredSegment, StoredSummary
 HOUR_S = 3600.0
 _BATCH = 8
 _MAX_RUNS = 200
-Slot = list[float | None]  # lost, low, high tokens/s
+Slot = list[float | None]  # lost, low, high tokens/s (total, secondary); lost output tokens/s
 
 
 def _runs_newest_first(connection: Connection, since: datetime, until: datetime) -> Iterator[AnalysisView]:
@@ -76,13 +76,13 @@ def lost_series(connection: Connection, scope: Scope) -> list[LostPoint] | None:
     points = []
     for i, slot in enumerate(hours):
         ts = datetime.fromtimestamp(first + i * HOUR_S, tz=UTC)
-        points.append(LostPoint(ts, *(slot or (None, None, None))))
+        points.append(LostPoint(ts, *(slot or (None, None, None, None))))
     return points
 
 
 def _segment_hours(view: AnalysisView, scope: Scope, first: float, count: int) -> dict[int, Slot]:
-    """Hour index -> (lost, low, high) summed over the in-scope pools' segments of one run; a figure no
-    segment of the hour knows stays unknown."""
+    """Hour index -> (lost, low, high, lost output) summed over the in-scope pools' segments of one run; a
+    figure no segment of the hour knows stays unknown."""
     out: dict[int, Slot] = {}
     for pool in view.pools:
         if not scope.pool_matches(pool.pool):
@@ -93,7 +93,7 @@ def _segment_hours(view: AnalysisView, scope: Scope, first: float, count: int) -
             lo = max(0, math.floor((segment.start.timestamp() - first) / HOUR_S))
             hi = min(count, math.ceil((segment.end.timestamp() - first) / HOUR_S))
             for i in range(lo, hi):
-                slot = out.setdefault(i, [None, None, None])
+                slot = out.setdefault(i, [None, None, None, None])
                 for j, value in enumerate(_lost(segment)):
                     known = slot[j]
                     if value is not None:
@@ -101,6 +101,6 @@ def _segment_hours(view: AnalysisView, scope: Scope, first: float, count: int) -
     return out
 
 
-def _lost(segment: StoredSegment) -> tuple[float | None, float | None, float | None]:
+def _lost(segment: StoredSegment) -> tuple[float | None, float | None, float | None, float | None]:
     loss = segment.lost.tokens_per_s
-    return loss.value, loss.low, loss.high
+    return loss.value, loss.low, loss.high, segment.lost.output_tokens_per_s.value

@@ -62,8 +62,27 @@ def utilisation(points: Sequence[UtilisationPoint], measure: str, title: str) ->
     )
 
 
+def lost_output(points: Sequence[LostPoint]) -> alt.Chart:
+    """Lost output (generated) tokens/s per hour, the figure that leads (hours that do not know it are left
+    out, never drawn as 0)."""
+    data = [{"ts": iso(p.ts), "lost output tokens/s": p.output} for p in points if p.output is not None]
+    return single(
+        alt.Chart(inline(data), height=HEIGHT)
+        .mark_line(color=MISPLACED_COLOUR)
+        .encode(
+            x=alt.X("ts:T", title=None),
+            y=alt.Y("lost output tokens/s:Q", title="lost output tokens/s"),
+            tooltip=[
+                alt.Tooltip("ts:T", format="%Y-%m-%d %H:%M"),
+                alt.Tooltip("lost output tokens/s:Q", format=",.0f"),
+            ],
+        )
+    )
+
+
 def lost_tokens(points: Sequence[LostPoint]) -> alt.LayerChart:
-    """Lost tokens/s per hour: the central estimate as a line over its low-high band."""
+    """Lost total (prompt + output) tokens/s per hour, secondary: the central estimate as a line over its
+    low-high band."""
     data = [
         {
             "ts": iso(p.ts),
@@ -76,7 +95,7 @@ def lost_tokens(points: Sequence[LostPoint]) -> alt.LayerChart:
     ]
     base = alt.Chart(inline(data), height=HEIGHT).encode(x=alt.X("ts:T", title=None))
     band = base.mark_area(opacity=0.25, color=MISPLACED_COLOUR).encode(
-        y=alt.Y("low:Q", title="lost tokens/s"), y2="high:Q"
+        y=alt.Y("low:Q", title="lost total tokens/s (prompt + output)"), y2="high:Q"
     )
     line = base.mark_line(color=MISPLACED_COLOUR).encode(
         y="lost:Q",

@@ -72,7 +72,7 @@ class Headline:
     lost_now: float | None  # total (prompt + output) tokens/s: secondary
     lost_low: float | None
     lost_high: float | None
-    lost_tokens_in_range: float | None  # tokens (not per second) over the range
+    lost_tokens_in_range: float | None  # total (prompt + output) tokens (not per second) over the range
     mean_lost: float | None
     efficiency: float | None  # current capacity / best placement's
     misplaced_workers: int
@@ -85,6 +85,10 @@ class Headline:
     # Judged workers by what their verdict rests on: "profiling", "utilisation" (weaker), "engine".
     judged_by_evidence: dict[str, int] = field(default_factory=dict)
     capacity_unknown: bool = False  # the run has no fleet capacity or best (never shown as 0)
+    # Output (generated) tokens lost over the range, from the hours whose output loss is known; None where
+    # no hour knows it (the figure that leads; total tokens are secondary).
+    lost_output_in_range: float | None = None
+    lost_output_hours: int = 0  # hours it covers
 
 
 def headline(
@@ -96,6 +100,8 @@ def headline(
     present = [p for p in lost if p.lost is not None]
     total = sum(float(p.lost or 0.0) * 3600.0 for p in present) if present else None
     mean_lost = total / (3600.0 * len(present)) if total is not None and present else None
+    output_known = [p.output for p in lost if p.output is not None]
+    output_total = sum(v * 3600.0 for v in output_known) if output_known else None
     fleet = analysis.fleet if analysis is not None else None
     if analysis is not None and fleet is not None:
         capacity, best = fleet.capacity_tokens_per_s, fleet.best_tokens_per_s
@@ -119,6 +125,8 @@ def headline(
             unjudged_reasons=dict(fleet.unjudged_reasons),
             judged_by_evidence=dict(fleet.judged_by_evidence),
             capacity_unknown=capacity is None or best is None,
+            lost_output_in_range=output_total,
+            lost_output_hours=len(output_known),
         )
     last = present[-1] if present else None
     return Headline(
@@ -136,6 +144,8 @@ def headline(
         open_findings=len(open_findings),
         open_by_severity=dict(severity),
         source="open findings (no analyzer run stored for this range)",
+        lost_output_in_range=output_total,
+        lost_output_hours=len(output_known),
     )
 
 
@@ -143,6 +153,15 @@ def _round(value: float | None, digits: int = 0) -> float | None:
     if value is None:
         return None
     return round(value, digits) if digits else float(round(value))
+
+
+def total_lost(f: FindingView) -> float | None:
+    """A finding's lost total (prompt + output) tokens/s, secondary; None where it states no loss: a finding
+    that is not a throughput loss (telemetry degraded, not serving, ...) carries 0 total tokens/s beside a
+    null output figure, and that 0 means unknown, never "loses nothing"."""
+    if f.lost_output_tokens_per_s is None and f.lost_requests_per_s is None and not f.lost_tokens_per_s:
+        return None
+    return f.lost_tokens_per_s
 
 
 def finding_rows(findings: Sequence[FindingView]) -> list[dict[str, Any]]:
@@ -167,7 +186,7 @@ def finding_rows(findings: Sequence[FindingView]) -> list[dict[str, Any]]:
                 "low": _round(f.lost_output_tokens_per_s_low),
                 "high": _round(f.lost_output_tokens_per_s_high),
                 "lost req/s": _round(f.lost_requests_per_s, 2),
-                "total tok/s (secondary)": round(f.lost_tokens_per_s),
+                "total tok/s (secondary)": _round(total_lost(f)),
                 "action": f.action or "",
                 "expected gain tok/s": round(f.expected_gain_tokens_per_s)
                 if f.expected_gain_tokens_per_s

@@ -173,9 +173,10 @@ class FindingView:
 @dataclass(frozen=True)
 class LostPoint:
     ts: datetime
-    lost: float | None
+    lost: float | None  # total (prompt + output) tokens/s: secondary
     low: float | None
     high: float | None
+    output: float | None = None  # output (generated) tokens/s: what leads; None where not known
 
 
 @dataclass(frozen=True)

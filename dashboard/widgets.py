@@ -7,15 +7,16 @@ state when a page without it runs).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import altair as alt
 import streamlit as st
 
 from dashboard.data import Reads, describe_source, open_reads
+from dashboard.plain import plain_rows
 from dashboard.views import ALL, Inventory, NotServedError, Scope
 
 T = TypeVar("T")
@@ -118,6 +119,12 @@ def chart(figure: alt.TopLevelMixin) -> None:
 
 def fmt_time(ts: datetime | None) -> str:
     return "-" if ts is None else f"{ts:%Y-%m-%d %H:%M}"
+
+
+def table(rows: Sequence[Mapping[str, Any]]) -> None:
+    """``st.table`` of rows whose text is data (names, details): its cells are Markdown, so every text cell
+    is escaped (:func:`dashboard.plain.plain_rows`) and shows exactly as it is."""
+    st.table(plain_rows(rows), hide_index=True)
 
 
 def known(value: T | None, show: Callable[[T], str] = str) -> str:

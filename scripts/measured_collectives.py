@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import importlib.metadata
 import sys
 from collections.abc import Iterator, Sequence
@@ -37,15 +38,14 @@ COLUMNS = ("implementation", "version", "sku", "op", "gpus", "elements", "elemen
 
 def data_root() -> Path:
     try:
-        import aiconfigurator_core
+        core = importlib.import_module("aiconfigurator_core")  # AIC's own virtualenv, never phasefit's
     except ImportError:
         sys.exit("aiconfigurator-core is not importable: see this script's docstring for the virtualenv")
-    return Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    return Path(str(core.__file__)).parent / "systems" / "data"
 
 
 def custom_rows(root: Path, sku: str) -> Iterator[tuple[object, ...]]:
-    import pandas as pd
-
+    pd = importlib.import_module("pandas")
     for backend, version in CUSTOM_ALLREDUCE.items():
         frame = pd.read_parquet(root / sku / "comm" / backend / version / "custom_allreduce_perf.parquet")
         for r in frame.itertuples():
@@ -57,8 +57,7 @@ def custom_rows(root: Path, sku: str) -> Iterator[tuple[object, ...]]:
 
 
 def nccl_rows(root: Path, sku: str) -> Iterator[tuple[object, ...]]:
-    import pandas as pd
-
+    pd = importlib.import_module("pandas")
     frame = pd.read_parquet(root / sku / "comm" / "nccl" / NCCL_VERSION / "nccl_perf.parquet")
     for r in frame.itertuples():
         if r.op_name not in NCCL_OPS or r.nccl_dtype != NCCL_DTYPE:

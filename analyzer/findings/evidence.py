@@ -42,6 +42,10 @@ UTILISATION_CAVEAT = (
 )
 
 
+def _rounded(value: float | None, digits: int) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
 def _median(values: FloatArray) -> float | None:
     finite = values[np.isfinite(values)]
     return round(float(np.median(finite)), 6) if finite.size else None
@@ -88,11 +92,31 @@ def activity_evidence(
 def bottleneck_share(
     bottlenecks: BottleneckGrid, worker_id: str, first: int, last: int, kind: Bottleneck
 ) -> float:
-    """Share of buckets [first, last) in which the worker's stable verdict was ``kind``."""
+    """Share of buckets [first, last) in which the worker's stable verdict was ``kind`` (0 where it was
+    never classified: see :func:`known_bottleneck_share` for the share that says unknown)."""
     if worker_id not in bottlenecks.workers or last <= first:
         return 0.0
     labels = bottlenecks.stable[bottlenecks.workers.index(worker_id), first:last]
     return float(np.mean(labels == BOTTLENECKS.index(kind)))
+
+
+def known_bottleneck_share(
+    bottlenecks: BottleneckGrid, worker_id: str, first: int, last: int, kind: Bottleneck
+) -> float | None:
+    """:func:`bottleneck_share`, or None where the worker was never classified over [first, last) (unknown,
+    not 0)."""
+    if worker_id not in bottlenecks.workers or last <= first:
+        return None
+    labels = bottlenecks.stable[bottlenecks.workers.index(worker_id), first:last]
+    if not bool((labels > 0).any()):
+        return None
+    return float(np.mean(labels == BOTTLENECKS.index(kind)))
+
+
+def _sum(values: FloatArray) -> float | None:
+    """Sum of the finite values; None where none is (never reported: unknown, not 0)."""
+    finite = values[np.isfinite(values)]
+    return float(finite.sum()) if finite.size else None
 
 
 def worker_evidence(
@@ -125,9 +149,9 @@ def worker_evidence(
         "ttft_p50_s": _median(grid.ttft_s[row, sl]),
         "prompt_tokens_per_s": _median(prompt_rate),
         "generation_tokens_per_s": _median(output_rate),
-        "preemptions": float(np.nansum(grid.preemptions[row, sl])),
-        "capacity_bound_share": round(
-            bottleneck_share(bottlenecks, worker_id, first, last, Bottleneck.CAPACITY), 4
+        "preemptions": _sum(grid.preemptions[row, sl]),
+        "capacity_bound_share": _rounded(
+            known_bottleneck_share(bottlenecks, worker_id, first, last, Bottleneck.CAPACITY), 4
         ),
         "bottleneck": str(dominant_bottleneck(bottlenecks, worker_id, first, last)),
     }
@@ -150,20 +174,22 @@ def roofline_point(
     if d is None or not (math.isfinite(isl) and math.isfinite(osl)) or isl < 1 or osl < 0:
         return {"roofline": "unavailable: model, SKU or lengths unknown"}
     sl = slice(first, last)
-    prompt = _median(grid.rate(grid.prompt_tokens[row, sl], (row, sl))) or 0.0
-    output = _median(grid.rate(grid.generation_tokens[row, sl], (row, sl))) or 0.0
+    prompt_seen = _median(grid.rate(grid.prompt_tokens[row, sl], (row, sl)))
+    output_seen = _median(grid.rate(grid.generation_tokens[row, sl], (row, sl)))
+    prompt, output = prompt_seen or 0.0, output_seen or 0.0
     if (grid.role[row, sl] == _DECODE).mean() > 0.5:
         prompt = 0.0  # a decode worker's prompt counter counts the KV it received, not prefill work
     context = max(1, round(isl + osl / 2))
     flops = prompt * prefill_flops(d.model, max(1, round(isl))) / max(isl, 1.0)
     flops += output * decode_flops_per_token(d.model, context)
-    per_gpu_flops = flops / d.tp
+    # Unknown (None), never 0 FLOP/s, where the engine reported neither token counter.
+    per_gpu_flops = flops / d.tp if prompt_seen is not None or output_seen is not None else None
     dram = _median(grid.dram_active[row, sl])
     bytes_per_s = dram * d.hbm_bandwidth if dram is not None else None
-    intensity = per_gpu_flops / bytes_per_s if bytes_per_s else None
+    intensity = per_gpu_flops / bytes_per_s if bytes_per_s and per_gpu_flops is not None else None
     ridge = d.gpu.ridge_point(d.precision)
     return {
-        "achieved_flops_per_s_per_gpu": round(per_gpu_flops, 1),
+        "achieved_flops_per_s_per_gpu": round(per_gpu_flops, 1) if per_gpu_flops is not None else None,
         "hbm_bytes_per_s_per_gpu": round(bytes_per_s, 1) if bytes_per_s is not None else None,
         "arithmetic_intensity_flop_per_byte": round(intensity, 3) if intensity is not None else None,
         "ridge_point_flop_per_byte": round(ridge, 3) if ridge is not None else None,

@@ -15,7 +15,7 @@ from analyzer.pools.analysis import SegmentAnalysis
 from analyzer.pools.pool_state import PoolState
 from analyzer.pools.split_search import PlacementResult
 from analyzer.tunable import tunable
-from fleet.contract import Severity
+from fleet.contract import Finding, Severity
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,18 @@ def severity_basis(segment: SegmentAnalysis) -> str:
     return f"pool state unknown ({state.evidence}): the loss is capacity, at most a warning"
 
 
+def states_loss(finding: Finding) -> bool:
+    """Whether a finding estimates a loss: an output or requests figure, or a total above 0. A finding that
+    is not a throughput loss (telemetry degraded, not serving, pool condition, ...) carries 0 total tokens/s
+    (``Finding.lost_tokens_per_s`` is not nullable in fleet.contract) beside null output and requests
+    figures: that 0 is unknown, never "loses nothing", and readers show it as unknown."""
+    return (
+        finding.lost_output_tokens_per_s is not None
+        or finding.lost_requests_per_s is not None
+        or finding.lost_tokens_per_s > 0
+    )
+
+
 def loss_fields(placement: PlacementResult, share: float) -> dict[str, float | None]:
     """The finding's share of the placement's loss in output tokens/s and requests/s, with their range."""
 
@@ -80,13 +92,18 @@ def loss_evidence(evidence: dict[str, float | str | None], losses: Mapping[str, 
     if out is None or req is None:
         return
     evidence["lost_output_tokens"] = (
-        f"{out:,.0f} output tokens/s ({losses['lost_output_tokens_per_s_low'] or 0.0:,.0f}-"
-        f"{losses['lost_output_tokens_per_s_high'] or 0.0:,.0f})"
+        f"{out:,.0f} output tokens/s ({_bound(losses['lost_output_tokens_per_s_low'], ',.0f')}-"
+        f"{_bound(losses['lost_output_tokens_per_s_high'], ',.0f')})"
     )
     evidence["lost_requests"] = (
-        f"{req:,.2f} requests/s ({losses['lost_requests_per_s_low'] or 0.0:,.2f}-"
-        f"{losses['lost_requests_per_s_high'] or 0.0:,.2f})"
+        f"{req:,.2f} requests/s ({_bound(losses['lost_requests_per_s_low'], ',.2f')}-"
+        f"{_bound(losses['lost_requests_per_s_high'], ',.2f')})"
     )
+
+
+def _bound(value: float | None, spec: str) -> str:
+    """A bound of a range as text: "?" where it is unknown (never 0)."""
+    return "?" if value is None else format(value, spec)
 
 
 def range_to_zero(placement: PlacementResult | None) -> str | None:

@@ -129,11 +129,14 @@ def _reason(
     if placement is None:
         return ""
     current = placement.current
+    # NaN (no claim either way) where a capacity is unknown: an unknown use is never 0% of capacity.
     prompt_use = (
-        segment.mix.prompt_rate / current.prefill_tokens_per_s if current.prefill_tokens_per_s > 0 else 0.0
+        segment.mix.prompt_rate / current.prefill_tokens_per_s
+        if current.prefill_tokens_per_s > 0
+        else math.nan
     )
     output_use = (
-        segment.mix.output_rate / current.decode_tokens_per_s if current.decode_tokens_per_s > 0 else 0.0
+        segment.mix.output_rate / current.decode_tokens_per_s if current.decode_tokens_per_s > 0 else math.nan
     )
     decode_rows = [row for row, role in segment.roles.items() if role == "decode"]
     shares = [

@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
-from analyzer.pools.capacity import GroupCapacity
+from analyzer.pools.capacity import GroupCapacity, RoleCapacity
 from analyzer.pools.split_search import PlacementResult
 from analyzer.pools.worker_choice import Change
 from analyzer.results.summary import GroupRecommendation
@@ -131,7 +133,7 @@ class RatioRecommendation:
     decode_now: int
     prefill_best: int
     decode_best: int
-    peak_requests_per_s: float
+    peak_requests_per_s: float  # NaN where the traffic was not measured (null in the summary)
     per_sku: dict[str, GroupRecommendation]
 
     @property
@@ -157,9 +159,19 @@ class RatioRecommendation:
         )
 
 
-def _replicas(rate: float, length: float, per_worker: float) -> int | None:
-    """Dynamo planner: replicas = ceil(requests/s x tokens per request / per-worker tokens/s)."""
-    return math.ceil(rate * length / per_worker) if per_worker > 0 else None
+def _replicas(rate: float, length: float, per_worker: float | None) -> int | None:
+    """Dynamo planner: replicas = ceil(requests/s x tokens per request / per-worker tokens/s); None where
+    the peak or the per-worker figure is unknown."""
+    if per_worker is None or not (per_worker > 0 and math.isfinite(rate) and math.isfinite(length)):
+        return None
+    return math.ceil(rate * length / per_worker)
+
+
+def _per_worker(capacity: RoleCapacity) -> float | None:
+    """A role's tokens/s per worker, rounded; None where it is unknown (it does not fit, or no figure): an
+    unknown capacity is never 0."""
+    value = capacity.tokens_per_s
+    return round(value, 1) if capacity.fits and math.isfinite(value) and value > 0 else None
 
 
 def recommended_ratio(
@@ -171,7 +183,11 @@ def recommended_ratio(
     if placement is None or not (mix.isl > 0 and mix.osl > 0):
         return None
     peak_tokens = analysis.traffic.peak(segment.first, segment.last, peak_quantile)
-    peak_rate = peak_tokens / (mix.isl + mix.osl) if peak_tokens > 0 else 0.0
+    seen = analysis.traffic.tokens_rate[segment.first : segment.last]
+    if peak_tokens > 0:
+        peak_rate = peak_tokens / (mix.isl + mix.osl)
+    else:  # 0 where the traffic was measured and nil; unknown (NaN, null in the summary) where not measured
+        peak_rate = 0.0 if bool(np.isfinite(seen).any()) else math.nan
     per_sku = {}
     for g, cap in enumerate(placement.groups):
         size = placement.sizes[g]
@@ -180,10 +196,10 @@ def recommended_ratio(
             decode_now=size - placement.current.prefill[g],
             prefill_best=placement.best.prefill[g],
             decode_best=size - placement.best.prefill[g],
-            prefill_tokens_per_s_per_worker=round(cap.prefill.tokens_per_s, 1),
-            decode_tokens_per_s_per_worker=round(cap.decode.tokens_per_s, 1),
-            prefill_replicas_for_peak=_replicas(peak_rate, mix.isl, cap.prefill.tokens_per_s),
-            decode_replicas_for_peak=_replicas(peak_rate, mix.osl, cap.decode.tokens_per_s),
+            prefill_tokens_per_s_per_worker=_per_worker(cap.prefill),
+            decode_tokens_per_s_per_worker=_per_worker(cap.decode),
+            prefill_replicas_for_peak=_replicas(peak_rate, mix.isl, _per_worker(cap.prefill)),
+            decode_replicas_for_peak=_replicas(peak_rate, mix.osl, _per_worker(cap.decode)),
             prefill_source=cap.prefill.source,
             decode_source=cap.decode.source,
         )

@@ -45,12 +45,18 @@ def _action_rows(actions: Sequence[Action]) -> list[list[str]]:
             if a.lost_output_tokens_per_s is not None
             else "unknown",
             requests_rate(a.lost_requests_per_s),
-            tokens_rate(a.expected_gain_tokens_per_s or a.lost_tokens_per_s),
+            _total(a),
             percent(a.share_of_week),
             a.detail or "-",
         ]
         for a in actions
     ]
+
+
+def _total(a: Action) -> str:
+    """The secondary total tokens/s column: "unknown" where the finding estimates no loss (never 0)."""
+    total = a.expected_gain_tokens_per_s or a.lost_tokens_per_s
+    return tokens_rate(total) if total is not None else "unknown"
 
 
 ACTION_COLUMNS = [

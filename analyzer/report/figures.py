@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
@@ -270,11 +271,14 @@ def sku_chart(rows: Sequence[SkuHours]) -> Chart:
 
 
 def charts(report: AuditReport) -> list[Chart]:
-    out = [lost_chart(report.hourly_lost, report.hourly_lost_last_week, report.drift_events)]
-    if report.points:
-        out.append(roofline_chart(report.roofs, report.points))
-    if report.ratios:
-        out.append(ratio_chart(report.ratios, report.drift_events))
-    if report.sku_hours:
-        out.append(sku_chart(report.sku_hours))
+    # Names (pools, SKUs, workers) label the charts: text, never mathtext ("$...$" in a name would be drawn
+    # as maths, or fail the report).
+    with rc_context({"text.parse_math": False}):
+        out = [lost_chart(report.hourly_lost, report.hourly_lost_last_week, report.drift_events)]
+        if report.points:
+            out.append(roofline_chart(report.roofs, report.points))
+        if report.ratios:
+            out.append(ratio_chart(report.ratios, report.drift_events))
+        if report.sku_hours:
+            out.append(sku_chart(report.sku_hours))
     return out

@@ -80,9 +80,11 @@ class Action:
     action: str
     detail: str
     counterpart: str | None
-    lost_tokens_per_s: float
-    lost_low: float
-    lost_high: float
+    # Total (prompt + output) tokens/s, secondary; None where the finding estimates no loss (telemetry
+    # degraded, not serving, ...: the finding's 0 there is unknown, never "loses nothing").
+    lost_tokens_per_s: float | None
+    lost_low: float | None
+    lost_high: float | None
     expected_gain_tokens_per_s: float | None
     evidence: str  # the counters it rests on, one line
     share_of_week: float | None  # fraction of the analysed time the finding held

@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from analyzer.findings.loss import states_loss
 from analyzer.report.model import Action, HourlyLost, PoolRow, RatioPoint, WeekFigures
 from analyzer.report.style import evidence_line, output_range, output_rate, requests_rate, tokens_rate
 from analyzer.results.summary import PoolSummary, SegmentSummary, Summary
@@ -62,9 +63,9 @@ def actions_of(
             action=r.action if r else "none",
             detail=r.detail if r else "",
             counterpart=r.counterpart_worker_id if r else None,
-            lost_tokens_per_s=f.lost_tokens_per_s,
-            lost_low=f.lost_tokens_per_s_low,
-            lost_high=f.lost_tokens_per_s_high,
+            lost_tokens_per_s=f.lost_tokens_per_s if states_loss(f) else None,
+            lost_low=f.lost_tokens_per_s_low if states_loss(f) else None,
+            lost_high=f.lost_tokens_per_s_high if states_loss(f) else None,
             expected_gain_tokens_per_s=r.expected_gain_tokens_per_s if r else None,
             evidence=evidence_line(dict(f.evidence)),
             share_of_week=_share(f.evidence.get("fraction_of_time")),
@@ -177,7 +178,11 @@ def verdict(figures: WeekFigures, actions: Sequence[Action]) -> str:
             f"prompt + output: {tokens_rate(total)}"
         )
     else:
-        gain = f"output tokens/s unknown; secondary, total prompt + output: {tokens_rate(total)}"
+        gain = (
+            f"output tokens/s unknown; secondary, total prompt + output: {tokens_rate(total)}"
+            if total is not None
+            else "its loss not estimated"
+        )
     first = (
         f"{figures.misplaced_workers} misplaced worker(s) and {len(actions)} recommended action(s); "
         f"the largest: {top.action} for {top.subject} ({top.kind}), {gain}."

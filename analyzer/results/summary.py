@@ -129,8 +129,13 @@ class GroupRecommendation(_Model):
     decode_now: int
     prefill_best: int
     decode_best: int
-    prefill_tokens_per_s_per_worker: float
-    decode_tokens_per_s_per_worker: float
+    prefill_tokens_per_s_per_worker: float | None = Field(
+        description="Prefill tokens/s one worker of the group sustains; null where unknown (it does not fit "
+        "the model's KV cache, or the catalog lacks figures)."
+    )
+    decode_tokens_per_s_per_worker: float | None = Field(
+        description="The same for decode; null where unknown."
+    )
     prefill_replicas_for_peak: int | None
     decode_replicas_for_peak: int | None
     prefill_source: str | None = Field(

@@ -42,7 +42,12 @@ if pool_view is not None:
         help="The best split of the same GPUs for the latest traffic mix (per SKU below).",
     )
     tiles[2].metric("Bound by", widgets.known(pool_view.bound), help="The pool that limits requests/s now.")
-    tiles[3].metric("Lost tokens/s", widgets.known(pool_view.lost.tokens_per_s.value, si))
+    tiles[3].metric(
+        "Lost output tokens/s",
+        widgets.known(pool_view.lost.output_tokens_per_s.value, si),
+        help="Generated tokens/s the best split of the same GPUs would add. Secondary, total prompt + "
+        f"output: {widgets.known(pool_view.lost.tokens_per_s.value, si)} tokens/s.",
+    )
     if pool_view.ratio_drift:
         st.warning("Pool-ratio drift: the provisioned prefill:decode capacity no longer matches the traffic.")
 
@@ -62,7 +67,7 @@ elif traffic is not None:
 if pool_view is not None:
     st.subheader("Change points")
     if pool_view.drift_events:
-        st.table(
+        widgets.table(
             [
                 {
                     "from (UTC)": widgets.known(e.start, widgets.fmt_time),
@@ -70,8 +75,7 @@ if pool_view is not None:
                     "magnitude": widgets.known(e.magnitude, percent),
                 }
                 for e in pool_view.drift_events
-            ],
-            hide_index=True,
+            ]
         )
     elif pool_view.drift_events is None:
         st.caption(
@@ -81,7 +85,7 @@ if pool_view is not None:
         st.caption("No change in the traffic mix was detected in the analyzed range.")
     st.subheader("Did the changes pay off?")
     if pool_view.changes:
-        st.table(
+        widgets.table(
             [
                 {
                     "from (UTC)": widgets.known(c.at, widgets.fmt_time),
@@ -93,8 +97,7 @@ if pool_view is not None:
                     "verdict": widgets.known(c.verdict),
                 }
                 for c in pool_view.changes
-            ],
-            hide_index=True,
+            ]
         )
         st.caption(
             "Predicted: the model's gain for the split adopted, at the time. Realized: the capacity the pool "
@@ -106,7 +109,7 @@ if pool_view is not None:
         st.caption("No change of this pool's prefill/decode split in the analyzed range.")
     if pool_view.recommended:
         st.subheader("Recommended split per SKU group")
-        st.table(
+        widgets.table(
             [
                 {
                     "group": group,
@@ -118,12 +121,11 @@ if pool_view is not None:
                     "decode tok/s per worker": si(r.decode_tokens_per_s_per_worker),
                 }
                 for group, r in sorted(pool_view.recommended.items())
-            ],
-            hide_index=True,
+            ]
         )
     if pool_view.checks:
         with st.expander("Does disaggregation pay off here? (the analyzer's checks)"):
-            st.table(
+            widgets.table(
                 [
                     {
                         "check": widgets.known(c.check),
@@ -131,8 +133,7 @@ if pool_view is not None:
                         "detail": c.detail or "",
                     }
                     for c in pool_view.checks
-                ],
-                hide_index=True,
+                ]
             )
 elif analysis is None and context.reads.kind == "store":
     st.info("No analyzer run covers this range: recommended ratios and change points appear after one.")

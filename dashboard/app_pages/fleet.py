@@ -40,11 +40,21 @@ else:
         help="Total (prompt + output) tokens/s against the best placement of the same GPUs; range "
         f"{tokens_range(head.lost_low, head.lost_high)}. Source: {head.source}.",
     )
-tiles[1].metric(
-    "Lost over the range",
-    f"{si(head.lost_tokens_in_range)} tokens",
-    help=f"Mean {si(head.mean_lost)} tok/s over the hours the analyzer covered.",
-)
+if head.lost_output_in_range is not None:
+    tiles[1].metric(
+        "Lost output tokens over the range",
+        f"{si(head.lost_output_in_range)} output tokens",
+        help=f"Generated tokens over the {head.lost_output_hours} hour(s) whose output loss is known. "
+        f"Secondary, of which prompt + output total: {si(head.lost_tokens_in_range)} tokens (mean "
+        f"{si(head.mean_lost)} tok/s over the hours the analyzer covered).",
+    )
+else:
+    tiles[1].metric(
+        "Lost over the range (total tokens, secondary)",
+        f"{si(head.lost_tokens_in_range)} tokens" if head.lost_tokens_in_range is not None else "unknown",
+        help="Prompt + output tokens (output tokens unknown for this range): mean "
+        f"{si(head.mean_lost)} tok/s over the hours the analyzer covered.",
+    )
 tiles[2].metric(
     "Placement efficiency",
     "unknown" if head.capacity_unknown else percent(head.efficiency),
@@ -86,11 +96,17 @@ if model is not None and model.changes_scored:
         "the Drift page)."
     )
 
-st.subheader("Lost tokens/s (total prompt + output)")
-if any(p.lost is not None for p in lost):
+if any(p.output is not None for p in lost):
+    st.subheader("Lost output tokens/s")
+    widgets.chart(charts.lost_output(lost))
+    st.caption("Secondary: lost total tokens/s (prompt + output), with its range.")
     widgets.chart(charts.lost_tokens(lost))
 else:
-    st.caption("No analyzer conclusions cover this range.")
+    st.subheader("Lost tokens/s (secondary: total prompt + output; output tokens unknown)")
+    if any(p.lost is not None for p in lost):
+        widgets.chart(charts.lost_tokens(lost))
+    else:
+        st.caption("No analyzer conclusions cover this range.")
 
 groups = compute.scoped_groups(context.inventory, scope)
 lost_gpus = sum(g.gpus for g in groups if g.state == "lost")

@@ -9,6 +9,7 @@ import streamlit as st
 
 from analyzer.report.style import si, tokens_range
 from dashboard import compute, widgets
+from dashboard.plain import plain
 
 context = widgets.page(
     "Misplacements",
@@ -64,7 +65,7 @@ top = [
     }
     for r in rows[:10]
 ]
-st.table(top, hide_index=True)
+widgets.table(top)  # names and details are data: shown as they are, never as Markdown
 
 st.subheader("All findings")
 st.dataframe(
@@ -112,10 +113,15 @@ finding = sorted(shown, key=lambda f: -f.lost_tokens_per_s)[labels.index(chosen)
 if finding is not None:
     left, right = st.columns(2)
     with left:
-        where = f"{finding.role} on {finding.gpu_sku}" if finding.gpu_sku else "a pool-level finding"
+        # Every name and label is escaped (dashboard.plain): a worker id is data, never Markdown.
+        where = (
+            f"{plain(finding.role)} on {plain(finding.gpu_sku)}"
+            if finding.gpu_sku
+            else "a pool-level finding"
+        )
         st.markdown(
-            f"**{finding.subject}** ({where}): measured bottleneck **{finding.bottleneck}**, "
-            f"{finding.severity}, {finding.status}.  \n"
+            f"**{plain(finding.subject)}** ({where}): measured bottleneck **{plain(finding.bottleneck)}**, "
+            f"{plain(finding.severity)}, {plain(finding.status)}.  \n"
             f"Seen {widgets.fmt_time(finding.first_seen)} → {widgets.fmt_time(finding.last_seen)} UTC; "
             "losing "
             + (
@@ -126,15 +132,19 @@ if finding is not None:
                     if finding.lost_requests_per_s is not None
                     else ""
                 )
-                + f" ({tokens_range(finding.lost_tokens_per_s_low, finding.lost_tokens_per_s_high)} in total "
-                "prompt + output tokens)."
+                + "; secondary, total prompt + output: "
+                f"{tokens_range(finding.lost_tokens_per_s_low, finding.lost_tokens_per_s_high)}."
                 if finding.lost_output_tokens_per_s is not None
                 else f"{tokens_range(finding.lost_tokens_per_s_low, finding.lost_tokens_per_s_high)} "
-                "(total prompt + output tokens)."
+                "(total prompt + output tokens; output unknown)."
+                if compute.total_lost(finding) is not None
+                else "an unknown amount: this finding estimates no loss."
             )
         )
         if finding.action:
-            st.markdown(f"**Recommended action: {finding.action}.** {finding.action_detail}")
+            st.markdown(
+                f"**Recommended action: {plain(finding.action)}.** {plain(finding.action_detail or '')}"
+            )
     with right:
         st.dataframe(
             [

@@ -21,6 +21,7 @@ import pytest
 from phasefit.cli.dashboard import child_environment, streamlit_command
 from tests.availability import unavailable
 from tests.dashboard.seed import Seeded
+from tests.dashboard.test_hostile_names import hostile_copy
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
@@ -51,9 +52,23 @@ def _require_chromium() -> None:
 
 @pytest.fixture
 def dashboard_url(seeded: Seeded, tmp_path: Path) -> Iterator[str]:
+    yield from _serve(seeded.url, tmp_path)
+
+
+@pytest.fixture
+def hostile_dashboard(seeded: Seeded, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """The dashboard on a copy of the store whose misplaced workers have hostile ids (Markdown and HTML that
+    would fetch an image from, or link to, evil.example); its URL and seeded id -> hostile id."""
+    _require_chromium()
+    url, names = hostile_copy(seeded, tmp_path)
+    for served in _serve(url, tmp_path):
+        yield served, names
+
+
+def _serve(database_url: str, tmp_path: Path) -> Iterator[str]:
     _require_chromium()
     port = _free_port()
-    env = child_environment(os.environ, database_url=seeded.url, source="store", api_url=None)
+    env = child_environment(os.environ, database_url=database_url, source="store", api_url=None)
     env["HOME"] = str(tmp_path)  # Streamlit keeps its machine id and credentials under ~/.streamlit
     log = (tmp_path / "streamlit.log").open("wb")
     process = subprocess.Popen(
@@ -103,3 +118,31 @@ def test_misplacements_page_in_chromium(dashboard_url: str, seeded: Seeded) -> N
         finally:
             browser.close()
     assert (ARTIFACTS / "dashboard-misplacements.png").stat().st_size > 10_000
+
+
+def test_hostile_worker_ids_fetch_nothing_in_chromium(hostile_dashboard: tuple[str, dict[str, str]]) -> None:
+    """Issue 29: a worker id holding ``![x](https://evil.example/a.png)`` or ``<img src=...>`` made the
+    Misplacements page fetch the image and render links. Every request the page makes is recorded: none goes
+    to the evil host, no link or image points there, and each id shows as its text."""
+    from playwright.sync_api import sync_playwright
+
+    url, names = hostile_dashboard
+    requests: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1400})
+            page.on("request", lambda request: requests.append(request.url))
+            page.goto(f"{url}/misplacements", timeout=30_000)
+            table = page.locator('[data-testid="stTable"]').first
+            table.wait_for(state="visible", timeout=30_000)
+            for name in names.values():
+                cell = table.get_by_text(name, exact=True)
+                cell.wait_for(state="visible", timeout=15_000)
+            page.wait_for_timeout(2_000)  # let any image load start
+            links = page.eval_on_selector_all("a[href*='evil.example']", "nodes => nodes.length")
+            images = page.eval_on_selector_all("img[src*='evil.example']", "nodes => nodes.length")
+        finally:
+            browser.close()
+    assert links == 0 and images == 0
+    assert not [r for r in requests if "evil.example" in r], requests

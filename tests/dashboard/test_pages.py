@@ -94,8 +94,10 @@ def test_fleet_shows_the_misplaced_workers_and_the_fleet(store_env: Seeded) -> N
     assert h100_decode == 6  # node03's three decode workers at TP 2
     assert groups["GPUs"].sum() == 64
     specs = chart_specs(app)
-    assert len(specs) == 4  # lost tokens, GPUs by SKU, tensor and DRAM activity
-    activity = [row for spec in specs[2:] for row in inline_values(spec)]
+    # lost output tokens (leading), lost total tokens (secondary), GPUs by SKU, tensor and DRAM activity
+    assert len(specs) == 5
+    assert any("lost output tokens/s" in row for row in inline_values(specs[0]))
+    activity = [row for spec in specs[3:] for row in inline_values(spec)]
     assert {row["sku"] for row in activity} == {"H100-SXM", "H200-SXM"}
     assert all(0.0 <= row["value"] <= 1.0 for row in activity)
 

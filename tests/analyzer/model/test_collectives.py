@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from analyzer.model.collectives import (
@@ -45,7 +47,7 @@ def test_time_grows_with_the_message_and_the_choice_is_continuous() -> None:
     times = [allreduce_seconds(8, s, LINK) for s in sizes]
     assert times == sorted(times)
     # Where the protocols cross, neither jumps: doubling the message never more than doubles the time.
-    assert all(b <= 2 * a + 1e-12 for a, b in zip(times, times[1:], strict=False))
+    assert all(b <= 2 * a + 1e-12 for a, b in itertools.pairwise(times))
 
 
 def test_all_to_all_is_one_latency_and_the_volume() -> None:
@@ -54,5 +56,5 @@ def test_all_to_all_is_one_latency_and_the_volume() -> None:
 
 @pytest.mark.parametrize(("bandwidth", "latency"), [(0.0, 1e-6), (-1.0, 1e-6), (1e9, -1e-9)])
 def test_a_link_refuses_impossible_figures(bandwidth: float, latency: float) -> None:
-    with pytest.raises(ValueError, match="link bandwidth|collective latency"):
+    with pytest.raises(ValueError, match=r"link bandwidth|collective latency"):
         Link(bandwidth, latency)
