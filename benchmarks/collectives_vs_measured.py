@@ -6,8 +6,8 @@ For every all-reduce and all-to-all AIC 0.12.0 measured on H100 SXM and H200 SXM
 all-reduce kernel, in and out of a CUDA graph, and NCCL 2.29.2; ``data/measured/collectives.csv``,
 written by ``scripts/measured_collectives.py``) predicts the same call with the calibrated parameters
 the analyzer uses (``analyzer.model.collectives`` with the catalog's NVLink figure x
-``CALIBRATED.allreduce_bandwidth_efficiency`` and ``CALIBRATED.allreduce_latency_s``), then prints the
-median and p90 of |predicted / measured - 1| per implementation, GPU count and message band:
+``CALIBRATED.allreduce_bandwidth_efficiency`` and ``CALIBRATED.allreduce_peer_latency_s`` per peer),
+then prints the median and p90 of |predicted / measured - 1| per implementation, GPU count and message band:
 
   - ``decode``: up to 8M elements, what a decode step of up to 512 sequences of a model with a hidden size
     up to 16,384 sends per all-reduce;
@@ -117,7 +117,7 @@ def report(calls: Sequence[Call], params: EfficiencyParams = CALIBRATED) -> list
 
     def ours(c: Call) -> float:
         return predict(
-            c, Link(raw_link[c.sku] * params.allreduce_bandwidth_efficiency, params.allreduce_latency_s)
+            c, Link(raw_link[c.sku] * params.allreduce_bandwidth_efficiency, params.allreduce_peer_latency_s)
         )
 
     def before(c: Call) -> float:
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     calls = load_calls(args.table)
     print(
-        f"{len(calls)} measured calls; latency {CALIBRATED.allreduce_latency_s * 1e6:.1f} us per call, "
+        f"{len(calls)} measured calls; latency {CALIBRATED.allreduce_peer_latency_s * 1e6:.1f} us per peer, "
         f"{CALIBRATED.allreduce_bandwidth_efficiency:.3f} of the catalog's NVLink figure "
         "(fitted on published end-to-end rows only)\n"
     )

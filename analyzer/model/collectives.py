@@ -1,11 +1,12 @@
 """Time of one collective inside a node: the tensor-parallel all-reduce and the expert all-to-all.
 
 NCCL and the engines' custom all-reduce kernels pick, per message size, between a latency-optimised
-protocol (NCCL's LL, the engines' one-shot kernels: a few microseconds whatever the GPU count, but the
-data rides with flags, so only half the link carries payload) and a bandwidth-optimised one (NCCL's
-ring with the Simple protocol: full link bandwidth, but every one of the 2(n-1) ring steps pays a hop
-latency). The collective takes the faster of the two at its message size, as NCCL's own tuner does.
-Reasoning: docs/analyzer.md#communication
+protocol (NCCL's LL, the engines' one-shot kernels: the data rides with flags, so only half the link
+carries payload) and a bandwidth-optimised one (NCCL's ring with the Simple protocol: full link
+bandwidth, but every one of the 2(n-1) ring steps pays a hop latency). The collective takes the faster of
+the two at its message size, as NCCL's own tuner does. Either way a call inside a serving step waits for
+its n - 1 peers: the fitted per-peer latency (launch, synchronisation, the skew between ranks) is paid
+n - 1 times. Reasoning: docs/analyzer.md#communication
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ SIMPLE_HOP_LATENCY_S = 3.4e-6
 
 @dataclass(frozen=True)
 class Link:
-    """What a collective can use: the per-GPU link rate it achieves and its fixed latency per call."""
+    """What a collective can use: the per-GPU link rate it achieves and its latency per peer."""
 
     bytes_per_s: float  # achieved per-GPU bandwidth (catalog figure x fitted efficiency)
-    latency_s: float  # launch and synchronisation of one collective (fitted)
+    latency_s: float  # per peer of one call: launch, synchronisation, rank skew (fitted)
 
     def __post_init__(self) -> None:
         if not self.bytes_per_s > 0:
@@ -39,14 +40,16 @@ def allreduce_seconds(gpus: int, message_bytes: float, link: Link) -> float:
     if gpus <= 1 or message_bytes <= 0:
         return 0.0
     moved = 2 * (gpus - 1) / gpus * message_bytes
-    latency_optimised = link.latency_s + moved / (link.bytes_per_s * LL_PAYLOAD_SHARE)
-    ring = link.latency_s + 2 * (gpus - 1) * SIMPLE_HOP_LATENCY_S + moved / link.bytes_per_s
+    sync = link.latency_s * (gpus - 1)
+    latency_optimised = sync + moved / (link.bytes_per_s * LL_PAYLOAD_SHARE)
+    ring = sync + 2 * (gpus - 1) * SIMPLE_HOP_LATENCY_S + moved / link.bytes_per_s
     return min(latency_optimised, ring)
 
 
 def all_to_all_seconds(gpus: int, bytes_per_gpu: float, link: Link) -> float:
     """One all-to-all where each GPU sends ``bytes_per_gpu`` spread over its ``gpus - 1`` peers (expert
-    dispatch or combine): every peer is written at once, so one latency and the volume at link rate."""
+    dispatch or combine): the per-peer latency for each of the ``gpus - 1`` peers, and the volume at
+    link rate."""
     if gpus <= 1 or bytes_per_gpu <= 0:
         return 0.0
-    return link.latency_s + bytes_per_gpu / link.bytes_per_s
+    return link.latency_s * (gpus - 1) + bytes_per_gpu / link.bytes_per_s

@@ -54,13 +54,13 @@ PRIOR_WIDTHS = {
     "compute_efficiency": 1.5,
     "bandwidth_efficiency": 1.15,
     "step_overhead_s": 4.0,
-    "allreduce_latency_s": 3.0,
+    "allreduce_peer_latency_s": 3.0,
     "allreduce_bandwidth_efficiency": 1.5,
     "runtime_reserve_bytes": 2.0,
 }
 # Additive parameters whose prior deviation is measured as log((x + floor) / (prior + floor)), so 0 costs a
 # finite amount: about a fifth of the prior each.
-_PRIOR_FLOORS = {"step_overhead_s": 2e-4, "allreduce_latency_s": 2e-6, "runtime_reserve_bytes": 5e8}
+_PRIOR_FLOORS = {"step_overhead_s": 2e-4, "allreduce_peer_latency_s": 2e-6, "runtime_reserve_bytes": 5e8}
 
 
 @dataclass(frozen=True)

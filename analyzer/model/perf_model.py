@@ -403,10 +403,10 @@ def predict(
         notes.append("no GPU interconnect in the catalog: all-reduces assumed over PCIe Gen4 x16")
     if d.tp > TP_COMM_CAVEAT_ABOVE:
         notes.append(
-            f"tensor parallelism {d.tp}: each all-reduce carries the fitted "
-            f"{params.allreduce_latency_s * 1e6:.0f} us call latency of end-to-end measurements, above what "
-            "isolated collective kernels take; decode steps run longer than measured-kernel sums while "
-            "H200/H100 ratios hold (docs/analyzer.md#communication)"
+            f"tensor parallelism {d.tp}: each all-reduce waits {d.tp - 1} x the fitted "
+            f"{params.allreduce_peer_latency_s * 1e6:.0f} us per-peer latency of end-to-end measurements, "
+            "several times what isolated collective kernels take; decode steps run longer than "
+            "measured-kernel sums while H200/H100 ratios hold (docs/analyzer.md#communication)"
         )
     if d.is_moe:
         notes.append(

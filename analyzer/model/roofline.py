@@ -119,7 +119,7 @@ def link_bytes_per_s(d: Deployment, params: EfficiencyParams) -> float:
 
 def collective_link(d: Deployment, params: EfficiencyParams) -> Link:
     """The instance's link as its collectives see it (achieved bandwidth, fitted latency per call)."""
-    return Link(link_bytes_per_s(d, params), params.allreduce_latency_s)
+    return Link(link_bytes_per_s(d, params), params.allreduce_peer_latency_s)
 
 
 def allreduce_time(d: Deployment, params: EfficiencyParams, tokens: float) -> float:

@@ -173,7 +173,7 @@ def test_fit_recovers_parameters_that_generated_the_data(usable: list[UsableRow]
         compute_efficiency=0.62,
         bandwidth_efficiency=0.7,
         step_overhead_s=2e-3,
-        allreduce_latency_s=8e-6,
+        allreduce_peer_latency_s=8e-6,
         allreduce_bandwidth_efficiency=0.45,
         runtime_reserve_bytes=4e9,
     )
@@ -207,7 +207,7 @@ def test_the_prior_holds_a_parameter_the_rows_do_not_determine(usable: list[Usab
     tp1 = [u for u in usable if u.row.tp == 1]
     assert all(r == 0.0 for r in prior_residuals(PRIOR))
     held = fit(tp1).params
-    assert held.allreduce_latency_s == pytest.approx(PRIOR.allreduce_latency_s, rel=0.05)
+    assert held.allreduce_peer_latency_s == pytest.approx(PRIOR.allreduce_peer_latency_s, rel=0.05)
     assert held.allreduce_bandwidth_efficiency == pytest.approx(
         PRIOR.allreduce_bandwidth_efficiency, rel=0.05
     )

@@ -94,7 +94,9 @@ def test_attention_dp_reads_its_own_copy_and_dispatches_tokens() -> None:
     assert d.gpu.interconnect_bytes_per_s is not None and m.experts_active is not None
     link = d.gpu.interconnect_bytes_per_s * CALIBRATED.allreduce_bandwidth_efficiency
     volume = 256 / 8 * m.experts_active * m.hidden * 2 * 7 / 8
-    expected = 2 * m.moe_layers * (CALIBRATED.allreduce_latency_s + volume / link)  # one call per way
+    expected = (
+        2 * m.moe_layers * (7 * CALIBRATED.allreduce_peer_latency_s + volume / link)
+    )  # 7 peers, each way
     assert dp.comm_s == pytest.approx(expected)
 
 
