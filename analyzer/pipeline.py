@@ -49,6 +49,11 @@ class AnalysisInput:
     end: float
     bucket_s: float = BUCKET_S
 
+    @property
+    def gpu_bucket_count(self) -> int:
+        """Rows of per-(GPU, bucket) samples read."""
+        return len(self.gpu_buckets["ts"])
+
 
 def _bucket_thresholds() -> BottleneckThresholds:
     # Hourly buckets are already medians of many windows: no further smoothing, two buckets of dwell.
@@ -184,7 +189,16 @@ def analyze(
         for row in pool.members
     }
     findings: list[Finding] = detect_all(FindingInputs(analyses, grid, bottlenecks, context), p.findings)
-    findings.sort(key=lambda f: (-f.lost_tokens_per_s, f.kind.value, f.pool or "", f.worker_id or ""))
+    # Largest known loss first; a finding whose loss is unknown (None) after every known one, never as 0.
+    findings.sort(
+        key=lambda f: (
+            f.lost_tokens_per_s is None,
+            -(f.lost_tokens_per_s or 0.0),
+            f.kind.value,
+            f.pool or "",
+            f.worker_id or "",
+        )
+    )
     typed = build_summary(
         start=data.start,
         end=data.end,

@@ -432,17 +432,18 @@ def build_summary(
             pl = placements.get(f.pool or "")
             share = pl.osl / (pl.isl + pl.osl) if pl and pl.isl + pl.osl > 0 else math.nan
             requests = 1.0 / (pl.isl + pl.osl) if pl and pl.isl + pl.osl > 0 else math.nan
+            total = f.lost_tokens_per_s  # None: the finding estimates no loss (add skips it)
             add(
                 f.worker_id,
                 {
-                    "lost_tokens_per_s": f.lost_tokens_per_s,
+                    "lost_tokens_per_s": total,
                     # The finding's own figures where the analyzer filled them, else its tokens at the mix.
                     "lost_output_tokens_per_s": f.lost_output_tokens_per_s
                     if f.lost_output_tokens_per_s is not None
-                    else f.lost_tokens_per_s * share,
+                    else (None if total is None else total * share),
                     "lost_requests_per_s": f.lost_requests_per_s
                     if f.lost_requests_per_s is not None
-                    else f.lost_tokens_per_s * requests,
+                    else (None if total is None else total * requests),
                 },
             )
     # Lost capacity of ratio changes is attributed to the workers the rebalance flips, too.
@@ -488,6 +489,10 @@ def build_summary(
                 True if worker in misplaced else (None if reason is not None else False)
             )
             mine = lost.get(worker, {})
+            # A figure attributed to the worker where one was; else 0 for a judged, well placed worker (it
+            # loses nothing) and None for one nobody could judge or a misplaced one whose finding estimated
+            # no figure (unknown, never 0).
+            nothing: float | None = 0.0 if reason is None and worker not in misplaced else None
             workers.append(
                 WorkerSummary(
                     worker_id=worker,
@@ -501,9 +506,9 @@ def build_summary(
                     misplaced=is_misplaced,
                     unjudged_reason=reason,
                     kinds=misplaced.get(worker, []),
-                    lost_output_tokens_per_s=num(mine.get("lost_output_tokens_per_s", 0.0)),
-                    lost_requests_per_s=num(mine.get("lost_requests_per_s", 0.0), 4),
-                    lost_tokens_per_s=num(mine.get("lost_tokens_per_s", 0.0)),
+                    lost_output_tokens_per_s=num(mine.get("lost_output_tokens_per_s", nothing)),
+                    lost_requests_per_s=num(mine.get("lost_requests_per_s", nothing), 4),
+                    lost_tokens_per_s=num(mine.get("lost_tokens_per_s", nothing)),
                     saturation=saturation.state,
                     saturated_share=num(saturation.share, 3),
                     saturation_evidence=saturation.reason,

@@ -171,7 +171,13 @@ def finding_rows(findings: Sequence[FindingView]) -> list[dict[str, Any]]:
     rows = []
     for f in sorted(
         findings,
-        key=lambda f: (-(f.lost_output_tokens_per_s or 0.0), -f.lost_tokens_per_s, f.kind, f.subject),
+        key=lambda f: (
+            -(f.lost_output_tokens_per_s or 0.0),
+            f.lost_tokens_per_s is None,
+            -(f.lost_tokens_per_s or 0.0),
+            f.kind,
+            f.subject,
+        ),
     ):
         rows.append(
             {

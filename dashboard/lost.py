@@ -21,14 +21,14 @@ def lost_from_episodes(
     count = max(0, math.ceil((until.timestamp() - first) / step_s))
     chosen: list[dict[str, FindingView]] = [{} for _ in range(count)]
     for f in findings:
-        if f.lost_tokens_per_s <= 0:
-            continue
+        if f.lost_tokens_per_s is None or f.lost_tokens_per_s <= 0:
+            continue  # no loss stated: it adds nothing, not a 0
         end = (f.resolved_at or f.last_seen).timestamp()
         lo = max(0, math.floor((f.first_seen.timestamp() - first) / step_s))
         hi = min(count - 1, math.floor((end - first) / step_s))
         for i in range(lo, hi + 1):
             known = chosen[i].get(f.subject)
-            if known is None or f.lost_tokens_per_s > known.lost_tokens_per_s:
+            if known is None or f.lost_tokens_per_s > (known.lost_tokens_per_s or 0.0):
                 chosen[i][f.subject] = f
     points = []
     for i, picked in enumerate(chosen):
@@ -37,12 +37,14 @@ def lost_from_episodes(
             points.append(LostPoint(ts, None, None, None))
             continue
         values = list(picked.values())
+        lows = [f.lost_tokens_per_s_low for f in values]
+        highs = [f.lost_tokens_per_s_high for f in values]
         points.append(
             LostPoint(
                 ts,
-                sum(f.lost_tokens_per_s for f in values),
-                sum(f.lost_tokens_per_s_low for f in values),
-                sum(f.lost_tokens_per_s_high for f in values),
+                sum(f.lost_tokens_per_s or 0.0 for f in values),  # every value here is a stated loss > 0
+                None if any(x is None for x in lows) else sum(x or 0.0 for x in lows),
+                None if any(x is None for x in highs) else sum(x or 0.0 for x in highs),
             )
         )
     return points

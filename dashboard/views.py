@@ -148,9 +148,9 @@ class FindingView:
     bottleneck: str
     evidence: dict[str, Any]
     tokens_per_s: float | None
-    lost_tokens_per_s: float
-    lost_tokens_per_s_low: float
-    lost_tokens_per_s_high: float
+    lost_tokens_per_s: float | None  # null where the finding estimates no loss
+    lost_tokens_per_s_low: float | None
+    lost_tokens_per_s_high: float | None
     action: str | None
     action_detail: str
     counterpart_worker_id: str | None

@@ -291,9 +291,12 @@ class Finding(_Record):
     bottleneck: Bottleneck = Bottleneck.UNKNOWN
     evidence: dict[str, float | str | None] = Field(default_factory=dict)
     tokens_per_s: NonNegFloat | None = None
-    lost_tokens_per_s: NonNegFloat = 0.0  # prompt + output tokens: secondary, see the two below
-    lost_tokens_per_s_low: NonNegFloat = 0.0
-    lost_tokens_per_s_high: NonNegFloat = 0.0
+    # Prompt + output tokens: secondary, see the two below. None where the finding estimates no loss (not a
+    # throughput loss: telemetry degraded, not serving, a pool condition); 0 only where a loss was estimated
+    # as 0.
+    lost_tokens_per_s: NonNegFloat | None = None
+    lost_tokens_per_s_low: NonNegFloat | None = None
+    lost_tokens_per_s_high: NonNegFloat | None = None
     # What an SRE acts on: output tokens and requests per second; None where not a throughput loss.
     lost_output_tokens_per_s: NonNegFloat | None = None
     lost_output_tokens_per_s_low: NonNegFloat | None = None

@@ -60,14 +60,21 @@ def severity_basis(segment: SegmentAnalysis) -> str:
 
 def states_loss(finding: Finding) -> bool:
     """Whether a finding estimates a loss: an output or requests figure, or a total above 0. A finding that
-    is not a throughput loss (telemetry degraded, not serving, pool condition, ...) carries 0 total tokens/s
-    (``Finding.lost_tokens_per_s`` is not nullable in fleet.contract) beside null output and requests
-    figures: that 0 is unknown, never "loses nothing", and readers show it as unknown."""
+    is not a throughput loss (telemetry degraded, not serving, pool condition, ...) carries null total,
+    output and requests figures; one written before ``Finding.lost_tokens_per_s`` was nullable carries a
+    total of 0 beside null output and requests figures: that 0 is unknown too, never "loses nothing", and
+    readers show it as unknown."""
+    total = finding.lost_tokens_per_s
     return (
         finding.lost_output_tokens_per_s is not None
         or finding.lost_requests_per_s is not None
-        or finding.lost_tokens_per_s > 0
+        or (total is not None and total > 0)
     )
+
+
+def known(value: float) -> float | None:
+    """A finding's loss figure: None where it is not a finite number (never NaN, never 0 for unknown)."""
+    return max(0.0, value) if math.isfinite(value) else None
 
 
 def loss_fields(placement: PlacementResult, share: float) -> dict[str, float | None]:

@@ -19,6 +19,7 @@ from analyzer.findings.evidence import (
 )
 from analyzer.findings.loss import (
     SeverityParams,
+    known,
     loss_evidence,
     loss_fields,
     segment_evidence,
@@ -186,9 +187,9 @@ def _finding(
         bottleneck=dominant_bottleneck(bottlenecks, worker_id, last.first, last.last),
         evidence=evidence,
         tokens_per_s=finite(rate_now),
-        lost_tokens_per_s=lost,
-        lost_tokens_per_s_low=placement.lost_low * change.share,
-        lost_tokens_per_s_high=placement.lost_high * change.share,
+        lost_tokens_per_s=known(lost),
+        lost_tokens_per_s_low=known(placement.lost_low * change.share),
+        lost_tokens_per_s_high=known(placement.lost_high * change.share),
         **losses,
         recommendation=recommendation,
         first_seen=utc(analysis.segments[episode.segments[0]].start),

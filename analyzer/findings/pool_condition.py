@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from analyzer.findings.base import Check, latest_run, utc
+from analyzer.findings.base import Check, finite, latest_run, utc
 from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
 from fleet.contract import Finding, FindingKind, FindingStatus, Recommendation, Severity
 
@@ -57,7 +57,7 @@ def pool_finding(
             severity=Severity.WARNING,
             status=FindingStatus.OPEN if last == len(analysis.segments) - 1 else FindingStatus.RESOLVED,
             evidence=evidence,
-            tokens_per_s=segment.mix.tokens_rate,
+            tokens_per_s=finite(segment.mix.tokens_rate),  # None where the segment's traffic is unknown
             recommendation=Recommendation(
                 action=action, detail=str(evidence.get(f"{names[0]}_detail", ""))[:2000]
             ),

@@ -7,9 +7,12 @@ when one opens the run).
 
 from __future__ import annotations
 
+import math
+
 from analyzer.findings.base import FindingInputs, latest_run, utc
 from analyzer.findings.loss import (
     SeverityParams,
+    known,
     loss_evidence,
     loss_fields,
     segment_evidence,
@@ -62,7 +65,9 @@ def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: Severi
         "shift": cause.describe() if cause else "placement wrong since the start of the analysed range",
         "per_sku": ratio.per_sku_text(),
         "workers_to_flip": ", ".join(f"{inputs.grid.workers[c.row]}->{c.to_role}" for c in ratio_changes),
-        "pool_lost_tokens_per_s": round(placement.lost_tokens_per_s, 1),
+        "pool_lost_tokens_per_s": round(placement.lost_tokens_per_s, 1)
+        if math.isfinite(placement.lost_tokens_per_s)
+        else None,
     }
     evidence.update(segment_evidence(segment, placement))
     losses = loss_fields(placement, share)
@@ -71,7 +76,7 @@ def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: Severi
     gain_text = (
         f": +{output:,.0f} output tokens/s, +{requests:,.2f} requests/s "
         f"({gain:,.0f} prompt + output tokens/s)"
-        if output is not None and requests is not None
+        if output is not None and requests is not None and math.isfinite(gain)
         else ""
     )
     limited = supply_limited(segment)
@@ -83,9 +88,9 @@ def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: Severi
             status=FindingStatus.OPEN if last == len(analysis.segments) - 1 else FindingStatus.RESOLVED,
             evidence=evidence,
             tokens_per_s=placement.current.tokens_per_s,
-            lost_tokens_per_s=gain,
-            lost_tokens_per_s_low=placement.lost_low * share,
-            lost_tokens_per_s_high=placement.lost_high * share,
+            lost_tokens_per_s=known(gain),
+            lost_tokens_per_s_low=known(placement.lost_low * share),
+            lost_tokens_per_s_high=known(placement.lost_high * share),
             **losses,
             recommendation=Recommendation(
                 action="rebalance-pool",
@@ -93,7 +98,7 @@ def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: Severi
                     f"move the pool from {ratio.now} to {ratio.recommended} prefill:decode workers "
                     f"({evidence['workers_to_flip']}){gain_text}"
                 )[:2000],
-                expected_gain_tokens_per_s=gain,
+                expected_gain_tokens_per_s=known(gain),
             ),
             first_seen=utc(began),
             last_seen=utc(segment.end),

@@ -3,6 +3,7 @@ benefit is masked and part of the fleet idles (at catalog prices where they are 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from analyzer.findings.base import Check, FindingInputs
@@ -29,7 +30,8 @@ class UnderutilisedParams:
 def utilisation_check(analysis: PoolAnalysis, segment: SegmentAnalysis, p: UnderutilisedParams) -> Check:
     """Demand over saturated capacity."""
     capacity = segment.capacity_tokens_per_s
-    value = segment.mix.tokens_rate / capacity if capacity > 0 else None
+    demand = segment.mix.tokens_rate  # NaN where the segment's traffic is unknown: no claim either way
+    value = demand / capacity if capacity > 0 and math.isfinite(demand) else None
     low = value is not None and value < p.below
     return Check(
         "utilisation",

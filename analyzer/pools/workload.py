@@ -58,11 +58,14 @@ class PoolTraffic:
             return np.where(self.output_rate > 0, self.prompt_rate / self.output_rate, np.nan)
 
     def window(self, first: int, last: int) -> TrafficMix:
-        """The mean mix over buckets [first, last) (rates weighted by time, lengths by requests)."""
+        """The mean mix over buckets [first, last) (rates weighted by time, lengths by requests). Without
+        traffic the rates are 0 where an engine of known role reported its counters (an idle pool) and NaN
+        where none did (no telemetry: unknown, never 0)."""
         sl = slice(first, last)
         active = (self.prompt_rate[sl] + self.output_rate[sl]) > 0
         if not active.any():
-            return TrafficMix(0.0, 0.0, 0.0, float("nan"), float("nan"), 0)
+            idle = 0.0 if self.reported(first, last) else float("nan")
+            return TrafficMix(idle, idle, idle, float("nan"), float("nan"), 0)
         prompt = float(np.mean(self.prompt_rate[sl][active]))
         output = float(np.mean(self.output_rate[sl][active]))
         requests = self.request_rate[sl][active]
@@ -71,6 +74,14 @@ class PoolTraffic:
         isl = prompt / request_rate if request_rate > 0 else float("nan")
         osl = output / request_rate if request_rate > 0 else float("nan")
         return TrafficMix(prompt, output, request_rate, isl, osl, int(active.sum()))
+
+    def reported(self, first: int, last: int) -> bool:
+        """Whether some engine of known role (prefill, decode, mixed) reported its counters in a bucket of
+        [first, last) whose tokens can be told apart by phase: where none did, the pool's traffic there is
+        unknown."""
+        sl = slice(first, last)
+        workers = self.prefill_workers[sl] + self.decode_workers[sl] + self.mixed_workers[sl]
+        return bool(((workers > 0) & ~np.isnan(self.prompt_rate[sl])).any())
 
     def peak(self, first: int, last: int, quantile: float = 0.95) -> float:
         """A high quantile of the hourly tokens/s over buckets [first, last) (the load to plan for)."""

@@ -26,17 +26,20 @@ def _share(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def rank_key(f: Finding) -> tuple[int, float, float, float, str, str]:
-    """Largest output tokens/s first, then requests/s; findings whose output loss is unknown after every
-    sized one (an unknown is not ranked as 0 nor above a known loss), by total tokens/s (secondary)."""
+def rank_key(f: Finding) -> tuple[int, float, int, float, int, float, str, str]:
+    """Largest output tokens/s first, then requests/s, then total tokens/s (secondary); at each level a
+    finding whose figure is unknown after every sized one (an unknown is not ranked as 0 nor above a known
+    loss)."""
     r = f.recommendation
-    total = (r.expected_gain_tokens_per_s if r else None) or f.lost_tokens_per_s
-    output = f.lost_output_tokens_per_s
+    total = (r.expected_gain_tokens_per_s if r else None) or (f.lost_tokens_per_s if states_loss(f) else None)
+    output, requests = f.lost_output_tokens_per_s, f.lost_requests_per_s
     return (
         0 if output is not None else 1,
         -(output or 0.0),
-        -(f.lost_requests_per_s or 0.0),
-        -total,
+        0 if requests is not None else 1,
+        -(requests or 0.0),
+        0 if total is not None else 1,
+        -(total or 0.0),
         f.kind.value,
         f.worker_id or f.pool or "",
     )

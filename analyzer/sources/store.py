@@ -7,7 +7,7 @@ Writes upsert findings and store the summary as an analysis run. Reasoning: docs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,7 +17,7 @@ from analyzer.pipeline import AnalysisInput, AnalysisResult
 from analyzer.pools.pool import Inventory
 from analyzer.results.summary import SUMMARY_VERSION, Summary, iso
 from analyzer.telemetry.grid import BUCKET_S, ENGINE_BUCKET_COLUMNS, GPU_BUCKET_COLUMNS
-from fleet.contract import FindingStatus
+from fleet.contract import FindingStatus, GpuJoin
 from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store.analysis import put_analysis
 from fleet.store.engine import is_sqlite
@@ -231,3 +231,118 @@ def shard_summaries(
             continue
         out[int(shard[0])] = Summary.model_validate(raw)  # later runs of a shard replace earlier ones
     return out
+
+
+def _pod_name(worker_id: str) -> str:
+    """The pod part of a ``namespace/pod`` worker id (the whole id where it has no namespace)."""
+    return worker_id.rsplit("/", 1)[-1]
+
+
+def join_by_pod(inventory: Inventory) -> tuple[Inventory, list[str]]:
+    """Join engines the collector left without GPUs to the GPUs dcgm-exporter reported under their pod.
+
+    A worker known by its pod (``namespace/pod``, as the collector and zero-agent mode name it) holds the GPUs
+    whose samples carry that pod, when one side lacks the namespace (``pod`` against ``namespace/pod``): the
+    pod name alone then decides, and only where exactly one engine and one GPU owner share it. Engines that
+    still hold no GPU come back as warnings naming the engine and what was tried, so a failed join reads as
+    one instead of as missing telemetry."""
+    owned = inventory.gpu_worker()
+    holders = set(owned.values())
+    engine_ids = {w.worker_id for w in inventory.workers}
+    # GPU owners no engine claims: the pods dcgm-exporter named that no engine's id matches exactly.
+    orphan_owners = sorted(
+        {g.worker_id for g in inventory.gpus if g.worker_id and g.worker_id not in engine_ids}
+    )
+    by_pod: dict[str, list[str]] = {}
+    for owner in orphan_owners:
+        by_pod.setdefault(_pod_name(owner), []).append(owner)
+    engines_by_pod: dict[str, list[str]] = {}
+    for w in inventory.workers:
+        engines_by_pod.setdefault(_pod_name(w.worker_id), []).append(w.worker_id)
+    rename: dict[str, str] = {}  # GPU owner -> engine worker id
+    notes: list[str] = []
+    for worker in inventory.workers:
+        if worker.worker_id in holders:
+            continue
+        pod = _pod_name(worker.worker_id)
+        owners = by_pod.get(pod, [])
+        if len(owners) == 1 and engines_by_pod.get(pod) == [worker.worker_id]:
+            rename[owners[0]] = worker.worker_id
+            continue
+        node_gpus = [g for g in inventory.gpus if g.node == worker.node]
+        pods_on_node = sorted({g.worker_id for g in node_gpus if g.worker_id})
+        unattributed = sum(1 for g in node_gpus if g.worker_id is None and g.gpu_uuid not in owned)
+        tried = [
+            f"its own GPU UUIDs (none reported; collector join: {worker.gpu_join or 'none'})",
+            (
+                f"GPUs whose dcgm-exporter series name its pod {pod!r} ("
+                + (f"{len(owners)} pods of that name: ambiguous" if len(owners) > 1 else "none")
+                + ")"
+            ),
+            (
+                f"the pods on dcgm-exporter's series on node {worker.node!r}: "
+                + (", ".join(pods_on_node) if pods_on_node else "none")
+                + f"; {unattributed} GPU(s) there without a pod"
+            ),
+        ]
+        notes.append(
+            f"engine {worker.worker_id!r} ({worker.engine}, node {worker.node!r}) could not be joined to a "
+            f"GPU: tried {'; '.join(tried)}. Its GPU telemetry is not missing, the join failed: name the "
+            "engine by its pod (scrape it with pod/namespace labels, or run the collector with "
+            "pod-resources) so it matches the pod on dcgm-exporter's series, or list its GPUs under gpus: "
+            "in the mapping file "
+            "(PHASEFIT_COLLECTOR_ROLE_MAPPING_FILE)"
+        )
+    if not rename:
+        return inventory, notes
+    gpus = tuple(
+        replace(g, worker_id=rename[g.worker_id]) if g.worker_id in rename else g for g in inventory.gpus
+    )
+    held: dict[str, list[str]] = {}
+    for g in gpus:
+        if g.worker_id is not None and g.worker_id in rename.values():
+            held.setdefault(g.worker_id, []).append(g.gpu_uuid)
+    # dcgm-exporter's pod labels come from the kubelet's pod-resources, as the collector counts that join.
+    workers = tuple(
+        replace(w, gpu_uuids=tuple(sorted(held[w.worker_id])), gpu_join=GpuJoin.POD_RESOURCES.value)
+        if w.worker_id in held
+        else w
+        for w in inventory.workers
+    )
+    notes.insert(
+        0,
+        f"{len(rename)} engine(s) joined to their GPUs by pod name on dcgm-exporter's series: "
+        + ", ".join(f"{engine} <- {owner}" for owner, engine in sorted(rename.items())),
+    )
+    return Inventory(workers, gpus), notes
+
+
+def rename_gpu_owners(data: AnalysisInput, inventory: Inventory) -> AnalysisInput:
+    """``data`` with the joined inventory and its GPU buckets' worker ids following it."""
+    owner = {g.gpu_uuid: g.worker_id for g in inventory.gpus}
+    buckets = dict(data.gpu_buckets)
+    buckets["worker_id"] = [
+        owner.get(str(u), w) for u, w in zip(buckets["gpu_uuid"], buckets["worker_id"], strict=True)
+    ]
+    return AnalysisInput(inventory, buckets, data.engine_buckets, data.start, data.end, data.bucket_s)
+
+
+def profiling_warnings(data: AnalysisInput) -> list[str]:
+    """A warning naming the DCGM fields to enable when some GPUs reported no profiling field at all."""
+    from analyzer.telemetry.gpu_view import PROFILING_HELP
+
+    b = data.gpu_buckets
+    seen: set[str] = set()
+    profiled: set[str] = set()
+    names = ("sm_active_avg", "tensor_active_avg", "dram_active_avg")
+    for i, uuid in enumerate(b["gpu_uuid"]):
+        seen.add(str(uuid))
+        if any(b[n][i] is not None and b[n][i] == b[n][i] for n in names):
+            profiled.add(str(uuid))
+    missing = seen - profiled
+    if not missing:
+        return []
+    return [
+        f"{len(missing)} of {len(seen)} GPU(s) report no DCGM profiling field (their samples read 'degraded' "
+        f"and their bottleneck unknown): {PROFILING_HELP}"
+    ]

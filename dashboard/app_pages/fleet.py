@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from analyzer.report.style import percent, si, tokens_range
-from dashboard import charts, compute, widgets
+from dashboard import charts, compute, gpu_only, widgets
 from fleet.contract import ActivityEvidence
 
 context = widgets.page(
@@ -16,6 +16,13 @@ context = widgets.page(
 )
 reads, scope = context.reads, context.scope
 ids = widgets.scoped_worker_ids(context)
+
+if reads.kind == "store" and not context.inventory.workers:
+    # GPU samples and no engine (dcgm-exporter alone): the GPU view, as `phasefit analyze` prints it.
+    gpu_view = gpu_only.read_gpu_view(reads.source.engine, scope.since, scope.until)  # type: ignore[attr-defined]
+    if gpu_view is not None:
+        gpu_only.render(gpu_view)
+        st.stop()
 
 findings = widgets.served(lambda: reads.findings(scope)) or []
 lost = widgets.served(lambda: reads.lost_tokens(scope)) or []

@@ -107,9 +107,10 @@ writer.writerows(rows)
 st.download_button("Download CSV", buffer.getvalue(), file_name="phasefit-findings.csv", mime="text/csv")
 
 st.subheader("Evidence")
-labels = [f"{f.subject} · {f.kind}" for f in sorted(shown, key=lambda f: -f.lost_tokens_per_s)]
+by_loss = sorted(shown, key=lambda f: (f.lost_tokens_per_s is None, -(f.lost_tokens_per_s or 0.0)))
+labels = [f"{f.subject} · {f.kind}" for f in by_loss]
 chosen = st.selectbox("Finding", labels, key="mp_detail")
-finding = sorted(shown, key=lambda f: -f.lost_tokens_per_s)[labels.index(chosen)] if chosen else None
+finding = by_loss[labels.index(chosen)] if chosen else None
 if finding is not None:
     left, right = st.columns(2)
     with left:

@@ -352,9 +352,9 @@ class FindingRow(Base):
     bottleneck: Mapped[str] = mapped_column(String(ENUM))
     evidence: Mapped[dict[str, Any]]
     tokens_per_s: Mapped[float | None] = mapped_column(Float)
-    lost_tokens_per_s: Mapped[float] = mapped_column(Float)
-    lost_tokens_per_s_low: Mapped[float] = mapped_column(Float)
-    lost_tokens_per_s_high: Mapped[float] = mapped_column(Float)
+    lost_tokens_per_s: Mapped[float | None] = mapped_column(Float)  # None: the finding estimates no loss
+    lost_tokens_per_s_low: Mapped[float | None] = mapped_column(Float)
+    lost_tokens_per_s_high: Mapped[float | None] = mapped_column(Float)
     lost_output_tokens_per_s: Mapped[float | None] = mapped_column(Float)
     lost_output_tokens_per_s_low: Mapped[float | None] = mapped_column(Float)
     lost_output_tokens_per_s_high: Mapped[float | None] = mapped_column(Float)

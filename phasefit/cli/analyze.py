@@ -23,9 +23,10 @@ from phasefit.cli.output import add_row, emit_json, escape, human
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from analyzer.pipeline import AnalysisResult
+    from analyzer.pipeline import AnalysisInput, AnalysisResult
     from analyzer.pools.selection import PoolSelection
     from analyzer.results.summary import FleetTotals, Loss
+    from analyzer.telemetry.gpu_view import GpuView
     from fleet.contract import Finding
 
 DEFAULT_SPAN = timedelta(days=7)
@@ -135,18 +136,28 @@ def analyze(
         selection = PoolSelection.parse(pool or (), shard)
     except SelectionError as exc:
         raise typer.BadParameter(str(exc), param_hint="--shard") from None
-    if prometheus is not None:
-        result = run_prometheus_analysis(
-            prometheus,
-            since,
-            until,
-            step_s=step_s,
-            role_label=role_label,
-            selection=selection,
-            processes=processes,
-        )
-    else:
-        result = run_store_analysis(database_url, since, until, selection=selection, processes=processes)
+    try:
+        if prometheus is not None:
+            result = run_prometheus_analysis(
+                prometheus,
+                since,
+                until,
+                step_s=step_s,
+                role_label=role_label,
+                selection=selection,
+                processes=processes,
+                gpu_view=True,
+            )
+        else:
+            result = run_store_analysis(
+                database_url, since, until, selection=selection, processes=processes, gpu_view=True
+            )
+    except GpuOnlyFleet as only:
+        if json_output:
+            emit_json(gpu_view_payload(only.view))
+        else:
+            print_gpu_view(only.view, human())
+        return
     if json_output:
         emit_json(analysis_payload(result))
     else:
@@ -162,8 +173,12 @@ def run_prometheus_analysis(
     role_label: str | None,
     selection: PoolSelection | None = None,
     processes: int = 1,
+    gpu_view: bool = False,
 ) -> AnalysisResult:
-    """Zero-agent mode: read [since, until) through Prometheus's query_range API and analyse it."""
+    """Zero-agent mode: read [since, until) through Prometheus's query_range API and analyse it.
+
+    ``gpu_view``: where no engine reported but GPUs did, raise :class:`GpuOnlyFleet` with the GPU view
+    instead of exiting 1."""
     from analyzer.pipeline import analyze as run_pipeline
     from analyzer.pools.selection import SelectionError
     from analyzer.settings import AnalyzerSettings
@@ -193,13 +208,23 @@ def run_prometheus_analysis(
         )
     except (PrometheusError, CatalogError) as exc:
         die(str(exc))
+    data = analysis_input(fleet)
+    if not data.inventory.workers:
+        from analyzer.sources.prometheus.inventory import gpu_view_buckets
+
+        buckets = gpu_view_buckets(fleet, bucket_s=data.bucket_s)
+        if gpu_view and len(buckets["ts"]):  # the GPU view carries and prints the read's notes itself
+            raise GpuOnlyFleet(
+                _gpu_view(data, buckets, analyzer_settings.params().bottleneck, list(fleet.notes))
+            )
     console = human()
     for note in fleet.notes:
         console.print(note, markup=False)
-    data = analysis_input(fleet)
     if not data.inventory.workers:
         die(
-            f"Prometheus at {url} shows no serving worker between {since.isoformat()} and {until.isoformat()}"
+            f"Prometheus at {url} shows no serving worker"
+            + (" (only GPUs)" if len(buckets["ts"]) else " and no GPU")
+            + f" between {since.isoformat()} and {until.isoformat()}"
         )
     try:
         return run_pipeline(
@@ -221,14 +246,26 @@ def run_store_analysis(
     *,
     selection: PoolSelection | None = None,
     processes: int = 1,
+    gpu_view: bool = False,
 ) -> AnalysisResult:
-    """Read [since, until) from the store, analyse it and store the findings and summary."""
+    """Read [since, until) from the store, analyse it and store the findings and summary.
+
+    Engines the collector left without GPUs are joined to them by pod where dcgm-exporter's series named it
+    (:func:`analyzer.sources.store.join_by_pod`); a join that still fails is a warning naming the engine.
+    ``gpu_view``: where no engine reported but GPUs did, raise :class:`GpuOnlyFleet` with the GPU view
+    (nothing is written) instead of exiting 1."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from analyzer.pipeline import analyze as run_pipeline
     from analyzer.pools.selection import SelectionError
     from analyzer.settings import AnalyzerSettings
-    from analyzer.sources.store import read_input, write_result
+    from analyzer.sources.store import (
+        join_by_pod,
+        profiling_warnings,
+        read_input,
+        rename_gpu_owners,
+        write_result,
+    )
     from fleet.catalog import CatalogError, load_catalog
     from fleet.store.engine import writing
     from fleet.store.migrate import SchemaNotCurrentError
@@ -252,9 +289,23 @@ def run_store_analysis(
             if since >= until:
                 die(f"--from {since.isoformat()} is not before --to {until.isoformat()}")
             data = read_input(connection, since, until)
+        joined, join_notes = join_by_pod(data.inventory)
+        data = rename_gpu_owners(data, joined)
+        notes = [*join_notes, *profiling_warnings(data)]
+        if not data.inventory.workers and gpu_view and len(data.gpu_buckets["ts"]):
+            raise GpuOnlyFleet(_gpu_view(data, data.gpu_buckets, params.bottleneck, notes))
+        console = human()
+        for note in notes:  # on stderr, as zero-agent mode prints its read's notes; also in --json warnings
+            console.print(note, markup=False)
         if not data.inventory.workers:
-            die(f"no serving worker reported between {since.isoformat()} and {until.isoformat()}")
-        result = run_pipeline(data, catalog, params, selection=selection, processes=processes)
+            die(
+                "no serving worker"
+                + (" (only GPU samples)" if len(data.gpu_buckets["ts"]) else " and no GPU sample")
+                + f" reported in the range analysed, {_span_text(data)}"
+            )
+        result = run_pipeline(
+            data, catalog, params, extra_warnings=notes, selection=selection, processes=processes
+        )
         whole = selection is None or selection.everything
         with writing(engine) as connection:
             write_result(connection, result, now=datetime.now(UTC), whole_fleet=whole)
@@ -265,6 +316,137 @@ def run_store_analysis(
     finally:
         engine.dispose()
     return result
+
+
+class GpuOnlyFleet(Exception):  # noqa: N818 - a result, not an error: the fleet has GPUs and no engine
+    """Raised by the run functions (with ``gpu_view=True``) where GPUs reported and no engine did."""
+
+    def __init__(self, view: GpuView) -> None:
+        super().__init__(view.reason)
+        self.view = view
+
+
+def _span_text(data: AnalysisInput) -> str:
+    """The range read: from its bucket-aligned start to its end, in RFC 3339."""
+    from analyzer.results.summary import iso
+
+    return f"{iso(data.start)} to {iso(data.end)}"
+
+
+def _gpu_view(data: AnalysisInput, buckets: Any, thresholds: Any, warnings: list[str]) -> GpuView:
+    from analyzer.results.summary import iso
+    from analyzer.telemetry.gpu_view import build_gpu_view
+
+    return build_gpu_view(
+        buckets,
+        data.inventory.gpus,
+        start=iso(data.start),
+        end=iso(data.end),
+        thresholds=thresholds,
+        warnings=warnings,
+    )
+
+
+def gpu_view_payload(view: GpuView) -> dict[str, Any]:
+    """What ``--json`` prints for a fleet with GPUs and no engine: no summary, no findings, the GPU view."""
+    body = view.to_json_dict()
+    return {
+        "mode": "gpu-view",
+        "summary": None,
+        "findings": [],
+        "gpu_view": body,
+        "warnings": body["warnings"],
+    }
+
+
+GPU_TABLE_ROWS = 200  # the GPU table of the human output stops here (--json has every GPU)
+
+
+def _share(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.0%}"
+
+
+def _hours(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:,.1f}"
+
+
+def print_gpu_view(view: GpuView, console: Console) -> None:
+    """The GPU view as rich tables (every name literal text)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    t = view.totals
+    console.print(
+        Text.assemble(("phasefit analyze", "bold"), f" {view.from_} -> {view.to}: ", ("GPU view", "bold"))
+    )
+    console.print(f"{view.reason}.", markup=False)
+    idle_unknown = f" (unknown for {t.idle_unknown_gpus} GPUs)" if t.idle_unknown_gpus else ""
+    console.print(
+        f"{t.gpus} GPUs, {_hours(t.gpu_hours)} GPU-hours; idle: {t.idle_gpus} GPUs, "
+        f"{_hours(t.idle_gpu_hours)} idle GPU-hours{idle_unknown}; {t.gpus_without_profiling} GPUs "
+        f"without DCGM profiling fields; {t.degraded_gpus} with degraded or lost telemetry",
+        markup=False,
+    )
+    skus = Table(title="GPUs by SKU", title_justify="left")
+    for column in ("SKU", "GPUs", "GPU-hours", "SM active", "tensor active", "DRAM active", "bottleneck",
+                   "idle GPUs", "idle GPU-hours", "no profiling", "degraded"):  # fmt: skip
+        skus.add_column(column, overflow="fold")
+    for row in view.skus:
+        add_row(
+            skus,
+            row.sku,
+            row.gpus,
+            _hours(row.gpu_hours),
+            _share(row.sm_active),
+            _share(row.tensor_active),
+            _share(row.dram_active),
+            ", ".join(f"{n} {kind}" for kind, n in row.bottlenecks.items()),
+            row.idle_gpus,
+            _hours(row.idle_gpu_hours),
+            row.gpus_without_profiling,
+            row.degraded_gpus,
+        )
+    console.print(skus)
+    gpus = Table(title="GPUs", title_justify="left")
+    for column in ("GPU", "node", "SKU", "pod", "hours", "SM", "tensor", "DRAM", "GPU util", "bottleneck",
+                   "idle GPU-h", "degraded"):  # fmt: skip
+        gpus.add_column(column, overflow="fold")
+    for gpu in view.gpus[:GPU_TABLE_ROWS]:
+        add_row(
+            gpus,
+            gpu.gpu_uuid,
+            gpu.node or "-",
+            gpu.sku or gpu.gpu_name or "unknown",
+            gpu.worker_id or "-",
+            _hours(gpu.hours),
+            _share(gpu.sm_active),
+            _share(gpu.tensor_active),
+            _share(gpu.dram_active),
+            _share(gpu.gpu_util),
+            gpu.bottleneck,
+            _hours(gpu.idle_gpu_hours),
+            _share(max(gpu.degraded_share, gpu.lost_share)),
+        )
+    console.print(gpus)
+    if len(view.gpus) > GPU_TABLE_ROWS:
+        console.print(f"... {len(view.gpus) - GPU_TABLE_ROWS} more GPUs: see --json", markup=False)
+    reasons = sorted({g.activity_unknown_reason for g in view.gpus if g.activity_unknown_reason})
+    if reasons:
+        console.print("Unknown activity", style="bold")
+        for why in reasons:
+            n = sum(1 for g in view.gpus if g.activity_unknown_reason == why)
+            console.print(f"- {n} GPU(s): {why}", markup=False)
+    if view.warnings:
+        console.print("Warnings", style="bold")
+        for line in view.warnings:
+            console.print(f"- {line}", markup=False)
+    console.print("To judge placement, expose these engine metrics", style="bold")
+    for needed in view.engine_metrics_needed:
+        console.print(
+            f"- {needed.engine}: {', '.join(needed.metrics)} (labels: {', '.join(needed.labels)})",
+            markup=False,
+        )
+    console.print(f"- {view.engine_join_help}", markup=False)
 
 
 def _tokens(value: float | None) -> str:
@@ -476,7 +658,11 @@ FINDING_COLUMNS = (
 
 
 def finding_cells(number: int, f: Finding) -> tuple[str, ...]:
-    """One finding's cells, in :data:`FINDING_COLUMNS` order (an unknown figure reads "-", never 0)."""
+    """One finding's cells, in :data:`FINDING_COLUMNS` order (an unknown figure reads "-", never 0; the
+    total tokens/s of a finding that estimates no loss reads "unknown")."""
+    from analyzer.findings.loss import states_loss
+
+    total = f.lost_tokens_per_s if states_loss(f) else None
     return (
         str(number),
         f.severity.value,
@@ -487,7 +673,7 @@ def finding_cells(number: int, f: Finding) -> tuple[str, ...]:
         f.bottleneck.value,
         _range(f.lost_output_tokens_per_s, f.lost_output_tokens_per_s_low, f.lost_output_tokens_per_s_high),
         _rate(f.lost_requests_per_s, 2),
-        _rate(f.lost_tokens_per_s),
+        "unknown" if total is None else _rate(total),
         f.first_seen.strftime("%m-%d %H:%M"),
         f.status.value,
     )

@@ -154,9 +154,12 @@ class FindingOut(BaseModel):
     bottleneck: str
     evidence: dict[str, float | str | None]
     tokens_per_s: float | None
-    lost_tokens_per_s: float
-    lost_tokens_per_s_low: float
-    lost_tokens_per_s_high: float
+    lost_tokens_per_s: float | None = Field(
+        default=None,
+        description="Secondary: lost prompt + output tokens/s (null: the finding estimates no loss).",
+    )
+    lost_tokens_per_s_low: float | None = None
+    lost_tokens_per_s_high: float | None = None
     lost_output_tokens_per_s: float | None = Field(
         default=None, description="Lost output tokens/s (null: not a throughput loss)."
     )

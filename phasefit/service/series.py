@@ -210,8 +210,8 @@ class Episode:
     start: float
     end: float
     lost: float
-    low: float
-    high: float
+    low: float | None  # None: the finding did not say
+    high: float | None
     output: float | None = None  # lost output tokens/s (None: the finding did not say)
     requests: float | None = None  # lost requests/s
 
@@ -251,8 +251,8 @@ def lost_from_episodes(
         points.append({
             "ts": to_datetime(b),
             "lost_tokens_per_s": sum(e.lost for e in picked) if picked else None,
-            "lost_tokens_per_s_low": sum(e.low for e in picked) if picked else None,
-            "lost_tokens_per_s_high": sum(e.high for e in picked) if picked else None,
+            "lost_tokens_per_s_low": _known_sum(e.low for e in picked) if picked else None,
+            "lost_tokens_per_s_high": _known_sum(e.high for e in picked) if picked else None,
             "lost_output_tokens_per_s": _known_sum(e.output for e in picked) if picked else None,
             "lost_requests_per_s": _known_sum(e.requests for e in picked) if picked else None,
             "pools": dict(sorted(pools.items())),

@@ -162,3 +162,25 @@ def test_ratio_series() -> None:
     assert by_series["provisioned"] == 3 and by_series["recommended (analyzer)"] == 3
     assert by_series["traffic needs"] == pytest.approx(3.0)  # 3 prefill workers' worth against 1 decode
     assert changes == [{"ts": "2026-11-23T01:00:00+00:00", "what": "longer prompts"}]
+
+
+def test_a_finding_that_states_no_loss_adds_nothing_and_sorts_last() -> None:
+    """A telemetry-degraded finding carries a null total: the lost series skips it (never a 0 point, never a
+    crash) and the findings table ranks it after every stated loss, its total shown as unknown."""
+    from dataclasses import replace
+
+    stated = _finding("w1", 100, 0, 2)
+    unknown = replace(
+        _finding("w2", 0, 0, 2),
+        kind="telemetry-degraded",
+        lost_tokens_per_s=None,
+        lost_tokens_per_s_low=None,
+        lost_tokens_per_s_high=None,
+    )
+    points = lost_from_episodes([unknown], T0, T0 + timedelta(hours=2), 3600)
+    assert all(p.lost is None for p in points)
+    both = lost_from_episodes([unknown, stated], T0, T0 + timedelta(hours=2), 3600)
+    assert [p.lost for p in both] == [100, 100]
+    rows = compute.finding_rows([unknown, stated])
+    assert [r["worker"] for r in rows] == ["w1", "w2"]
+    assert compute.total_lost(unknown) is None

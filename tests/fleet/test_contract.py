@@ -135,5 +135,9 @@ def test_nan_ratio_is_rejected() -> None:
 def test_finding_defaults() -> None:
     now = datetime(2026, 11, 23, tzinfo=UTC)
     finding = Finding(kind=FindingKind.DECODE_ON_LOW_BANDWIDTH, worker_id="w", first_seen=now, last_seen=now)
-    assert finding.lost_tokens_per_s == 0.0
+    # no loss estimated: unknown (null), never 0
+    assert finding.lost_tokens_per_s is None
+    assert finding.lost_tokens_per_s_low is None and finding.lost_tokens_per_s_high is None
     assert finding.status == "open"
+    estimated = finding.model_copy(update={"lost_tokens_per_s": 0.0})  # a loss estimated as 0 stays 0
+    assert Finding.model_validate_json(estimated.model_dump_json()).lost_tokens_per_s == 0.0

@@ -112,3 +112,16 @@ def test_time_window_and_paging(store_engine: Engine) -> None:
         page = list_findings(connection, limit=2, offset=1)
     assert sorted(f.finding.worker_id or "" for f in window) == ["w1", "w2"]
     assert [f.finding.worker_id for f in page] == ["w3", "w2"]
+
+
+def test_a_finding_that_estimates_no_loss_is_stored_and_read_back_as_null(store_engine: Engine) -> None:
+    unknown = {f"lost_tokens_per_s{bound}": None for bound in ("", "_low", "_high")}
+    degraded = finding("worker-2", kind=FindingKind.TELEMETRY_DEGRADED, recommendation=None, **unknown)
+    zero = finding("worker-3", lost_tokens_per_s=0.0, lost_tokens_per_s_low=0.0, lost_output_tokens_per_s=0.0)
+    with writing(store_engine) as connection:
+        upsert_findings(connection, [degraded, zero], now=T0 + HOUR)
+    with store_engine.connect() as connection:
+        stored = {s.finding.worker_id: s.finding for s in list_findings(connection)}
+    read = stored["worker-2"]
+    assert [read.lost_tokens_per_s, read.lost_tokens_per_s_low, read.lost_tokens_per_s_high] == [None] * 3
+    assert stored["worker-3"].lost_tokens_per_s == 0.0  # a loss estimated as 0 stays 0

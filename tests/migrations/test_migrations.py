@@ -310,3 +310,63 @@ def test_0007_adds_the_workers_concurrency_cap_and_its_downgrade_drops_only_that
     assert _worker_rows(engine, kept) == before
     migrate.upgrade(engine)  # and up again: the cap is unknown until an engine reports it
     assert _worker_rows(engine, f"{kept}, max_running_requests") == [(*before[0], None)]
+
+
+# --- 0008: a finding's total loss null where the finding estimates none ------------------------------------
+
+TOTAL = ("lost_tokens_per_s", "lost_tokens_per_s_low", "lost_tokens_per_s_high")
+_FINDING_COLUMNS = (
+    "kind", "subject", "status", "severity", "role", "bottleneck", "evidence", *TOTAL,
+    "lost_output_tokens_per_s", "lost_requests_per_s", "first_seen", "last_seen", "updated_at",
+)  # fmt: skip
+
+
+def _finding_rows(engine: Engine) -> list[tuple[Any, ...]]:
+    """As revision 0007 stored them: a telemetry-degraded finding's 0 total beside null output and requests;
+    a misplacement's loss; a loss estimated as 0 beside an output figure (kept 0)."""
+    at = DAY0 if engine.dialect.name == "postgresql" else to_epoch_us(DAY0)
+    return [
+        ("telemetry-degraded", "worker:w-a", "open", "warning", "decode", "unknown", "{}", 0.0, 0.0, 0.0,
+         None, None, at, at, at),
+        ("decode-on-low-bandwidth", "worker:w-b", "open", "warning", "decode", "memory", "{}", 1200.5, 800.0,
+         1500.0, 300.0, 0.25, at, at, at),
+        ("pool-ratio-drift", "pool:c/m", "open", "info", "unknown", "unknown", "{}", 0.0, 0.0, 10.0, 0.0,
+         0.0, at, at, at),
+    ]  # fmt: skip
+
+
+def _totals(engine: Engine) -> list[tuple[Any, ...]]:
+    with engine.connect() as connection:
+        statement = text(f"SELECT subject, {', '.join(TOTAL)} FROM findings ORDER BY subject")
+        return [tuple(row) for row in connection.execute(statement)]
+
+
+def _nullable_totals(engine: Engine) -> list[bool]:
+    columns = {c["name"]: c["nullable"] for c in inspect(engine).get_columns("findings")}
+    return [columns[name] for name in TOTAL]
+
+
+def test_0008_makes_the_total_loss_nullable_and_its_unknown_zeros_null(engine: Engine) -> None:
+    migrate.upgrade(engine, "0007")
+    _insert(engine, "findings", _FINDING_COLUMNS, _finding_rows(engine))
+    before = _totals(engine)
+    assert _nullable_totals(engine) == [False, False, False]
+
+    migrate.upgrade(engine, "0008")
+    assert _nullable_totals(engine) == [True, True, True]
+    assert _totals(engine) == [
+        ("pool:c/m", 0.0, 0.0, 10.0),  # estimated as 0 (an output figure beside it): stays 0
+        ("worker:w-a", None, None, None),  # no loss estimated: unknown, never 0
+        ("worker:w-b", 1200.5, 800.0, 1500.0),
+    ]
+    with engine.connect() as connection:
+        names = {i["name"] for i in inspect(connection).get_indexes("findings")}  # the batch copy kept them
+        unique = {u["name"] for u in inspect(connection).get_unique_constraints("findings")}
+    assert {"ix_findings_status_kind", "ix_findings_last_seen", "ix_findings_worker_id"} <= names
+    assert "uq_findings_kind_subject_first_seen" in unique
+
+    migrate.downgrade(engine, "0007")
+    assert _nullable_totals(engine) == [False, False, False]
+    assert _totals(engine) == before  # the 0 the older code wrote for unknown
+    migrate.upgrade(engine)  # and up again
+    assert _totals(engine)[1] == ("worker:w-a", None, None, None)

@@ -251,3 +251,19 @@ def test_a_sample_stamped_far_in_the_future_does_not_empty_the_default_range(sto
     result = _runner().invoke(app, ["--database-url", store, "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["summary"]["fleet"]["workers"] == 4
+
+
+def test_a_finding_that_estimates_no_loss_prints_unknown_total() -> None:
+    from fleet.contract import Finding, FindingKind
+    from phasefit.cli.analyze import FINDING_COLUMNS, finding_cells
+
+    at = datetime(2026, 11, 24, tzinfo=UTC)
+    degraded = Finding(
+        kind=FindingKind.TELEMETRY_DEGRADED, worker_id="node01/decode-2", first_seen=at, last_seen=at
+    )
+    total = FINDING_COLUMNS.index("total tok/s")
+    assert finding_cells(1, degraded)[total] == "unknown"  # never "0"
+    legacy = degraded.model_copy(update={"lost_tokens_per_s": 0.0})  # written before the total was nullable
+    assert finding_cells(1, legacy)[total] == "unknown"
+    sized = degraded.model_copy(update={"lost_tokens_per_s": 1234.4, "lost_output_tokens_per_s": 0.0})
+    assert finding_cells(1, sized)[total] == "1,234"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from analyzer.sources.prometheus.series import TimeGrid
 from analyzer.telemetry.frames import EngineFrame, FloatArray, GpuFrame, IntArray
@@ -79,6 +80,9 @@ class PrometheusFleet:
     gpu_row_busy: Mapping[str, FloatArray]
     engine_row_latency: Mapping[str, FloatArray]
     notes: tuple[str, ...]
+    # Raw GPU sample columns of every GPU that reported (attributed or not), for the GPU view
+    # (analyzer/telemetry/gpu_view.py); None where the fleet was built without them.
+    all_gpu_columns: Mapping[str, Any] | None = None
 
     @property
     def window_s(self) -> float:

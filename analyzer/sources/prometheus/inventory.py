@@ -130,3 +130,14 @@ def analysis_input(fleet: PrometheusFleet, *, bucket_s: float = BUCKET_S) -> Ana
         bucket_s=bucket_s,
     )
     return dataclasses.replace(data, inventory=inventory(fleet))
+
+
+def gpu_view_buckets(fleet: PrometheusFleet, *, bucket_s: float = BUCKET_S) -> dict[str, Any]:
+    """Every reporting GPU's samples (attributed to a pod or not) bucketed as the store's rollups are, for
+    the GPU view (analyzer/telemetry/gpu_view.py)."""
+    from analyzer.telemetry.grid import aggregate_gpu_samples
+
+    columns = fleet.all_gpu_columns
+    if columns is None:
+        columns = sample_columns(fleet)[0]
+    return aggregate_gpu_samples(columns, bucket_s)

@@ -39,6 +39,7 @@ from analyzer.sources.prometheus.notes import join_notes, pool_notes, role_notes
 from analyzer.sources.prometheus.reported import kv_capacity_tokens, max_running_requests
 from analyzer.sources.prometheus.series import Placements, RangeSeries, TimeGrid, dedupe_ranks, ratio_in_range
 from analyzer.telemetry.frames import ROLES, SOURCES, STATES, EngineFrame, FloatArray, GpuFrame, IntArray
+from analyzer.telemetry.gpu_view import PROFILING_HELP
 from fleet.contract import GpuState, Role, TelemetrySource
 from fleet.gpus import GpuCatalog
 from fleet.labels import MODEL_NAME_LABELS, TP_RANK_LABEL
@@ -150,7 +151,9 @@ def _map_gpus(
         count = len({gpus.metas[r].identity.gpu_uuid for r in np.flatnonzero(no_profiling.any(axis=1))})
         notes.append(
             f"{count} GPU(s) report no DCGM_FI_PROF_PIPE_TENSOR_ACTIVE / DCGM_FI_PROF_DRAM_ACTIVE: add the "
-            "profiling fields to dcgm-exporter's counters CSV, or their bottleneck stays unknown"
+            "profiling fields to dcgm-exporter's counters CSV, or their bottleneck stays unknown ("
+            + PROFILING_HELP
+            + ")"
         )
     return gpus
 
@@ -414,6 +417,20 @@ def _gpu_frame(g: _Gpus, gpus: Sequence[PrometheusGpu], grid: TimeGrid) -> tuple
     return frame, np.stack([rows.astype(np.int64), cols.astype(np.int64)])
 
 
+def _all_gpu_columns(g: _Gpus, gpus: Sequence[PrometheusGpu], grid: TimeGrid) -> dict[str, Any]:
+    """Raw sample columns (as the store returns them) of every GPU cell with a series, attributed or not."""
+    rows, cols = np.nonzero(g.present)
+    picked = rows.tolist()
+    return {
+        "ts": grid.start + cols.astype(np.float64) * grid.step,
+        "window_s": np.full(rows.size, grid.step),
+        "gpu_uuid": [gpus[r].gpu_uuid for r in picked],
+        "worker_id": [gpus[r].worker_id for r in picked],
+        **{c: g.columns[c][rows, cols] for c in (*PROFILING_FIELDS, "gpu_util", *_BUSY, "mem_used_bytes")},
+        "state": [STATES[s].value for s in g.state[rows, cols].tolist()],
+    }
+
+
 def _engine_frame(
     e: _Engines, grid: TimeGrid, roles: Mapping[str, Role]
 ) -> tuple[EngineFrame, dict[str, FloatArray]]:
@@ -477,4 +494,5 @@ def map_fleet(
         gpu_row_busy={column: g.columns[column][cells[0], cells[1]] for column in _BUSY},
         engine_row_latency=latency,
         notes=tuple(notes),
+        all_gpu_columns=_all_gpu_columns(g, gpus, grid),
     )

@@ -136,7 +136,12 @@ async def lost_tokens(
             source = "analysis-runs"
         else:
             stored = list_findings(connection, since=begin, until=finish, limit=MAX_EPISODES)
-            episodes = [_episode(s) for s in stored if s.finding.lost_tokens_per_s > 0]
+            # A finding that estimates no loss (null total) is no episode of loss: left out, never a 0.
+            episodes = [
+                _episode(s, lost)
+                for s in stored
+                if (lost := s.finding.lost_tokens_per_s) is not None and lost > 0
+            ]
             points = lost_from_episodes(episodes, t0, t1, step_s)
             source = "findings"
         return LostTokensSeries.model_validate({
@@ -147,13 +152,14 @@ async def lost_tokens(
     return await read_store(state, load)
 
 
-def _episode(stored: StoredFinding) -> Episode:
+def _episode(stored: StoredFinding, lost: float) -> Episode:
+    """The span of a finding that states a loss (``lost``: its total tokens/s, known)."""
     f = stored.finding
     end = stored.resolved_at or f.last_seen
     subject = f"worker:{f.worker_id}" if f.worker_id else f"pool:{f.pool}" if f.pool else "fleet"
     return Episode(
         subject=subject, pool=f.pool, start=f.first_seen.timestamp(), end=end.timestamp(),
-        lost=f.lost_tokens_per_s, low=f.lost_tokens_per_s_low, high=f.lost_tokens_per_s_high,
+        lost=lost, low=f.lost_tokens_per_s_low, high=f.lost_tokens_per_s_high,
         output=f.lost_output_tokens_per_s, requests=f.lost_requests_per_s,
     )  # fmt: skip
 

@@ -5,7 +5,7 @@ import pytest
 
 from analyzer.pipeline import input_from_samples
 from analyzer.pools.pool import build_pools
-from analyzer.pools.workload import pool_traffic
+from analyzer.pools.workload import PoolTraffic, pool_traffic
 from analyzer.telemetry.grid import aggregate_engine_samples, aggregate_gpu_samples, build_grid
 from fleet.catalog import load_catalog
 from tests.analyzer.synthetic import H100, H200, Fleet, Worker, workers
@@ -86,3 +86,27 @@ def test_rates_use_the_seconds_received_so_gaps_do_not_read_as_lower_traffic() -
     (pool,) = build_pools(data.inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG)
     traffic = pool_traffic(pool, grid)
     assert traffic.request_rate[0] == pytest.approx(40.0, rel=0.05)
+
+
+def test_without_traffic_the_mix_is_0_where_engines_reported_and_unknown_where_none_did() -> None:
+    nan = float("nan")
+    traffic = PoolTraffic(
+        pool="c/m",
+        bucket_start=np.arange(4) * 3600.0,
+        bucket_s=3600.0,
+        prompt_rate=np.array([0.0, 0.0, nan, 0.0]),
+        output_rate=np.array([0.0, 0.0, nan, 0.0]),
+        request_rate=np.full(4, nan),
+        prefill_workers=np.array([0.0, 1.0, 1.0, 0.0]),
+        decode_workers=np.array([0.0, 1.0, 1.0, 0.0]),
+        mixed_workers=np.zeros(4),
+        requests_counted=False,
+    )
+    silent = traffic.window(0, 1)  # no engine reported: unknown, never 0
+    assert np.isnan([silent.prompt_rate, silent.output_rate, silent.request_rate, silent.tokens_rate]).all()
+    assert silent.buckets == 0
+    mixed_up = traffic.window(2, 3)  # a worker changed role there: its tokens say nothing of the mix
+    assert np.isnan(mixed_up.tokens_rate)
+    for idle in (traffic.window(1, 2), traffic.window(0, 4)):  # engines reported no tokens: an idle pool
+        assert (idle.prompt_rate, idle.output_rate, idle.request_rate) == (0.0, 0.0, 0.0)
+        assert np.isnan(idle.isl) and np.isnan(idle.osl)

@@ -69,15 +69,6 @@ ALWAYS_KNOWN: dict[str, str] = {
     "Summary.bucket_s": "the analysis's own bucket width, a parameter of the run",
     "ChangeOutcome.hours_after": "hours between two segment boundaries, both timestamps of the run",
 }
-# Numeric fields still emitted as 0 where unknown whose model lives outside analyzer/findings and
-# analyzer/results (fleet/contract.py): telemetry-degraded and other non-placement findings carry
-# lost_tokens_per_s 0.0 while lost_output_tokens_per_s is null. Strict xfail below: it fails the day the
-# contract makes them nullable, so this set and the allow-list are then updated.
-OUTSIDE_GAPS = {
-    "Finding.lost_tokens_per_s",
-    "Finding.lost_tokens_per_s_low",
-    "Finding.lost_tokens_per_s_high",
-}
 
 
 def _schema() -> dict[str, Any]:
@@ -152,7 +143,7 @@ def test_the_walk_sees_the_numeric_fields() -> None:
 def test_every_numeric_field_is_nullable_or_always_known() -> None:
     fields = numeric_fields(_schema())
     never_null = {name for name, nullable in fields.items() if not nullable}
-    unexplained = never_null - set(ALWAYS_KNOWN) - OUTSIDE_GAPS
+    unexplained = never_null - set(ALWAYS_KNOWN)
     assert not unexplained, (
         "numeric fields that cannot be null: make them Optional (null where unknown) or add them to "
         f"ALWAYS_KNOWN with the reason: {sorted(unexplained)}"
@@ -163,15 +154,10 @@ def test_every_numeric_field_is_nullable_or_always_known() -> None:
     assert not nullable_listed, f"nullable now, drop them from ALWAYS_KNOWN: {sorted(nullable_listed)}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fleet/contract.py (outside this change's files) still types "
-    "Finding.lost_tokens_per_s[_low|_high] as a float defaulting to 0.0: a telemetry-degraded finding "
-    "says 0 total tokens/s where it is unknown",
-)
 def test_findings_total_tokens_are_nullable() -> None:
+    """A finding that estimates no loss (telemetry degraded, ...) says null total tokens/s, never 0."""
     fields = numeric_fields(_schema())
-    assert all(fields[name] for name in OUTSIDE_GAPS)
+    assert all(fields[f"Finding.lost_tokens_per_s{bound}"] for bound in ("", "_low", "_high"))
 
 
 def _zeros(data: Any, path: str = "") -> Iterator[str]:
@@ -207,29 +193,6 @@ def nothing_seen() -> AnalysisResult:
     return analyze(input_from_samples(gpu, engine, start=end + 7200.0, end=end + 4 * 3600.0), CATALOG)
 
 
-# Zeros an analysis that saw no telemetry still writes where the figure is unknown, made outside
-# analyzer/findings and analyzer/results: the traffic mix of a segment without telemetry has rates of 0
-# (analyzer/pools/workload.py), summarized as they are (analyzer/summarize.py), and a worker not judged is
-# given a loss of 0 (analyzer/summarize.py, build_summary). Strict xfail below: it fails once they are null.
-OUTSIDE_ZEROS = {
-    "fleet.demand_output_tokens_per_s",
-    "fleet.demand_tokens_per_s",
-    "pools[0].demand_output_tokens_per_s",
-    "pools[0].demand_tokens_per_s",
-    "pools[0].traffic.prompt_tokens_per_s",
-    "pools[0].traffic.output_tokens_per_s",
-    "pools[0].traffic.requests_per_s",
-    "pools[0].segments[0].requests_per_s",
-    "pools[0].segments[0].demand_output_tokens_per_s",
-    "pools[0].segments[0].demand_tokens_per_s",
-    *(
-        f"workers[{i}].{k}"
-        for i in (0, 1)
-        for k in ("lost_output_tokens_per_s", "lost_requests_per_s", "lost_tokens_per_s")
-    ),
-}
-
-
 def _unexplained_zeros(summary: dict[str, Any]) -> list[str]:
     prefixes = {"FleetTotals": "fleet", "PoolSummary": "pools[0]", "ModelInfo": "model"}
     allowed = {
@@ -241,14 +204,18 @@ def _unexplained_zeros(summary: dict[str, Any]) -> list[str]:
 
 
 def test_an_analysis_that_saw_nothing_says_null(nothing_seen: AnalysisResult) -> None:
-    zeros = _unexplained_zeros(nothing_seen.summary)
-    assert [p for p in zeros if p not in OUTSIDE_ZEROS] == []
     assert nothing_seen.summary["pools"][0]["lost"]["tokens_per_s"]["value"] is None
+    # the traffic of a range without telemetry is unknown (analyzer/pools/workload.py), not 0
+    pool, fleet = nothing_seen.summary["pools"][0], nothing_seen.summary["fleet"]
+    assert pool["traffic"]["prompt_tokens_per_s"] is None and pool["traffic"]["requests_per_s"] is None
+    assert pool["demand_tokens_per_s"] is None and fleet["demand_output_tokens_per_s"] is None
+    assert pool["segments"][0]["requests_per_s"] is None
+    # a worker nobody could judge loses an unknown amount (analyzer/summarize.py), not 0
+    for worker in nothing_seen.summary["workers"]:
+        assert worker["unjudged_reason"] is not None
+        assert worker["lost_output_tokens_per_s"] is None and worker["lost_tokens_per_s"] is None
 
 
-@pytest.mark.xfail(
-    strict=True, reason="traffic rates and unjudged workers' losses are 0 where unknown (see OUTSIDE_ZEROS)"
-)
 def test_an_analysis_that_saw_nothing_has_no_zero_at_all(nothing_seen: AnalysisResult) -> None:
     assert _unexplained_zeros(nothing_seen.summary) == []
 
@@ -271,10 +238,15 @@ def test_a_telemetry_degraded_finding_states_no_loss_as_known(lost_gpu: Analysis
         assert data[f"{key}_low"] is None and data[f"{key}_high"] is None, key
 
 
-@pytest.mark.xfail(strict=True, reason="Finding.lost_tokens_per_s defaults to 0.0 in fleet/contract.py")
 def test_a_telemetry_degraded_finding_has_no_total_loss_of_0(lost_gpu: AnalysisResult) -> None:
     (degraded,) = [f for f in lost_gpu.findings if f.kind is FindingKind.TELEMETRY_DEGRADED]
-    assert degraded.model_dump(mode="json")["lost_tokens_per_s"] is None
+    data = degraded.model_dump(mode="json")
+    assert data["lost_tokens_per_s"] is None
+    assert data["lost_tokens_per_s_low"] is None and data["lost_tokens_per_s_high"] is None
+    # the findings that estimate a loss keep a number; an unknown total sorts after every known one
+    totals = [f.lost_tokens_per_s for f in lost_gpu.findings]
+    known = [t for t in totals if t is not None]
+    assert known and totals[: len(known)] == sorted(known, reverse=True)
 
 
 def test_a_group_that_does_not_fit_has_no_per_worker_figure() -> None:

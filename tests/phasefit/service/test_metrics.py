@@ -171,6 +171,17 @@ def test_conclusions_are_a_pure_function_of_findings_and_summary(sqlite_engine: 
     assert result.pool_lost == {}
 
 
+def test_a_finding_that_estimates_no_loss_has_no_loss_series(sqlite_engine: Engine) -> None:
+    degraded = finding("w-8", FindingKind.TELEMETRY_DEGRADED, 0.0, pool=None, lost_tokens_per_s=None)
+    store(sqlite_engine, degraded, finding("w-9", FindingKind.PREFILL_ON_HIGH_BANDWIDTH, 7.0, pool=None))
+    with sqlite_engine.connect() as connection:
+        stored = list_findings(connection)
+    assert {s.finding.worker_id: s.finding.lost_tokens_per_s for s in stored} == {"w-8": None, "w-9": 7.0}
+    result = conclude(stored, {}, None)
+    assert [key[1] for key in result.worker_lost] == ["w-9"]  # unknown: no series, never 0
+    assert result.fleet_lost == 7.0  # the unknown adds nothing
+
+
 def test_requests_are_counted_by_route_template(client: Any) -> None:
     client.get("/v1/workers/a/samples")
     client.get("/v1/workers/b/samples")

@@ -263,3 +263,27 @@ def test_reads_answer_503_when_the_store_is_down(make_client: ClientFactory) -> 
         assert "phasefit_service_store_up 0.0" in client.get("/metrics").text
     finally:
         down.dispose()
+
+
+def test_a_finding_that_estimates_no_loss_reads_null_and_adds_nothing(
+    stocked: Any, sqlite_engine: Engine
+) -> None:
+    with writing(sqlite_engine) as connection:
+        degraded = Finding(
+            kind=FindingKind.TELEMETRY_DEGRADED,
+            worker_id="worker-1",
+            pool=POOL,
+            first_seen=T0,
+            last_seen=T0 + timedelta(minutes=30),
+        )
+        upsert_findings(connection, [degraded], now=datetime(2026, 3, 2, 13, 0, tzinfo=UTC))
+    (item,) = stocked.get("/v1/findings", params={"kind": "telemetry-degraded"}).json()["items"]
+    assert [item[f"lost_tokens_per_s{b}"] for b in ("", "_low", "_high")] == [None, None, None]  # never 0
+    params = {"from": T0.isoformat(), "to": (T0 + timedelta(minutes=30)).isoformat(), "step": "5m"}
+    series = stocked.get("/v1/lost-tokens", params=params).json()
+    assert [p["lost_tokens_per_s"] for p in series["points"]] == [120.0, 160.0, 160.0, 120.0, 120.0, None]
+    document = stocked.get("/openapi.json", headers=auth(READ)).json()
+    properties = document["components"]["schemas"]["FindingOut"]["properties"]
+    for bound in ("", "_low", "_high"):
+        types = {option.get("type") for option in properties[f"lost_tokens_per_s{bound}"]["anyOf"]}
+        assert types == {"number", "null"}, bound

@@ -131,6 +131,9 @@ def test_lost_output_tokens_and_requests_are_summed_only_when_every_term_is_know
     points = lost_from_episodes(episodes, 0, 300, 100)
     assert [p["lost_output_tokens_per_s"] for p in points] == [6.0, None, 6.0]
     assert points[0]["lost_requests_per_s"] == 0.01 and points[1]["lost_requests_per_s"] is None
+    ranged = [Episode("worker:a", "p", 0, 250, 10, 5, 20), Episode("worker:b", "p", 120, 130, 4, None, None)]
+    low = [p["lost_tokens_per_s_low"] for p in lost_from_episodes(ranged, 0, 300, 100)]
+    assert low == [5.0, None, 5.0]  # a range a finding did not give is unknown, never 0
     runs = [RunTotals(10, 100, None, None, {}, output=40.0, requests=0.2), RunTotals(20, 80, None, None, {})]
     (point,) = lost_from_runs(runs, 0, 100, 100)
     assert point["lost_output_tokens_per_s"] == 40.0 and point["lost_requests_per_s"] == 0.2
