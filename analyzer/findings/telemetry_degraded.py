@@ -10,6 +10,7 @@ import numpy as np
 
 from analyzer.findings.base import FindingInputs, latest_run, utc
 from analyzer.telemetry.bottleneck import EVIDENCE
+from analyzer.telemetry.gpu_view import PROFILING_HELP
 from analyzer.tunable import tunable
 from fleet.contract import (
     ActivityEvidence,
@@ -20,9 +21,12 @@ from fleet.contract import (
     Recommendation,
     Severity,
 )
+from fleet.gpus import UNKNOWN_SKU_KEY
 
 KINDS = (FindingKind.TELEMETRY_DEGRADED,)
 _UTILISATION_ONLY = "utilisation only (no profiling counters)"
+_SILENT = "no GPU telemetry while the engine reports"
+_NOT_JOINED = "no GPU joined to this engine"
 
 
 @dataclass(frozen=True)
@@ -64,10 +68,11 @@ def detect(inputs: FindingInputs, p: DegradedParams) -> list[Finding]:
         what = {
             "GPU lost (Xid 79 / GPU_IS_LOST)": float(lost[row].mean()),
             "GPU samples marked degraded": float(degraded[row].mean()),
-            "no GPU telemetry while the engine reports": float(silent[row].mean()),
+            _SILENT: float(silent[row].mean()),
             _UTILISATION_ONLY: float(basic[row].mean()),
         }
         main = max(what, key=lambda k: what[k])
+        cause = _cause(main, ctx.sku)
         lost_now = bool(lost[row, n - tail :].any())
         out.append(
             Finding(
@@ -89,8 +94,8 @@ def detect(inputs: FindingInputs, p: DegradedParams) -> list[Finding]:
                 recommendation=Recommendation(
                     action="investigate",
                     detail=(
-                        f"{grid.workers[row]}: {main} for {share:.0%} of the range; its bottleneck cannot be "
-                        "measured there"
+                        f"{grid.workers[row]}: {cause} for {share:.0%} of the range; its bottleneck "
+                        f"cannot be measured there{_fix(main, ctx.sku)}"
                     ),
                 ),
                 first_seen=utc(float(grid.bucket_start[first])),
@@ -98,3 +103,21 @@ def detect(inputs: FindingInputs, p: DegradedParams) -> list[Finding]:
             )
         )
     return out
+
+
+def _cause(main: str, sku: str) -> str:
+    """The main cause in words: an engine with no GPU at all is a failed join, not silent GPUs."""
+    return _NOT_JOINED if main == _SILENT and sku == UNKNOWN_SKU_KEY else main
+
+
+def _fix(main: str, sku: str) -> str:
+    """What to do about it, where phasefit knows."""
+    if main == _UTILISATION_ONLY:
+        return f"; {PROFILING_HELP}"
+    if main == _SILENT and sku == UNKNOWN_SKU_KEY:
+        return (
+            "; neither a GPU reporting this engine's id nor a dcgm-exporter series naming its pod was found "
+            "(the analyze warnings say what was tried): give dcgm-exporter's series pod/namespace labels "
+            "(Kubernetes pod mapping) or run the phasefit collector on the node"
+        )
+    return ""

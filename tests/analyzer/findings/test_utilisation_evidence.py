@@ -113,3 +113,25 @@ def test_busy_time_alone_judges_nobody_and_flags_nobody() -> None:
     assert all(w["misplaced"] is None for w in result.summary["workers"])
     degraded = [f for f in result.findings if f.kind is FindingKind.TELEMETRY_DEGRADED]
     assert len(degraded) == 4 and all(f.severity is Severity.INFO for f in degraded)
+
+
+def test_a_utilisation_only_finding_names_the_dcgm_fields_to_enable() -> None:
+    degraded = [f for f in _inverted(BUSY_ONLY).findings if f.kind is FindingKind.TELEMETRY_DEGRADED]
+    assert degraded
+    for f in degraded:
+        detail = f.recommendation.detail
+        assert "utilisation only" in detail
+        assert "DCGM_FI_PROF_SM_ACTIVE" in detail and "DCGM_FI_PROF_DRAM_ACTIVE" in detail
+        assert "dcgm-exporter -f" in detail
+
+
+def test_an_engine_with_no_gpu_joined_is_a_failed_join_not_silent_gpus() -> None:
+    from analyzer.findings.telemetry_degraded import _cause, _fix
+
+    assert _cause("no GPU telemetry while the engine reports", "unknown") == "no GPU joined to this engine"
+    assert "pod" in _fix("no GPU telemetry while the engine reports", "unknown")
+    # GPUs that are attributed but fall silent stay described as such.
+    assert _cause("no GPU telemetry while the engine reports", "H100-SXM") == (
+        "no GPU telemetry while the engine reports"
+    )
+    assert _fix("no GPU telemetry while the engine reports", "H100-SXM") == ""
