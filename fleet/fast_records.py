@@ -295,7 +295,7 @@ def fast_block(block: bytes, first_line: int, time_encoding: TimeEncoding) -> Ro
         records = list(map(decode, filter(None, lines)))
     except msgspec.DecodeError:  # malformed JSON, or a value msgspec refuses (ValidationError subclasses it)
         return None
-    batch = RowBatch(time_encoding)
+    batch = RowBatch(time_encoding, strict_repeats=True)
     quoted = 0  # the keys and the string values the lines hold
     try:
         for kind in KINDS:

@@ -127,7 +127,7 @@ def _validated_block(
     block: bytes, first_line: int, time_encoding: TimeEncoding
 ) -> RowBatch | list[LineError]:
     """:func:`parse_block` through pydantic, line by line: the authority, and the errors' source."""
-    batch = RowBatch(time_encoding)
+    batch = RowBatch(time_encoding, strict_repeats=True)
     errors: list[LineError] = []
     for offset, raw in enumerate(block.split(b"\n")):
         line = raw.strip()
@@ -365,7 +365,10 @@ def _ingest_once(
                 raise IngestError(path, parsed, more=True)  # leaving the block rolls the transaction back
             with gc_paused():
                 written = write_sample_rows(connection, parsed, assume_new=assume_new)
-                dimensions.merge(parsed, rows=False)
+                try:
+                    dimensions.merge(parsed, rows=False, strict=True)
+                except RowValueError as exc:  # one key in two blocks of the file with other attributes
+                    raise IngestError(path, [LineError(None, exc.field, exc.message)]) from exc
             if written.duplicates:  # a key stored before, or repeated in the file: the same values only
                 conflicts.samples(connection, parsed)
                 _raise_conflicts(path, conflicts)

@@ -11,7 +11,7 @@ GPU per batch, not one per sample.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
@@ -82,6 +82,9 @@ class RowBatch:
     gpus: dict[str, GpuRecord] = field(default_factory=dict)  # sku: resolved by the writer
     workers: dict[str, WorkerRecord] = field(default_factory=dict)
     nodes: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
+    # File ingest (as strict as HTTP): a sample key twice in the batch with other values is an error, where
+    # the writer's own batches keep the first and count the second as a duplicate.
+    strict_repeats: bool = False
     _latest_gpu: dict[str, list[Any]] = field(default_factory=dict, repr=False)  # [first, last, values, tag]
     _latest_worker: dict[str, list[Any]] = field(default_factory=dict, repr=False)
     # Widened first/last seen that merge() has not written into gpus/workers yet: finish() does, once per
@@ -111,7 +114,15 @@ class RowBatch:
                 values["nvlink_rx_bytes"], values["pcie_tx_bytes"], values["pcie_rx_bytes"],
                 state, source, values["gr_engine_active"], values["mem_copy_util"], evidence,
             ))  # fmt: skip
-            _remember(self._latest_gpu, values["gpu_uuid"], ts, values, tag, key_field="gpu_uuid")
+            _remember(
+                self._latest_gpu,
+                values["gpu_uuid"],
+                ts,
+                values,
+                tag,
+                key_field="gpu_uuid",
+                strict=self.strict_repeats,
+            )
         else:
             _check_ints(values, _ENGINE_BIG_INTS)
             role, role_source = values["role"]._value_, values["role_source"]._value_
@@ -124,7 +135,10 @@ class RowBatch:
                 values["preemptions"], values["ttft_p50_s"], values["ttft_p99_s"], values["tpot_p50_s"],
                 values["tpot_p99_s"],
             ))  # fmt: skip
-            _remember(self._latest_worker, values["worker_id"], ts, values, tag, key_field="worker_id")
+            _remember(
+                self._latest_worker, values["worker_id"], ts, values, tag, key_field="worker_id",
+                strict=self.strict_repeats,
+            )  # fmt: skip
 
     def add_columns(
         self,
@@ -153,6 +167,11 @@ class RowBatch:
         for name in ("gpu_uuid", "worker_id") if gpu else ("worker_id",):
             if "\x00" in "".join(filter(None, set(columns[name]))):
                 raise RowValueError(name, "contains a NUL character")
+        keys = columns[key_field]
+        if self.strict_repeats and len(set(zip(keys, ts, strict=True))) != len(keys):
+            # A sample key twice in the block: add() compares the two records and names the line (the fast
+            # path declines the block on this; ~130 ns a record).
+            raise RowValueError(key_field, "a sample key repeats in the block")
         encoded = {t: _time_value(t, self.time_encoding) for t in set(ts)}
         ts_values = list(map(encoded.__getitem__, ts))
         (self.gpu_rows if gpu else self.engine_rows).extend(
@@ -160,7 +179,6 @@ class RowBatch:
         )
         # Windows ascending, a tie with the later record first: the last record per key is its latest window,
         # the first record of that window (as in add(), where only a later window replaces the latest).
-        keys = columns[key_field]
         order = sorted(range(len(keys) - 1, -1, -1), key=ts.__getitem__)
         ordered_keys = list(map(keys.__getitem__, order))
         latest = dict(zip(ordered_keys, order, strict=True))
@@ -220,9 +238,11 @@ class RowBatch:
         self._latest_gpu.clear()
         self._latest_worker.clear()
 
-    def merge(self, other: RowBatch, *, rows: bool = True) -> None:
+    def merge(self, other: RowBatch, *, rows: bool = True, strict: bool = False) -> None:
         """Fold ``other``'s GPU, worker and node attributes into this batch's; append its rows too unless
-        ``rows`` is false (JSONL ingest writes rows chunk by chunk and the dimensions once per file)."""
+        ``rows`` is false (JSONL ingest writes rows chunk by chunk and the dimensions once per file).
+        ``strict``: a GPU or worker whose latest window in both batches is the same but whose attributes
+        differ was sent twice with other content (one file's blocks): :class:`RowValueError`."""
         if other.time_encoding != self.time_encoding:
             raise ValueError("cannot merge batches encoded for different dialects")
         self._fold_latest()
@@ -231,8 +251,12 @@ class RowBatch:
             self.gpu_rows.extend(other.gpu_rows)
             self.engine_rows.extend(other.engine_rows)
         for uuid, gpu in other.gpus.items():
+            if strict:
+                _same_window_same_values(self.gpus.get(uuid), gpu, "gpu_uuid", uuid)
             self._merge_newer(self.gpus, True, uuid, gpu)
         for worker_id, worker in other.workers.items():
+            if strict:
+                _same_window_same_values(self.workers.get(worker_id), worker, "worker_id", worker_id)
             self._merge_newer(self.workers, False, worker_id, worker)
         for node, (first, last) in other.nodes.items():
             self._fold_node(node, first, last)
@@ -287,8 +311,10 @@ def _remember(
     tag: int | None,
     *,
     key_field: str,
+    strict: bool = False,
 ) -> None:
-    """Keep the latest record (and the first/last window) of ``key``."""
+    """Keep the latest record (and the first/last window) of ``key``. ``strict``: the same key at the same
+    latest window with other values is the same sample sent twice with other content, refused as HTTP does."""
     seen = latest.get(key)
     if seen is None:
         if "\x00" in key:
@@ -296,8 +322,42 @@ def _remember(
         latest[key] = [ts, ts, values, tag]
     elif ts > seen[1]:
         seen[1], seen[2], seen[3] = ts, values, tag
+    elif strict and ts == seen[1] and values != seen[2]:
+        raise _repeated_with_other_values(key_field, key, ts, seen[2], values, tag)
     elif ts < seen[0]:
         seen[0] = ts
+
+
+def _repeated_with_other_values(
+    key_field: str, key: str, ts: datetime, before: dict[str, Any], now: dict[str, Any], tag: int | None
+) -> RowValueError:
+    differing = [name for name in now if before.get(name) != now[name]] or ["attributes"]
+    shown = "; ".join(
+        f"{name}: {_shown(before.get(name))} then {_shown(now.get(name))}" for name in differing[:4]
+    )
+    return RowValueError(
+        differing[0],
+        f"{key_field} {key!r} at {ts.isoformat()} came twice with other values ({shown}): a sample key is "
+        "sent once, or again with the same values",
+        tag,
+    )
+
+
+def _shown(value: Any) -> str:
+    return repr(getattr(value, "_value_", value))
+
+
+_SPAN_FIELDS = ("first_seen", "last_seen")
+
+
+def _same_window_same_values(known: _Dim | None, seen: _Dim, key_field: str, key: str) -> None:
+    """Refuse two records of one key whose latest window is the same but whose attributes differ."""
+    if known is None or known.last_seen != seen.last_seen or seen.last_seen is None:
+        return
+    before = {k: v for k, v in asdict(known).items() if k not in _SPAN_FIELDS}
+    now = {k: v for k, v in asdict(seen).items() if k not in _SPAN_FIELDS}
+    if before != now:
+        raise _repeated_with_other_values(key_field, key, seen.last_seen, before, now, None)
 
 
 def _newer(known: _Dim | None, seen: _Dim) -> _Dim:

@@ -103,9 +103,9 @@ def test_benchmark_records_take_the_fast_path_and_build_the_same_batch(encoding:
 def test_mixed_kinds_out_of_order_windows_and_ties_keep_the_latest_window_rule(
     encoding: TimeEncoding,
 ) -> None:
-    """Windows out of order and repeated: a GPU's attributes come from its latest window's first record."""
+    """Windows out of order: a GPU's attributes come from its latest window, on both paths alike."""
     records: list[GpuSample | EngineSample] = []
-    for minute in (5, 1, 9, 9, 3, 9, 0):
+    for minute in (5, 1, 9, 3, 0):
         for gpu in range(6):
             records.append(
                 gpu_sample(gpu, minute, node=f"node-{minute}-{len(records) % 3}", gpu_name=f"g{minute}")
@@ -113,6 +113,19 @@ def test_mixed_kinds_out_of_order_windows_and_ties_keep_the_latest_window_rule(
         records.append(engine_sample(gpu % 3, minute, model=f"m-{len(records)}", deployment="d"))
     random.Random(7).shuffle(records)
     assert _agree(_lines(records), encoding) is not None
+
+
+@pytest.mark.parametrize("encoding", ["epoch_us", "datetime"])
+def test_a_repeated_sample_key_goes_the_pydantic_way(encoding: TimeEncoding) -> None:
+    """A sample key twice in a block: the fast path declines it; pydantic keeps identical repeats (the writer
+    counts them as duplicates) and refuses a repeat with other values, naming the second line and field."""
+    same = [gpu_sample(0, 1), gpu_sample(1, 1), gpu_sample(0, 1)]
+    assert fast_block(_lines(same), 1, encoding) is None
+    assert isinstance(_validated_block(_lines(same), 1, encoding), RowBatch)
+    other = [gpu_sample(0, 1), gpu_sample(1, 1), gpu_sample(0, 1, node="node-elsewhere")]
+    assert fast_block(_lines(other), 1, encoding) is None
+    refused = _validated_block(_lines(other), 1, encoding)
+    assert isinstance(refused, list) and (refused[0].line, refused[0].field) == (3, "node")
 
 
 def test_blank_lines_a_byte_order_mark_and_crlf_endings_are_read_as_the_pydantic_path_reads_them() -> None:
@@ -235,9 +248,10 @@ def _pairs(record: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def _context() -> list[str]:
-    """Valid lines around the edited one, so its batch folds into other records' GPUs and workers."""
+    """Valid lines around the edited one, so its batch folds into other records' GPUs and workers (an
+    earlier window of the same GPU: the same sample key twice is refused or a duplicate, not an edit)."""
     return [
-        _line(_pairs(GPU_LINE)),
+        _line(_pairs({**GPU_LINE, "ts": "2026-03-02T11:58:00Z"})),
         _line(_pairs({**ENGINE_LINE, "ts": "2026-03-02T11:59:00Z"})),
         dump_record(gpu_sample(1, 3)),
         dump_record(engine_sample(0, -5)),

@@ -144,6 +144,25 @@ def test_a_key_repeated_in_one_file_with_other_values_is_refused(
     assert _stored(store_engine) == 0
 
 
+@pytest.mark.parametrize("block_bytes", [1 << 20, 200], ids=["one-block", "across-blocks"])
+@pytest.mark.parametrize(
+    ("field", "value"), [("gpu_index", 5), ("gpu_name", "NVIDIA Other"), ("node", "node-9")]
+)
+def test_a_new_gpus_key_repeated_with_other_attributes_is_refused(
+    store_engine: Engine, tmp_path: Path, path_kind: str, block_bytes: int, field: str, value: object
+) -> None:
+    """The same sample key twice in one file, the sample values equal, an attribute of a GPU the store has
+    never seen different: refused naming the field and both values, nothing stored."""
+    lines = [dump_record(gpu_sample(0, 0)), dump_record(engine_sample(0, 0))]
+    lines += [dump_record(gpu_sample(0, 0, **{field: value}))]
+    with pytest.raises(IngestError) as caught:
+        ingest_file(store_engine, _write(tmp_path / "attrs.jsonl", lines), jobs=0, block_bytes=block_bytes)
+    error = caught.value.errors[0]
+    assert error.field == field and "came twice with other values" in error.message
+    assert repr(value) in error.message
+    assert _stored(store_engine) == 0
+
+
 def test_a_key_repeated_in_one_file_with_the_same_values_is_a_duplicate(
     store_engine: Engine, tmp_path: Path, path_kind: str
 ) -> None:
