@@ -1,6 +1,7 @@
 """The dashboard's reads through the phasefit service's query API (``PHASEFIT_DASHBOARD_SOURCE=api``).
 
-The API serves the fleet's GPU groups, workers, findings, lost tokens over time and the weekly reports. It
+The API serves the fleet's GPU groups, workers, findings, lost tokens over time, the GPU view of a fleet
+without a serving engine and the weekly reports. It
 does not serve fleet-wide activity series, per-worker counter means, traffic per pool, analyzer summaries
 or alert events; those reads raise :class:`~dashboard.views.NotServedError` with what to do instead, and the
 page shows that message where the chart would be.
@@ -9,7 +10,7 @@ page shows that message where the chart would be.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -31,8 +32,12 @@ from dashboard.views import (
 )
 from fleet.gpus import is_mig_key
 
+if TYPE_CHECKING:
+    from analyzer.telemetry.gpu_view import GpuView
+
 PAGE = 1000
 MAX_PAGES = 200
+GPU_VIEW = "/v1/gpu-view"
 
 
 def _not_served(what: str) -> NotServedError:
@@ -51,7 +56,9 @@ class ApiSource:
         self.client = client
 
     def _get(self, path: str, params: dict[str, Any] | None = None) -> Any:
-        response = self.client.get(path, params=params)
+        return self._json(path, self.client.get(path, params=params))
+
+    def _json(self, path: str, response: httpx.Response) -> Any:
         if response.status_code in (401, 403):
             raise NotServedError(
                 f"the phasefit service refused the dashboard's read of {path} ({response.status_code}): "
@@ -114,6 +121,15 @@ class ApiSource:
             pools = [lost for pool, lost in p.pools.items() if scope.pool_matches(pool)]
             points.append(LostPoint(p.ts, sum(pools) if pools else None, None, None))
         return points
+
+    def gpu_view(self, scope: Scope) -> GpuView | None:
+        """The GPU view over the scope's range, or None where the service has none to show (404: an engine
+        reported, so placement can be judged, or no GPU sample lies in the range)."""
+        params = {"from": scope.since.isoformat(), "to": scope.until.isoformat()}
+        response = self.client.get(GPU_VIEW, params=params)
+        if response.status_code == 404:
+            return None
+        return api_wire.GpuView.model_validate(self._json(GPU_VIEW, response)).record()
 
     def reports(self) -> list[ReportListing]:
         return [

@@ -11,8 +11,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from analyzer.telemetry import gpu_view as view
 from fleet.contract import Finding
 from fleet.inventory import WorkerRecord
 from fleet.store.findings import StoredFinding
@@ -73,3 +74,36 @@ def stored_finding(item: dict[str, Any]) -> StoredFinding:
     fields = {name: value for name, value in item.items() if name in Finding.model_fields}
     finding = Finding.model_validate(fields, context={"stored": True})
     return StoredFinding(envelope.id, finding, envelope.resolved_at, envelope.updated_at)
+
+
+class GpuView(_Wire):
+    """``GET /v1/gpu-view``: its rows are validated into the analyzer's own records
+    (:mod:`analyzer.telemetry.gpu_view`), so the page shows the same view from either source."""
+
+    from_: datetime = Field(alias="from")
+    to: datetime
+    reason: str
+    gpus: list[view.GpuRow]
+    skus: list[view.SkuRow]
+    totals: view.GpuTotals
+    warnings: list[str] = []
+    profiling_help: str | None = None
+    engine_metrics_needed: list[view.EngineMetrics] = []
+    engine_join_help: str = view.ENGINE_JOIN_HELP
+
+    def record(self) -> view.GpuView:
+        """The analyzer's GpuView, its range written as the store source writes it (RFC 3339, UTC, Z)."""
+        from analyzer.results.summary import iso
+
+        return view.GpuView(
+            from_=iso(self.from_.timestamp()),
+            to=iso(self.to.timestamp()),
+            reason=self.reason,
+            gpus=list(self.gpus),
+            skus=list(self.skus),
+            totals=self.totals,
+            warnings=list(self.warnings),
+            profiling_help=self.profiling_help,
+            engine_metrics_needed=list(self.engine_metrics_needed),
+            engine_join_help=self.engine_join_help,
+        )

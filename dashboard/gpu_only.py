@@ -1,8 +1,11 @@
 """The GPU view on the dashboard: a store with GPU samples and no engine (dcgm-exporter alone) shows what
 ``phasefit analyze`` prints for it (analyzer/telemetry/gpu_view.py), instead of empty placement figures.
 
-Store source only: the service's API serves no GPU view yet. Names reach Streamlit through ``st.dataframe``
-(text as it is) or :func:`dashboard.plain.plain` (escaped Markdown); unknown activity stays empty, never 0.
+Either source: the store is read here (:func:`read_gpu_view`), the service's ``GET /v1/gpu-view`` by
+:meth:`dashboard.api_source.ApiSource.gpu_view`; both give the analyzer's own
+:class:`~analyzer.telemetry.gpu_view.GpuView` (:func:`gpu_view` picks the read). Names reach Streamlit
+through ``st.dataframe`` (text as it is) or :func:`dashboard.plain.plain` (escaped Markdown); unknown
+activity stays empty, never 0.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from analyzer.telemetry.gpu_view import GpuView
+    from dashboard.data import Reads
+    from dashboard.views import Scope
 
 
 def read_gpu_view(engine: Engine, since: datetime, until: datetime) -> GpuView | None:
@@ -31,6 +36,16 @@ def read_gpu_view(engine: Engine, since: datetime, until: datetime) -> GpuView |
     return build_gpu_view(
         data.gpu_buckets, joined.gpus, start=iso(data.start), end=iso(data.end), warnings=notes
     )
+
+
+def gpu_view(reads: Reads, scope: Scope) -> GpuView | None:
+    """The GPU view over the scope's range from the page's source (store or API), or None where there is
+    none to show (an engine reported, or no GPU sample lies in the range)."""
+    source: Any = reads.source
+    if reads.kind == "api":
+        view: GpuView | None = source.gpu_view(scope)
+        return view
+    return read_gpu_view(source.engine, scope.since, scope.until)
 
 
 def _pct(value: float | None) -> float | None:

@@ -7,13 +7,16 @@ make the browser fetch that image, ``[link](https://host)`` would render a link.
 :func:`plain` escapes with a backslash each ASCII punctuation character that could open a construct
 (CommonMark: any of them may be escaped, and then stands for itself), which leaves nothing for a renderer
 to find: no link, image, emphasis, HTML tag, autolinked URL (``https\\://``, ``www\\.``, ``a\\@b``),
-directive (``\\:red\\[``) or maths (``\\$``). Line breaks become spaces, so a name cannot open a
-block (a heading, a list) of its own. ``st.dataframe`` and the CSV download show text as it is: they take
-the names unescaped.
+directive (``\\:red\\[``) or maths (``\\$``). Streamlit's GFM autolinking runs on the text after
+escapes are resolved (``https\\://host`` is still linked there, as Chromium showed), so a zero-width space
+also goes after a URL scheme's colon, after ``www`` and after an ``@``: invisible, and nothing left to link.
+Line breaks become spaces, so a name cannot open a block (a heading, a list) of its own.
+``st.dataframe`` and the CSV download show text as it is: they take the names unescaped.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,8 +26,13 @@ from analyzer.report.markdown import escape
 def plain(text: object) -> str:
     """``text`` as Markdown that renders exactly as ``text`` (on one line), whatever it holds; names made
     of letters, digits, "-", "." and "/" read as they are (:func:`analyzer.report.markdown.escape`, the
-    audit report's own rule)."""
-    return escape(text)
+    audit report's own rule) with autolinks broken by a zero-width space."""
+    return _UNLINKABLE.sub("\\g<0>\u200b", escape(text))
+
+
+# What GFM's literal autolinking finds in a text node once escapes are resolved: a scheme's "://" (after
+# escape(): "\:" then "//"), "www." (after escape(): "www\."), an e-mail's "@" (after escape(): "\@").
+_UNLINKABLE = re.compile(r"(?i)(?:\\:(?=//)|www(?=\\\.)|\\@)")
 
 
 def plain_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

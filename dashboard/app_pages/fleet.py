@@ -17,9 +17,9 @@ context = widgets.page(
 reads, scope = context.reads, context.scope
 ids = widgets.scoped_worker_ids(context)
 
-if reads.kind == "store" and not context.inventory.workers:
+if not context.inventory.workers:
     # GPU samples and no engine (dcgm-exporter alone): the GPU view, as `phasefit analyze` prints it.
-    gpu_view = gpu_only.read_gpu_view(reads.source.engine, scope.since, scope.until)  # type: ignore[attr-defined]
+    gpu_view = gpu_only.gpu_view(reads, scope)
     if gpu_view is not None:
         gpu_only.render(gpu_view)
         st.stop()

@@ -53,7 +53,7 @@ from phasefit.service.deps import ReadAuth
 from phasefit.service.guards import CardinalityGuard, TokenSlots, WriteGate
 from phasefit.service.metrics import RequestMetricsMiddleware, ServiceMetrics
 from phasefit.service.models import AlertmanagerPayload
-from phasefit.service.routers import alerts, docs, findings, fleet, health, ingest, reports
+from phasefit.service.routers import alerts, docs, findings, fleet, gpu_view, health, ingest, reports
 from phasefit.service.routers import metrics as metrics_route
 from phasefit.service.routers.common import no_nul_characters
 from phasefit.service.settings import ServiceSettings
@@ -111,7 +111,14 @@ def create_app(
     app.include_router(health.router)
     app.include_router(ingest.router)
     app.include_router(alerts.router)
-    for router in (fleet.router, findings.router, reports.router, metrics_route.router, docs.router):
+    for router in (
+        fleet.router,
+        gpu_view.router,
+        findings.router,
+        reports.router,
+        metrics_route.router,
+        docs.router,
+    ):
         app.include_router(router, dependencies=read_guard)
     _store_error_handlers(app, state)
     _disconnect_handler(app, state)

@@ -371,3 +371,101 @@ class AlertmanagerResult(BaseModel):
     alerts: int
     inserted: int
     updated: int
+
+
+class EngineMetricsNeeded(BaseModel):
+    """What one serving engine must expose (and Prometheus or the collector scrape) for placement to be
+    judged."""
+
+    model_config = _OUT
+    engine: str = Field(description="vllm, sglang or trtllm.")
+    metrics: list[str] = Field(description="The engine's metric names, as phasefit reads them.")
+    labels: list[str] = Field(description="The labels those series must carry.")
+
+
+class GpuViewGpu(BaseModel):
+    """One GPU (or MIG instance) over the range. Ratios are 0..1 means over the hours that reported them;
+    null where never reported (``activity_unknown_reason`` says why), never 0."""
+
+    model_config = _OUT
+    gpu_uuid: str
+    node: str | None = Field(description="Its node (null: not in the inventory).")
+    gpu_name: str | None = Field(description="The name the driver reports (null: not in the inventory).")
+    sku: str | None = Field(description="Catalog SKU key (null: not resolved).")
+    worker_id: str | None = Field(description="The pod (namespace/pod) dcgm-exporter named, or null.")
+    hours: float = Field(description="Hours of samples received.")
+    sm_active: float | None = Field(description="DCGM_FI_PROF_SM_ACTIVE mean, 0..1; null: never reported.")
+    tensor_active: float | None = Field(
+        description="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE mean, 0..1; null: never reported."
+    )
+    dram_active: float | None = Field(
+        description="DCGM_FI_PROF_DRAM_ACTIVE mean, 0..1; null: never reported."
+    )
+    gpu_util: float | None = Field(description="DCGM_FI_DEV_GPU_UTIL mean, 0..1; null: never reported.")
+    mem_used_bytes_max: float | None = Field(description="Most framebuffer memory used; null: not reported.")
+    profiling_share: float = Field(description="Share of its hours with any DCGM profiling field.")
+    activity_unknown_reason: str | None = Field(description="Why its activity is unknown; null: it is known.")
+    bottleneck: str = Field(
+        description="compute, memory-bandwidth, underutilised or unknown (without DRAM and SM or tensor "
+        "activity)."
+    )
+    bottleneck_reason: str | None = Field(description="Why the bottleneck is unknown; null: it is known.")
+    idle_gpu_hours: float | None = Field(
+        description="Hours with activity under totals.idle_below; null: no activity field reported."
+    )
+    idle: bool | None = Field(description="Idle in every hour it reported; null: unknown.")
+    degraded_share: float = Field(description="Share of its samples with degraded telemetry.")
+    lost_share: float = Field(description="Share of its samples from a lost GPU (Xid 79).")
+    state: str | None = Field(description="Its state in the inventory (null: not in the inventory).")
+
+
+class GpuViewSku(BaseModel):
+    """One SKU's GPUs; activity means over its GPUs that reported it (null: none did)."""
+
+    model_config = _OUT
+    sku: str = Field(description="Catalog SKU key, else the GPU's name, else 'unknown'.")
+    gpus: int
+    gpu_hours: float
+    sm_active: float | None
+    tensor_active: float | None
+    dram_active: float | None
+    gpus_without_profiling: int
+    idle_gpus: int
+    idle_gpu_hours: float | None = Field(description="Null where none of its GPUs reported activity.")
+    idle_unknown_gpus: int = Field(description="GPUs whose idleness is unknown (no activity field).")
+    degraded_gpus: int = Field(description="GPUs with degraded or lost samples.")
+    bottlenecks: dict[str, int] = Field(description="GPUs per bottleneck class.")
+
+
+class GpuViewTotals(BaseModel):
+    """The view's fleet totals."""
+
+    model_config = _OUT
+    gpus: int
+    gpu_hours: float
+    idle_gpus: int
+    idle_gpu_hours: float | None = Field(description="Null where no GPU reported an activity field.")
+    idle_unknown_gpus: int
+    gpus_without_profiling: int
+    degraded_gpus: int
+    silent_gpus: int = Field(description="GPUs in the inventory that sent no sample in the range.")
+    idle_below: float = Field(description="Activity under this share in an hour counts that hour idle.")
+
+
+class GpuView(BaseModel):
+    """What a fleet with GPU telemetry and no serving engine (dcgm-exporter alone) still shows: the GPU view
+    of ``phasefit analyze``."""
+
+    model_config = _OUT
+    from_: datetime = Field(alias="from", description="Start of the range read (aligned to its hour).")
+    to: datetime = Field(description="End of the range read (exclusive).")
+    reason: str = Field(description="Why this is the GPU view alone.")
+    gpus: list[GpuViewGpu]
+    skus: list[GpuViewSku]
+    totals: GpuViewTotals
+    warnings: list[str]
+    profiling_help: str | None = Field(
+        description="How to enable the DCGM profiling fields; null when every GPU reported some."
+    )
+    engine_metrics_needed: list[EngineMetricsNeeded]
+    engine_join_help: str = Field(description="How engines' series join the GPUs dcgm-exporter reports.")

@@ -52,6 +52,7 @@ OPERATIONS = {
     ("GET", "/v1/workers/{worker_id}/samples"),
     ("GET", "/v1/findings"),
     ("GET", "/v1/lost-tokens"),
+    ("GET", "/v1/gpu-view"),
     ("GET", "/v1/reports"),
     ("GET", "/v1/reports/{week}"),
     ("GET", "/metrics"),
@@ -86,6 +87,7 @@ MAX_EXAMPLES = 8  # fuzzed cases per operation, on top of the examples and cover
 # What JSON Schema cannot say, declared in the operation's description and refused with 422 naming the
 # parameter: a schemathesis "schema-valid" request refused for one of these is the document's own rule.
 CROSS_PARAMETER_RULES: dict[tuple[str, str], list[tuple[str, str]]] = {
+    ("GET", "/v1/gpu-view"): [("from", "must be before 'to'")],
     ("GET", "/v1/findings"): [("from", "must be before 'to'")],
     ("GET", "/v1/lost-tokens"): [("from", "must be before 'to'"), ("step", "buckets requested")],
     ("GET", "/v1/workers/{worker_id}/samples"): [
