@@ -16,7 +16,6 @@ Line breaks become spaces, so a name cannot open a block (a heading, a list) of 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,13 +25,8 @@ from analyzer.report.markdown import escape
 def plain(text: object) -> str:
     """``text`` as Markdown that renders exactly as ``text`` (on one line), whatever it holds; names made
     of letters, digits, "-", "." and "/" read as they are (:func:`analyzer.report.markdown.escape`, the
-    audit report's own rule) with autolinks broken by a zero-width space."""
-    return _UNLINKABLE.sub("\\g<0>\u200b", escape(text))
-
-
-# What GFM's literal autolinking finds in a text node once escapes are resolved: a scheme's "://" (after
-# escape(): "\:" then "//"), "www." (after escape(): "www\."), an e-mail's "@" (after escape(): "\@").
-_UNLINKABLE = re.compile(r"(?i)(?:\\:(?=//)|www(?=\\\.)|\\@)")
+    audit report's own rule, autolinks broken by a zero-width space)."""
+    return escape(text)
 
 
 def plain_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -30,12 +30,19 @@ def escape(text: object, *, line_start: bool = True) -> str:
     and then stands for itself): no link, image, emphasis, HTML tag, autolinked URL (``https\\://``,
     ``www\\.``, ``a\\@b``), directive or maths is left; line breaks become spaces. ``line_start``: the
     text may begin a line, where "-", "+", "1." and the like would open a block, so a leading one is escaped
-    too. Names of letters, digits, "-", "." and "/" read as they are."""
+    too. Names of letters, digits, "-", "." and "/" read as they are. GFM autolinks URLs, "www." and e-mail
+    addresses in text after escapes are resolved (Streamlit's renderer; cmark-gfm for "www." and e-mails),
+    so a zero-width space also follows a scheme's colon, "www" and "@": invisible, nothing left to link."""
     out = _OPENS.sub(r"\\\1", _BREAKS.sub(" ", str(text)))
     out = _WWW.sub(r"\\.", out)
     if line_start:
         out = _LEADING.sub(_escape_leading, out, count=1)
-    return out
+    return _UNLINKABLE.sub("\\g<0>\u200b", out)
+
+
+# What GFM's literal autolinking finds once escapes are resolved: a scheme's "://" (escaped: "\:" then
+# "//"), "www." (escaped: "www\."), an e-mail's "@" (escaped: "\@").
+_UNLINKABLE = re.compile(r"(?i)(?:\\:(?=//)|www(?=\\\.)|\\@)")
 
 
 def _escape_leading(match: re.Match[str]) -> str:
