@@ -83,9 +83,10 @@ def demo(
     from fleetsim.scenario import load_scenario
     from fleetsim.source import jsonl_batches
     from fleetsim.truth import compute_truth
-    from phasefit.cli.analyze import analysis_payload, print_result, run_store_analysis
+    from phasefit.cli.analyze import analysis_payload, run_store_analysis
     from phasefit.cli.dashboard import dashboard
     from phasefit.cli.report import make_report
+    from phasefit.cli.result_output import print_result
 
     settings = Settings()
     out.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,8 @@ from fleet.store.engine import make_engine, writing
 from fleet.store.migrate import upgrade
 from fleet.store.schema import AnalysisRunRow, FindingRow
 from fleet.store.writer import write_samples
-from phasefit.cli.analyze import analyze, parse_time, print_result
+from phasefit.cli.analyze import analyze, parse_time
+from phasefit.cli.result_output import print_result
 from tests.analyzer.summary_samples import fleet_totals
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
 from tests.phasefit.synthetic_store import synthetic_store
@@ -216,7 +217,7 @@ def test_the_tables_lead_with_output_tokens_and_requests(store: str) -> None:
 
 
 def test_devices_are_counted_as_whole_gpus_and_mig_instances() -> None:
-    from phasefit.cli.analyze import devices_phrase
+    from phasefit.cli.result_output import devices_phrase
 
     assert devices_phrase(fleet_totals(gpus=64, mig_instances=0)) == "64 GPUs"
     fleet = {"gpus": 40, "whole_gpus": 24, "mig_instances": 16, "mig_parent_gpus": 8, "physical_gpus": 32}
@@ -230,7 +231,7 @@ def test_devices_are_counted_as_whole_gpus_and_mig_instances() -> None:
 
 
 def test_judged_workers_say_what_evidence_judged_them() -> None:
-    from phasefit.cli.analyze import judged_phrase
+    from phasefit.cli.result_output import judged_phrase
 
     strong = {"workers": 9, "judged_workers": 9, "judged_by_evidence": {"profiling": 9}}
     assert judged_phrase(fleet_totals(**strong)) == "9 judged"
@@ -255,7 +256,7 @@ def test_a_sample_stamped_far_in_the_future_does_not_empty_the_default_range(sto
 
 def test_a_finding_that_estimates_no_loss_prints_unknown_total() -> None:
     from fleet.contract import Finding, FindingKind
-    from phasefit.cli.analyze import FINDING_COLUMNS, finding_cells
+    from phasefit.cli.findings_table import FINDING_COLUMNS, finding_cells
 
     at = datetime(2026, 11, 24, tzinfo=UTC)
     degraded = Finding(

@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 from analyzer.pipeline import AnalysisResult, input_from_samples
 from analyzer.pipeline import analyze as run_pipeline
 from fleet.catalog import load_catalog
-from phasefit.cli.analyze import FINDING_COLUMNS, analyze, print_result
+from phasefit.cli.analyze import analyze
+from phasefit.cli.findings_table import FINDING_COLUMNS
+from phasefit.cli.result_output import print_result
 from tests.analyzer.synthetic import H100, H200, Fleet, Worker
 from tests.phasefit.synthetic_store import store_fleet
 
