@@ -23,19 +23,13 @@ if TYPE_CHECKING:
 
 def read_gpu_view(engine: Engine, since: datetime, until: datetime) -> GpuView | None:
     """The GPU view of the store over [since, until), or None where an engine reported (placement can be
-    judged: the usual pages apply) or no GPU sample lies in the range."""
-    from analyzer.results.summary import iso
-    from analyzer.sources.store import join_by_pod, read_input
-    from analyzer.telemetry.gpu_view import build_gpu_view
+    judged: the usual pages apply) or no GPU sample lies in the range: the builder ``phasefit analyze`` and
+    the service use too (:mod:`analyzer.sources.store_gpu_view`)."""
+    from analyzer.settings import AnalyzerSettings
+    from analyzer.sources.store_gpu_view import read_gpu_view as build
 
     with engine.connect() as connection:
-        data = read_input(connection, since, until)
-    joined, notes = join_by_pod(data.inventory)
-    if joined.workers or not data.gpu_bucket_count:
-        return None
-    return build_gpu_view(
-        data.gpu_buckets, joined.gpus, start=iso(data.start), end=iso(data.end), warnings=notes
-    )
+        return build(connection, since, until, AnalyzerSettings().params().bottleneck).view
 
 
 def gpu_view(reads: Reads, scope: Scope) -> GpuView | None:

@@ -286,11 +286,16 @@ def run_store_analysis(
             if since >= until:
                 die(f"--from {since.isoformat()} is not before --to {until.isoformat()}")
             data = read_input(connection, since, until)
+        unjoined = data
         joined, join_notes = join_by_pod(data.inventory)
         data = rename_gpu_owners(data, joined)
         notes = [*join_notes, *profiling_warnings(data)]
-        if not data.inventory.workers and gpu_view and len(data.gpu_buckets["ts"]):
-            raise GpuOnlyFleet(_gpu_view(data, data.gpu_buckets, params.bottleneck, notes))
+        if not data.inventory.workers and gpu_view and data.gpu_bucket_count:
+            from analyzer.sources.store_gpu_view import gpu_view_from
+
+            only = gpu_view_from(unjoined, params.bottleneck).view  # what the service and dashboard show
+            assert only is not None
+            raise GpuOnlyFleet(only)
         console = human()
         for note in notes:  # on stderr, as zero-agent mode prints its read's notes; also in --json warnings
             console.print(note, markup=False)

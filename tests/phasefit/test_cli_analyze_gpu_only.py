@@ -173,3 +173,28 @@ def test_a_failed_join_is_printed_in_the_human_output(tmp_path: Path) -> None:
     flat = " ".join(result.output.split())
     assert "engine '10.0.0.5:8000' (vllm, node 'node-a') could not be joined to a GPU" in flat
     assert "llm/[b]x" in flat  # the pod on dcgm-exporter's series, as its literal name
+
+
+def test_the_cli_the_service_and_the_dashboard_show_one_view(tmp_path: Path) -> None:
+    """One builder (analyzer.sources.store_gpu_view): `phasefit analyze --json`, GET /v1/gpu-view's reader and
+    the dashboard's store read give the same view of the same range, thresholds and warnings included."""
+    from dashboard.gpu_only import read_gpu_view as dashboard_view
+    from phasefit.service.routers.gpu_view import gpu_view_of
+
+    url = _store(tmp_path / "s.db", _gpu_only())
+    since, until = T0, T0 + timedelta(hours=3)
+    runner = CliRunner()
+    result = runner.invoke(app, ["--database-url", url, "--json", "--from", since.isoformat(),
+                                 "--to", until.isoformat()])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    cli = json.loads(result.stdout)["gpu_view"]
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            served = gpu_view_of(connection, since, until)
+        shown = dashboard_view(engine, since, until)
+    finally:
+        engine.dispose()
+    assert not isinstance(served, str) and shown is not None
+    assert served.model_dump(mode="json", by_alias=True) == cli
+    assert shown.to_json_dict() == cli

@@ -26,22 +26,15 @@ NO_GPU_SAMPLE = "no GPU sample in the range"
 
 
 def gpu_view_of(connection: Connection, since: datetime, until: datetime) -> GpuView | str:
-    """The store's GPU view over [since, until), or why there is none (as the dashboard's store source reads
-    it: dashboard/gpu_only.py)."""
-    from analyzer.results.summary import iso
-    from analyzer.sources.store import join_by_pod, read_input
-    from analyzer.telemetry.gpu_view import build_gpu_view
+    """The store's GPU view over [since, until), or why there is none: the builder ``phasefit analyze`` and
+    the dashboard use too (:mod:`analyzer.sources.store_gpu_view`), at the analysis' own thresholds."""
+    from analyzer.settings import AnalyzerSettings
+    from analyzer.sources.store_gpu_view import read_gpu_view
 
-    data = read_input(connection, since, until)
-    joined, notes = join_by_pod(data.inventory)
-    if joined.workers:
-        return ENGINE_REPORTED
-    if not data.gpu_bucket_count:
-        return NO_GPU_SAMPLE
-    view = build_gpu_view(
-        data.gpu_buckets, joined.gpus, start=iso(data.start), end=iso(data.end), warnings=notes
-    )
-    return GpuView.model_validate(view.to_json_dict())
+    found = read_gpu_view(connection, since, until, AnalyzerSettings().params().bottleneck)
+    if found.view is None:
+        return ENGINE_REPORTED if found.engine_reported else NO_GPU_SAMPLE
+    return GpuView.model_validate(found.view.to_json_dict())
 
 
 @router.get(
