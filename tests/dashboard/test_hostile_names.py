@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from dashboard import compute
 from dashboard.plain import plain, plain_rows
 from dashboard.views import FindingView
 from tests.dashboard.seed import Seeded
+from tests.markup import Tags, markdown_it, parse_html
 
 PAGES = Path(__file__).resolve().parents[2] / "dashboard" / "app_pages"
 HOSTILE = [
@@ -32,29 +32,8 @@ HOSTILE = [
 ]
 
 
-def _markdown_it() -> Any:
-    markdown_it = pytest.importorskip("markdown_it")
-    return markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"])
-
-
-class _Tags(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str]]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, {k: v or "" for k, v in attrs}))
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-
-def _rendered(markdown: str) -> _Tags:
-    tags = _Tags()
-    tags.feed(_markdown_it().render(markdown))
-    tags.close()
-    return tags
+def _rendered(markdown: str) -> Tags:
+    return parse_html(markdown_it().render(markdown))
 
 
 def _assert_inert(markdown: str) -> str:
@@ -64,7 +43,7 @@ def _assert_inert(markdown: str) -> str:
     for tag, attrs in tags.tags:
         assert tag not in ("a", "img", "iframe", "script"), (tag, markdown)
         assert all("evil.example" not in value for value in attrs.values()), (tag, attrs)
-    return "".join(tags.text).replace("\u200b", "")
+    return tags.visible
 
 
 @pytest.mark.parametrize("name", HOSTILE)

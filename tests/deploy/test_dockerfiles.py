@@ -7,7 +7,6 @@ compiles in the shipped stage.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import subprocess
@@ -18,6 +17,8 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 import pytest
+
+from tests.source_imports import top_level_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "deploy" / "docker"
@@ -178,31 +179,6 @@ def _requirement_name(spec: str) -> str:
     return _normalise(re.split(r"[\s\[<>=!~;]", spec, maxsplit=1)[0])
 
 
-def _third_party_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    skipped: set[int] = set()
-    for node in ast.walk(tree):  # imports only for the type checker never run
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-        elif (
-            isinstance(node, ast.Call)
-            and ast.unparse(node.func) in {"importlib.import_module", "import_module"}
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            found.add(node.args[0].value.split(".")[0])
-    return found
-
-
 def test_collector_extra_provides_every_module_the_collector_imports() -> None:
     """The collector image has only the base dependencies and the `collector` extra: anything else the
     collector imports (even lazily, e.g. the pod-resources gRPC client) would fail on the GPU node."""
@@ -222,7 +198,7 @@ def test_collector_extra_provides_every_module_the_collector_imports() -> None:
     for source in sources:
         if "tests" in source.relative_to(ROOT).parts:
             continue
-        for module in sorted(_third_party_imports(source) - first_party):
+        for module in sorted(top_level_imports(source, runtime_only=True) - first_party):
             if module in sys.stdlib_module_names or module == "__future__":
                 continue
             dists = {_normalise(d) for d in owners.get(module, [])}
@@ -238,7 +214,7 @@ def test_collector_extra_provides_every_module_the_collector_imports() -> None:
 def test_collector_never_imports_the_analyzer_or_server_stack() -> None:
     banned = {"analyzer", "sqlalchemy", "fastapi", "streamlit", "sklearn", "scipy", "alembic"}
     for source in sorted((ROOT / "collector").rglob("*.py")):
-        hits = _third_party_imports(source) & banned
+        hits = top_level_imports(source, runtime_only=True) & banned
         assert not hits, f"{source.relative_to(ROOT)} imports {sorted(hits)}"
 
 

@@ -3,7 +3,6 @@ dependency is imported somewhere, every one is pinned, and `make demo` installs 
 
 from __future__ import annotations
 
-import ast
 import re
 import tomllib
 from functools import cache
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from phasefit.cli import extras as cli_extras
+from tests.source_imports import top_level_imports
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -98,30 +98,12 @@ def test_demo_is_what_the_demo_runs_and_no_test_tool() -> None:
     assert not demo & {"pytest", "hypothesis", "schemathesis", "playwright", "mypy", "ruff", "scikit-learn"}
 
 
-def _imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
-        elif (
-            isinstance(node, ast.Call)
-            and ast.unparse(node.func) in {"importlib.import_module", "import_module"}
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            found.add(node.args[0].value.split(".")[0])
-    return found
-
-
 def test_every_runtime_dependency_is_imported() -> None:
     imported: set[str] = set()
     for top in FIRST_PARTY:
         for path in (ROOT / top).rglob("*.py"):
             if "tests" not in path.relative_to(ROOT).parts:
-                imported |= _imports(path)
+                imported |= top_level_imports(path)
     declared = {requirement(d)[0] for d in PROJECT["dependencies"]}
     declared |= set().union(*(distributions(e) for e in RUNTIME_EXTRAS))
     unused = sorted(d for d in declared - NOT_IMPORTED if not modules_of({d}) & imported)

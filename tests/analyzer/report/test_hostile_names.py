@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-from html.parser import HTMLParser
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from analyzer.report.publish import Rendered, render
 from fleet.catalog import load_catalog
 from fleet.store.engine import make_engine
 from tests.dashboard.seed import Seeded, shared_seed
+from tests.markup import Tags, markdown_it, parse_html
 
 HOSTILE = [
     "![x](https://evil.example/a.png)",
@@ -44,42 +44,13 @@ HOSTILE = [
 WEEK = "2026-W48"
 
 
-def _markdown_it() -> Any:
-    markdown_it = pytest.importorskip("markdown_it")
-    return markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"])
-
-
-class _Tags(HTMLParser):
-    """Every start tag with its attributes, and the text, of an HTML document."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str]]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, {k: v or "" for k, v in attrs}))
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(
-            data.replace("\u200b", "")
-        )  # what a reader sees: the autolink breakers are invisible
-
-
-def _parse(document: str) -> _Tags:
-    parser = _Tags()
-    parser.feed(document)
-    parser.close()
-    return parser
-
-
 MARKUP = ("a", "img", "strong", "em", "code", "s", "del", "script", "iframe", "blockquote", "li", "h1")
 
 
-def _assert_inert(document: str, *, allowed_img: str, forbidden: tuple[str, ...] = MARKUP) -> _Tags:
+def _assert_inert(document: str, *, allowed_img: str, forbidden: tuple[str, ...] = MARKUP) -> Tags:
     """None of the ``forbidden`` tags, no attribute naming the evil host, images only our own (src starting
     with ``allowed_img``)."""
-    tags = _parse(document)
+    tags = parse_html(document)
     names = [tag for tag, _ in tags.tags]
     for tag in forbidden:
         assert tag not in names, (tag, document[:2000])
@@ -93,18 +64,18 @@ def _assert_inert(document: str, *, allowed_img: str, forbidden: tuple[str, ...]
 
 @pytest.mark.parametrize("name", HOSTILE)
 def test_escape_renders_the_name_as_it_is(name: str) -> None:
-    md = _markdown_it()
+    md = markdown_it()
     for line_start in (True, False):
         text = escape(name, line_start=line_start)
         prefix = "" if line_start else "worker "
         out = md.render(prefix + text)
         tags = _assert_inert(out, allowed_img="-")
         assert [t for t, _ in tags.tags] == ["p"], out
-        assert "".join(tags.text).strip() == (prefix + name.replace("\n", " ")).strip()
+        assert tags.visible.strip() == (prefix + name.replace("\n", " ")).strip()
 
 
 def test_the_renderers_escape_every_block() -> None:
-    md = _markdown_it()
+    md = markdown_it()
     name = " ".join(HOSTILE[:5])
     blocks: list[Block] = [
         Heading(2, f"Pool {name}"),
@@ -121,13 +92,13 @@ def test_the_renderers_escape_every_block() -> None:
         md.render(markdown), allowed_img="-", forbidden=("a", "img", "code", "del", "s", "h1")
     )
     assert [t for t, _ in tags.tags].count("strong") == 1 and [t for t, _ in tags.tags].count("em") == 2
-    assert html.unescape("".join(tags.text)).count(name) == 10
+    assert html.unescape(tags.visible).count(name) == 10
     assert "!\\[x\\](https\\:\u200b//evil.example/a.png)" in markdown
     document = "\n".join(
         html_block(b) for b in blocks
     )  # render_html adds the head: its title is checked below
     tags = _assert_inert(document, allowed_img="-", forbidden=MARKUP[:-1])
-    assert "".join(tags.text).count(name) == 10
+    assert tags.visible.count(name) == 10
 
 
 @pytest.fixture(scope="module")
@@ -173,26 +144,26 @@ def hostile(seeded: Seeded) -> tuple[Rendered, dict[str, str]]:
 
 def test_the_markdown_report_shows_hostile_names_as_text(hostile: tuple[Rendered, dict[str, str]]) -> None:
     rendered, names = hostile
-    out = _markdown_it().render(rendered.markdown)
-    tags = _parse(out)
+    out = markdown_it().render(rendered.markdown)
+    tags = parse_html(out)
     assert not [t for t, _ in tags.tags if t == "a"], "no link in the report"
     for tag, attrs in tags.tags:
         assert all("evil.example" not in v for v in attrs.values()), (tag, attrs)
         if tag == "img":
             assert attrs["src"].startswith(f"phasefit-audit-{WEEK}-"), attrs  # our own charts only
-    text = html.unescape("".join(tags.text))
+    text = html.unescape(tags.visible)
     for name in names.values():
         assert name in text
 
 
 def test_the_html_report_shows_hostile_names_as_text(hostile: tuple[Rendered, dict[str, str]]) -> None:
     rendered, names = hostile
-    tags = _parse(rendered.html)
+    tags = parse_html(rendered.html)
     assert not [t for t, _ in tags.tags if t == "a"]
     for tag, attrs in tags.tags:
         assert all("evil.example" not in v for v in attrs.values()), (tag, attrs)
         if tag == "img":
             assert attrs["src"].startswith("data:image/png;base64,"), tag
-    text = "".join(tags.text)
+    text = tags.visible
     for name in names.values():
         assert name in text
