@@ -10,7 +10,8 @@ anywhere stores nothing from that file; the error names the file, the line and t
 
 As strict as the HTTP service: a line repeating a key is refused (line and key), and so is a sample key
 already stored, or repeated in the file, with other values (:mod:`fleet.store.resend`: the key and each
-field that differs); the same values again are duplicates, stored once.
+field that differs; :mod:`fleet.repeats`: a repeat in the file with other GPU or worker attributes at any
+window, naming the line); the same values again are duplicates, stored once.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from sqlalchemy import Engine
 
 from fleet.contract import RECORD_ADAPTER, RECORD_KINDS, error_message
 from fleet.fast_records import fast_block
+from fleet.repeats import SuspectKey, attribute_repeat, suspects
 from fleet.store.engine import writing
 from fleet.store.resend import Conflicts
 from fleet.store.rows import RowBatch, RowValueError, TimeEncoding
@@ -300,7 +302,8 @@ def ingest_stream(
     """:func:`ingest_file` over any byte stream of JSON lines (``name`` labels it in errors and results).
 
     ``open_source`` is called once per load, and twice on PostgreSQL when the fast load meets stored keys:
-    each call must give the same records from the start (a file reopened, a seeded simulation rerun)."""
+    each call must give the same records from the start (a file reopened, a seeded simulation rerun); it is
+    also called once more when a key repeated in the file may differ in its GPU's or worker's attributes."""
     started = time.perf_counter()
     jobs = default_jobs() if jobs is None else jobs
     load = partial(
@@ -379,11 +382,30 @@ def _ingest_once(
             dimensions.finish()
             conflicts.attributes(connection, dimensions)
             _raise_conflicts(path, conflicts)
+            _refuse_attribute_repeats(
+                open_source, path, block_bytes, suspects(conflicts.collided, dimensions.changed())
+            )
         write_dimensions(connection, dimensions, sku_resolver=sku_resolver)
     return IngestResult(
         path, gpu_samples + engine_samples, gpu_samples, engine_samples, counts.stored, counts.duplicates,
         time.perf_counter() - started,
     )  # fmt: skip
+
+
+def _refuse_attribute_repeats(
+    open_source: Callable[[], AbstractContextManager[_Reader]],
+    path: Path,
+    block_bytes: int,
+    wanted: set[SuspectKey],
+) -> None:
+    """Read the file once more to compare the records of ``wanted`` keys (:mod:`fleet.repeats`; rare)."""
+    if not wanted:
+        return
+    with open_source() as stream:
+        found = attribute_repeat(_blocks(stream, block_bytes), wanted)
+    if found is not None:
+        line, error = found
+        raise IngestError(path, [LineError(line, error.field, error.message)])
 
 
 def _raise_conflicts(path: Path, conflicts: Conflicts) -> None:

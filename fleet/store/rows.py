@@ -18,7 +18,8 @@ from typing import Any, Literal, TypeVar
 
 from fleet.contract import EngineSample, GpuSample, activity_evidence
 from fleet.inventory import GpuRecord, WorkerRecord
-from fleet.store import codes
+from fleet.store import codes, variants
+from fleet.store.variants import Attributes, Fingerprint
 
 TimeEncoding = Literal["epoch_us", "datetime"]
 INT64_MAX = 2**63 - 1
@@ -52,6 +53,8 @@ _GPU_CODED: dict[str, Mapping[Any, Any]] = {
     "activity_evidence": _EVIDENCE,
 }
 _ENGINE_CODED: dict[str, Mapping[Any, Any]] = {"role": codes.ROLE, "role_source": codes.ROLE_SOURCE}
+GPU_ATTRIBUTES = Attributes.of(GpuSample, GPU_SAMPLE_COLUMNS)
+ENGINE_ATTRIBUTES = Attributes.of(EngineSample, ENGINE_SAMPLE_COLUMNS)
 
 
 class RowValueError(ValueError):
@@ -83,8 +86,15 @@ class RowBatch:
     workers: dict[str, WorkerRecord] = field(default_factory=dict)
     nodes: dict[str, tuple[datetime, datetime]] = field(default_factory=dict)
     # File ingest (as strict as HTTP): a sample key twice in the batch with other values is an error, where
-    # the writer's own batches keep the first and count the second as a duplicate.
+    # the writer's own batches keep the first and count the second as a duplicate; and each GPU's and
+    # worker's attributes are fingerprinted (fleet.store.variants), so a load can tell which could repeat a
+    # key of another block with other attributes.
     strict_repeats: bool = False
+    _variants: dict[variants.Key, Fingerprint] = field(default_factory=dict, repr=False)
+    # Strict: each sample key added one by one, with its record's fields and tag (until finish()).
+    _sample_keys: dict[tuple[bool, str, datetime], tuple[dict[str, Any], int | None]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     _latest_gpu: dict[str, list[Any]] = field(default_factory=dict, repr=False)  # [first, last, values, tag]
     _latest_worker: dict[str, list[Any]] = field(default_factory=dict, repr=False)
     # Widened first/last seen that merge() has not written into gpus/workers yet: finish() does, once per
@@ -114,15 +124,9 @@ class RowBatch:
                 values["nvlink_rx_bytes"], values["pcie_tx_bytes"], values["pcie_rx_bytes"],
                 state, source, values["gr_engine_active"], values["mem_copy_util"], evidence,
             ))  # fmt: skip
-            _remember(
-                self._latest_gpu,
-                values["gpu_uuid"],
-                ts,
-                values,
-                tag,
-                key_field="gpu_uuid",
-                strict=self.strict_repeats,
-            )
+            if self.strict_repeats:
+                self._check_repeat(True, values["gpu_uuid"], ts, values, tag)
+            _remember(self._latest_gpu, values["gpu_uuid"], ts, values, tag, key_field="gpu_uuid")
         else:
             _check_ints(values, _ENGINE_BIG_INTS)
             role, role_source = values["role"]._value_, values["role_source"]._value_
@@ -135,10 +139,21 @@ class RowBatch:
                 values["preemptions"], values["ttft_p50_s"], values["ttft_p99_s"], values["tpot_p50_s"],
                 values["tpot_p99_s"],
             ))  # fmt: skip
-            _remember(
-                self._latest_worker, values["worker_id"], ts, values, tag, key_field="worker_id",
-                strict=self.strict_repeats,
-            )  # fmt: skip
+            if self.strict_repeats:
+                self._check_repeat(False, values["worker_id"], ts, values, tag)
+            _remember(self._latest_worker, values["worker_id"], ts, values, tag, key_field="worker_id")
+
+    def _check_repeat(
+        self, is_gpu: bool, key: str, ts: datetime, values: dict[str, Any], tag: int | None
+    ) -> None:
+        """Strict: refuse a sample key added before with other values (at any window: the latest record
+        alone would not show an earlier window's repeat); fingerprint the GPU's or worker's attributes."""
+        seen = self._sample_keys.setdefault((is_gpu, key, ts), (values, tag))
+        if seen[0] is not values and seen[0] != values:
+            key_field = "gpu_uuid" if is_gpu else "worker_id"
+            raise repeated_with_other_values(key_field, key, ts, seen[0], values, tag)
+        attributes = GPU_ATTRIBUTES if is_gpu else ENGINE_ATTRIBUTES
+        variants.note(self._variants, (is_gpu, key), attributes.fingerprint(values))
 
     def add_columns(
         self,
@@ -151,7 +166,8 @@ class RowBatch:
         see :mod:`fleet.fast_records`): ``columns`` holds every sample column but ``ts`` as the rows hold it
         (enumerations as their values, the derived ``activity_evidence``), ``ts`` the records' windows
         (aware, UTC) and ``values_at(i)`` record ``i``'s fields as ``record.__dict__`` holds them (asked only
-        for the latest record of each GPU or worker). Checks what :meth:`add` checks and raises
+        for the latest record of each GPU or worker); a strict batch fingerprints the attributes (the fields
+        the rows do not hold) from ``columns`` too. Checks what :meth:`add` checks and raises
         :class:`RowValueError` (no tag) before adding anything."""
         gpu = kind == "gpu_sample"
         names = GPU_SAMPLE_COLUMNS if gpu else ENGINE_SAMPLE_COLUMNS
@@ -168,10 +184,8 @@ class RowBatch:
             if "\x00" in "".join(filter(None, set(columns[name]))):
                 raise RowValueError(name, "contains a NUL character")
         keys = columns[key_field]
-        if self.strict_repeats and len(set(zip(keys, ts, strict=True))) != len(keys):
-            # A sample key twice in the block: add() compares the two records and names the line (the fast
-            # path declines the block on this; ~130 ns a record).
-            raise RowValueError(key_field, "a sample key repeats in the block")
+        if self.strict_repeats:
+            self._check_columns(gpu, key_field, columns, ts)
         encoded = {t: _time_value(t, self.time_encoding) for t in set(ts)}
         ts_values = list(map(encoded.__getitem__, ts))
         (self.gpu_rows if gpu else self.engine_rows).extend(
@@ -194,6 +208,18 @@ class RowBatch:
                 seen[1], seen[2], seen[3] = ts[index], values_at(index), None
             seen[0] = min(seen[0], first[key])
 
+    def _check_columns(
+        self, gpu: bool, key_field: str, columns: Mapping[str, Sequence[Any]], ts: Sequence[datetime]
+    ) -> None:
+        """Strict :meth:`add_columns`: refuse a sample key twice in the block (add() compares the two
+        records and names the line: the fast path declines the block on this; ~130 ns a record), and
+        fingerprint each GPU's or worker's attributes."""
+        keys = columns[key_field]
+        if len(set(zip(keys, ts, strict=True))) != len(keys):
+            raise RowValueError(key_field, "a sample key repeats in the block")
+        for key, seen in (GPU_ATTRIBUTES if gpu else ENGINE_ATTRIBUTES).fingerprints(keys, columns):
+            variants.note(self._variants, (gpu, key), seen)
+
     def finish(self) -> RowBatch:
         """Fold the remembered latest records into ``gpus``, ``workers`` and ``nodes`` (idempotent)."""
         self._fold_latest()
@@ -204,7 +230,13 @@ class RowBatch:
             if (record.first_seen, record.last_seen) != (first, last):
                 target[key] = replace(record, first_seen=first, last_seen=last)
         self._spans.clear()
+        self._sample_keys.clear()
         return self
+
+    def changed(self) -> set[variants.Key]:
+        """The GPUs (True, uuid) and workers (False, id) added or merged with more than one set of
+        attributes (strict batches only)."""
+        return variants.changed(self._variants)
 
     def _fold_latest(self) -> None:
         for uuid, (first, last, values, tag) in self._latest_gpu.items():
@@ -260,6 +292,8 @@ class RowBatch:
             self._merge_newer(self.workers, False, worker_id, worker)
         for node, (first, last) in other.nodes.items():
             self._fold_node(node, first, last)
+        for key, seen in other._variants.items():
+            variants.note(self._variants, key, seen)
 
     def _merge_newer(self, target: dict[str, _Dim], is_gpu: bool, key: str, seen: _Dim) -> None:
         """:func:`_newer` with the first/last seen kept aside until :meth:`finish`: the stored record is
@@ -311,10 +345,8 @@ def _remember(
     tag: int | None,
     *,
     key_field: str,
-    strict: bool = False,
 ) -> None:
-    """Keep the latest record (and the first/last window) of ``key``. ``strict``: the same key at the same
-    latest window with other values is the same sample sent twice with other content, refused as HTTP does."""
+    """Keep the latest record (and the first/last window) of ``key``."""
     seen = latest.get(key)
     if seen is None:
         if "\x00" in key:
@@ -322,13 +354,11 @@ def _remember(
         latest[key] = [ts, ts, values, tag]
     elif ts > seen[1]:
         seen[1], seen[2], seen[3] = ts, values, tag
-    elif strict and ts == seen[1] and values != seen[2]:
-        raise _repeated_with_other_values(key_field, key, ts, seen[2], values, tag)
     elif ts < seen[0]:
         seen[0] = ts
 
 
-def _repeated_with_other_values(
+def repeated_with_other_values(
     key_field: str, key: str, ts: datetime, before: dict[str, Any], now: dict[str, Any], tag: int | None
 ) -> RowValueError:
     differing = [name for name in now if before.get(name) != now[name]] or ["attributes"]
@@ -357,7 +387,7 @@ def _same_window_same_values(known: _Dim | None, seen: _Dim, key_field: str, key
     before = {k: v for k, v in asdict(known).items() if k not in _SPAN_FIELDS}
     now = {k: v for k, v in asdict(seen).items() if k not in _SPAN_FIELDS}
     if before != now:
-        raise _repeated_with_other_values(key_field, key, seen.last_seen, before, now, None)
+        raise repeated_with_other_values(key_field, key, seen.last_seen, before, now, None)
 
 
 def _newer(known: _Dim | None, seen: _Dim) -> _Dim:

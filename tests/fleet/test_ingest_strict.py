@@ -189,3 +189,114 @@ def test_a_window_too_short_to_divide_by_is_refused(
 def test_the_shortest_window_is_accepted(store_engine: Engine, tmp_path: Path, path_kind: str) -> None:
     lines = [dump_record(gpu_sample(0, 0, window_s=MIN_WINDOW_S))]
     assert ingest_file(store_engine, _write(tmp_path / "ms.jsonl", lines), jobs=0).stored == 1
+
+
+# --- a key repeated at a window earlier than its GPU's or worker's latest ---------------------------------
+
+EARLIER = [
+    ("gpu", "gpu_index", 5),
+    ("gpu", "gpu_name", "NVIDIA Other"),
+    ("gpu", "node", "node-9"),
+    ("gpu", "mig_profile", "1g.10gb"),
+    ("worker", "model", "other/model"),
+    ("worker", "gpu_uuids", ["GPU-0007"]),
+    ("worker", "tp", 8),
+]
+
+
+def _sample(kind: str, minute: float, **fields: object) -> str:
+    return dump_record(
+        gpu_sample(0, minute, **fields) if kind == "gpu" else engine_sample(0, minute, **fields)
+    )
+
+
+@pytest.mark.parametrize("order", ["in-order", "latest-first"])
+@pytest.mark.parametrize("block_bytes", [1 << 20, 200], ids=["one-block", "across-blocks"])
+@pytest.mark.parametrize(("kind", "field", "value"), EARLIER, ids=[f"{k}-{f}" for k, f, _ in EARLIER])
+def test_a_key_repeated_at_an_earlier_window_with_other_attributes_is_refused(
+    store_engine: Engine,
+    tmp_path: Path,
+    path_kind: str,
+    block_bytes: int,
+    kind: str,
+    field: str,
+    value: object,
+    order: str,
+) -> None:
+    """The repeat's window (minute 0) is older than the GPU's or worker's latest (minute 1): the latest
+    record alone would not show it. Refused naming the line, the key and the field; nothing stored."""
+    minutes = [0, 1] if order == "in-order" else [1, 0]
+    lines = [_sample(kind, minute) for minute in minutes]
+    lines += [dump_record(gpu_sample(3, 0)), _sample(kind, 0, **{field: value})]
+    with pytest.raises(IngestError) as caught:
+        ingest_file(store_engine, _write(tmp_path / "earlier.jsonl", lines), jobs=0, block_bytes=block_bytes)
+    (error,) = caught.value.errors
+    assert (error.line, error.field) == (4, field)
+    assert "came twice with other values" in error.message
+    assert ("GPU-0000" if kind == "gpu" else "worker-0") in error.message
+    assert repr(value) in error.message
+    assert _stored(store_engine) == 0
+
+
+@pytest.mark.parametrize("block_bytes", [1 << 20, 200], ids=["one-block", "across-blocks"])
+def test_an_earlier_window_repeated_exactly_is_a_duplicate(
+    store_engine: Engine, tmp_path: Path, path_kind: str, block_bytes: int
+) -> None:
+    """Identical repeats stay idempotent, also of a GPU and a worker whose attributes change in the file
+    (the case the file is read again for): each key's two records agree."""
+    lines = [
+        dump_record(gpu_sample(0, 0, node="node-a")),
+        dump_record(engine_sample(0, 0, model="m-a")),
+        dump_record(gpu_sample(0, 1, node="node-b")),
+        dump_record(engine_sample(0, 1, model="m-b")),
+    ]
+    lines += [lines[0], lines[1], lines[2], dump_record(gpu_sample(1, 0))]
+    path = _write(tmp_path / "again.jsonl", lines)
+    result = ingest_file(store_engine, path, jobs=0, block_bytes=block_bytes)
+    assert (result.stored, result.duplicates) == (5, 3)
+    again = ingest_file(store_engine, path, jobs=0, block_bytes=block_bytes)
+    assert (again.stored, again.duplicates) == (0, 8)
+
+
+def test_a_stored_key_at_an_earlier_window_with_other_attributes_leaves_the_gpu_as_it_was(
+    store_engine: Engine, tmp_path: Path, path_kind: str
+) -> None:
+    """The store keeps a GPU's attributes of its latest window only (as HTTP does), so a stored key of an
+    earlier window is compared on its sample values; its attributes do not rewrite the GPU either."""
+    first = [dump_record(gpu_sample(0, 0)), dump_record(gpu_sample(0, 1))]
+    ingest_file(store_engine, _write(tmp_path / "first.jsonl", first), jobs=0)
+    renamed = [dump_record(gpu_sample(0, 0, gpu_name="NVIDIA Renamed"))]
+    result = ingest_file(store_engine, _write(tmp_path / "renamed.jsonl", renamed), jobs=0)
+    assert (result.stored, result.duplicates) == (0, 1)
+    gpus = Base.metadata.tables["gpus"]
+    with store_engine.connect() as connection:
+        (name,) = connection.execute(select(gpus.c.gpu_name)).one()
+    assert name != "NVIDIA Renamed"
+
+
+def test_the_fast_path_fingerprints_attributes_as_the_pydantic_path_does() -> None:
+    lines = [
+        dump_record(gpu_sample(0, 0, node="node-a")),
+        dump_record(gpu_sample(0, 1, node="node-b")),
+        dump_record(gpu_sample(1, 0)),
+        dump_record(engine_sample(0, 0, gpu_uuids=["GPU-0000"])),
+        dump_record(engine_sample(0, 1, gpu_uuids=["GPU-0001"], gpu_join="pod-resources")),
+        dump_record(engine_sample(1, 0, gpu_join="pod-resources")),
+    ]
+    block = ("\n".join(lines) + "\n").encode()
+    fast = fast_block(block, 1, "epoch_us")
+    assert fast is not None and fast.changed() == {(True, "GPU-0000"), (False, "worker-0")}
+    assert fast == ingest_module._validated_block(block, 1, "epoch_us")
+
+
+def test_an_earlier_window_repeat_is_refused_with_parsing_processes(
+    store_engine: Engine, tmp_path: Path
+) -> None:
+    lines = [dump_record(gpu_sample(0, 0)), dump_record(gpu_sample(0, 1))]
+    lines += [dump_record(gpu_sample(1, minute)) for minute in range(4)]
+    lines += [dump_record(gpu_sample(0, 0, gpu_name="NVIDIA Other"))]
+    with pytest.raises(IngestError) as caught:
+        ingest_file(store_engine, _write(tmp_path / "jobs.jsonl", lines), jobs=2, block_bytes=1000)
+    (error,) = caught.value.errors
+    assert (error.line, error.field) == (7, "gpu_name")
+    assert _stored(store_engine) == 0
