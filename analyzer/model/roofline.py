@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from analyzer.model.activations import activation_bytes_per_token
 from analyzer.model.collectives import Link, allreduce_seconds
 from analyzer.model.deployment import Deployment
 from analyzer.model.efficiency import EfficiencyParams, EngineLimits
@@ -37,6 +38,7 @@ class StepTime:
     kv_read_s: float
     comm_s: float
     overhead_s: float
+    activation_s: float = 0.0
 
     @property
     def matmul_s(self) -> float:
@@ -48,7 +50,7 @@ class StepTime:
 
     @property
     def total_s(self) -> float:
-        return self.matmul_s + self.attention_s + self.comm_s + self.overhead_s
+        return self.matmul_s + self.attention_s + self.activation_s + self.comm_s + self.overhead_s
 
     @property
     def compute_bound_s(self) -> float:
@@ -59,8 +61,8 @@ class StepTime:
 
     @property
     def memory_bound_s(self) -> float:
-        """Time in operators limited by HBM bandwidth."""
-        return self.matmul_s + self.attention_s - self.compute_bound_s
+        """Time in operators limited by HBM bandwidth (the activation kernels always are)."""
+        return self.matmul_s + self.attention_s + self.activation_s - self.compute_bound_s
 
     def bottleneck(self) -> Bottleneck:
         """Compute, memory bandwidth, or under-utilised when communication and overhead dominate."""
@@ -77,6 +79,7 @@ class StepTime:
             "weight_read_s": self.weight_read_s,
             "attention_compute_s": self.attention_compute_s,
             "kv_read_s": self.kv_read_s,
+            "activation_s": self.activation_s,
             "comm_s": self.comm_s,
             "overhead_s": self.overhead_s,
             "total_s": self.total_s,
@@ -159,6 +162,7 @@ def step_time(
         weight_read_s=weights / bandwidth,
         attention_compute_s=attention_flops / (compute * d.attention_peak_flops),
         kv_read_s=kv_bytes / bandwidth,
+        activation_s=tokens * activation_bytes_per_token(d) / (params.bandwidth_efficiency * d.hbm_bandwidth),
         comm_s=allreduce_time(d, params, tokens),
         overhead_s=params.step_overhead_s,
     )

@@ -31,6 +31,7 @@ from analyzer.pools.split_search import (
     CONFIDENCE,
     DECISION_SEED,
     HEADROOM,
+    MIN_GAIN,
     PlacementResult,
     Routing,
     place,
@@ -64,6 +65,11 @@ class PoolParams:
         ACT,
         "Share of the capacity draws the chosen plan must win against the current one to be recommended (the "
         "low end of its gain positive); a recommended plan stays while it wins more than 1 - act of them.",
+    )
+    min_gain: float = tunable(
+        MIN_GAIN,
+        "Share of the current rate a move must gain on average to be recommended (the least loss that is a "
+        "warning): below it the pool is at its best split within what matters.",
     )
     headroom: float = tunable(
         HEADROOM,
@@ -306,6 +312,7 @@ def _segment(
         confidence=p.confidence,
         headroom=p.headroom,
         act=p.act,
+        min_gain=p.min_gain,
         routing=routing,
         measured=measured,
         seed=DECISION_SEED,

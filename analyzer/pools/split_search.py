@@ -31,6 +31,10 @@ CONFIDENCE = 0.75
 # the high end of its gain (the 90th percentile) stays positive, in more than ``1 - ACT`` of the draws: the
 # band between the two is the hysteresis that keeps a recommendation from flapping.
 ACT = 0.9
+# Whether a move is worth its role changes at all: its expected gain over the current plan must be at least
+# this share of the current rate, the least loss that is a warning (``findings.severity.warning_share``).
+# Below it the pool is at its best split within what matters (a near-tie), so seeds never flip it.
+MIN_GAIN = 0.02
 # Spare capacity (of the phase that does not bind) a plan must add to be worth more role changes at the
 # same expected rate, once the pool is worth moving: the non-binding phase on the hardware its bottleneck
 # needs (decode on the higher-bandwidth SKU) absorbs a shift of the mix or a worker down.
@@ -214,6 +218,7 @@ def choose_plan(
     headroom: float = HEADROOM,
     standing: npt.NDArray[np.int64] | None = None,
     act: float = ACT,
+    min_gain: float = MIN_GAIN,
 ) -> PlanChoice:
     """The plan (prefill workers per group) to recommend, from capacity draws (rows of ``draws_p`` /
     ``draws_d``; the first row is the central estimate). Rules: docs/analyzer.md#split_search
@@ -223,7 +228,8 @@ def choose_plan(
       the pool moves, a plan with more changes at no loss of expected rate wins when it adds ``headroom``
       of spare capacity to the phase that does not bind.
     - Whether to move: the plan is recommended only when the low end of its gain over the current plan
-      is positive (it wins ``act`` of the draws); else the current plan stays.
+      is positive (it wins ``act`` of the draws) and its expected gain is at least ``min_gain`` of the
+      current rate; else the current plan stays.
     - ``standing``: the plan recommended before (the previous segment's) stays while the high end of its
       gain stays positive (it wins more than ``1 - act`` of the draws against the current plan), unless
       a new plan wins ``act`` of them against it.
@@ -257,6 +263,7 @@ def choose_plan(
             i = int(found[np.lexsort((-buffer[found], -wins[found], -expected[found]))[0]])
             chosen, chosen_rates, chosen_buffer, moved = plans[i], rates[i], float(buffer[i]), True
     sure = (chosen_rates > current_rates * (1.0 + _SAME_RATE)).mean() >= act
+    sure &= chosen_rates.mean() >= current_rates.mean() * (1.0 + min_gain)
     held_back = None
     if moved and not sure and current_rates.mean() > 0:  # the low end of its gain is not positive
         chosen, held_back = current, chosen
@@ -387,6 +394,7 @@ def place(
     headroom: float = HEADROOM,
     standing: Sequence[int] | None = None,
     act: float = ACT,
+    min_gain: float = MIN_GAIN,
 ) -> PlacementResult:
     """Best placement of a disaggregated pool's workers. ``current_roles`` lists, per group, the
     (grid row, "prefill"|"decode") of each available worker; ``loads`` (grid row -> ``WorkerLoad``) chooses
@@ -418,6 +426,7 @@ def place(
         headroom=headroom,
         standing=None if standing is None else np.array(standing, dtype=np.int64),
         act=act,
+        min_gain=min_gain,
     )
     chosen = choice.chosen
     best = _plan([int(v) for v in chosen], sizes, cp, cd, isl, osl, r)
