@@ -79,6 +79,7 @@ def _row(s: Score) -> dict[str, Any]:
         "flagged_by_kind": s.flagged_by_kind,
         "lost": {unit: {"estimate": est, "truth": tru} for unit, (est, tru) in s.lost.items()},
         "critical_on_demand_limited": s.critical_on_demand_limited,
+        "critical_on_demand_limited_segments": s.critical_on_demand_limited_segments,
         "notes": s.notes,
         "physics": s.physics,
         "pools": [{**asdict(p), "ratio": p.ratio, "phantom": p.phantom} for p in s.pools],
@@ -109,7 +110,8 @@ def _print(rows: list[dict[str, Any]], kinds: dict[str, dict[str, Any]], args: a
         )
     print(
         "\n| scenario | misplaced truth | flagged | TP | FP | FN | kind agrees "
-        "| lost output tokens/s est. / truth | lost requests/s est. / truth | critical on demand-limited |"
+        "| lost output tokens/s est. / truth | lost requests/s est. / truth "
+        "| critical on demand-limited (its hours; truth segment) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     names = sorted({r["scenario"] for r in rows})
@@ -130,7 +132,8 @@ def _print(rows: list[dict[str, Any]], kinds: dict[str, dict[str, Any]], args: a
             f"| {name} | {total('truth')} | {total('flagged')} | {total('tp')} | {total('fp')} "
             f"| {total('fn')} "
             f"| {sum(r['kinds_agree'] for r in mine)} | {lost('output_tokens')} | {lost('requests')} "
-            f"| {sum(r['critical_on_demand_limited'] for r in mine)} |"
+            f"| {sum(r['critical_on_demand_limited'] for r in mine)}; "
+            f"{sum(r['critical_on_demand_limited_segments'] for r in mine)} |"
         )
     print(
         f"\n(counts summed over {args.seeds} seeds; lost capacity: the mean over seeds, "

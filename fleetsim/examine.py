@@ -191,7 +191,8 @@ class Score:
     misplaced: Tally  # by counts per (pool, SKU, from -> to), whatever the kind
     kinds_agree: int  # of the misplaced true positives, those whose kind is the truth's
     lost: dict[str, tuple[float | None, float]]  # unit -> (analyzer estimate or None, truth)
-    critical_on_demand_limited: int
+    critical_on_demand_limited: int  # judged over the hours each critical finding spans
+    critical_on_demand_limited_segments: int  # judged by the truth segments' majority (coarser)
     notes: list[str] = field(default_factory=list)
     pools: list[PoolScore] = field(default_factory=list)  # per truth pool (fleetsim.examine_pools)
     changes: list[ChangeScore] = field(default_factory=list)
@@ -327,16 +328,29 @@ def _planted(
     return Tally(tp, fp, len(wanted) - tp)
 
 
-def _critical_on_demand_limited(result: Result, truth: Mapping[str, Any], pools: Mapping[str, str]) -> int:
+def _critical_on_demand_limited(
+    result: Result, truth: Mapping[str, Any], pools: Mapping[str, str], *, by_segment: bool = False
+) -> int:
+    """Critical findings over time the truth's pool was demand-limited: work queued in fewer than half the
+    windows of the hours the finding spans (``by_segment``: in every truth segment it overlaps, each judged
+    by the majority of its windows, which can be days long and hide a peak's backlog)."""
     segments = defaultdict(list)
     for seg in truth.get("segments", []):
         segments[seg["pool"]].append((epoch(seg["start"]), epoch(seg["end"]), bool(seg["demand_limited"])))
+    start = epoch(truth["start"]) if truth.get("start") else None
     count = 0
     for f in result.findings:
         if f.severity.value != "critical" or (f.pool or "") not in pools:
             continue
+        pool = pools[f.pool or ""]
         lo, hi = f.first_seen.timestamp(), f.last_seen.timestamp()
-        over = [dl for a, b, dl in segments[pools[f.pool or ""]] if a <= hi and lo <= b]
+        hourly = (truth.get("pools") or {}).get(pool, {}).get("saturated_hourly")
+        if not by_segment and hourly and start is not None:
+            first, last = int((lo - start) // 3600), int(-(-(hi - start) // 3600))
+            shares = hourly[max(0, first) : max(first + 1, last)]
+            count += bool(shares) and sum(shares) / len(shares) < 0.5
+            continue
+        over = [dl for a, b, dl in segments[pool] if a <= hi and lo <= b]
         count += bool(over) and all(over)
     return count
 
@@ -408,6 +422,9 @@ def score(result: Result, run: SimRun) -> Score:
         kinds_agree=kinds_agree,
         lost=_lost(result, truth, notes),
         critical_on_demand_limited=_critical_on_demand_limited(result, truth, pools),
+        critical_on_demand_limited_segments=_critical_on_demand_limited(
+            result, truth, pools, by_segment=True
+        ),
         notes=notes,
         pools=pool_scores(result.summary, truth, pools, found),
         changes=change_scores(result.summary, truth, pools),

@@ -42,7 +42,8 @@ Schema (JSON), per segment: ``pool``, ``start``, ``end``, ``current_placement`` 
 older readers ``best_placement`` and ``misplaced_workers`` (the highest-throughput equivalent, with the
 workers the group order moves: an arbitrary pick within each SKU). Top level: time-weighted sums over
 pools of the lost and noise figures, ``lost_is``, ``misplaced_workers``, ``ratio_drift``,
-``pools`` ({pool: {"name", "workers": {id: {"sku", "role"}}}}, the role at the start), ``drift_events``,
+``pools`` ({pool: {"name", "workers": {id: {"sku", "role"}}, "saturated_hourly": [share of each hour's
+windows from ``start`` with work queued]}}, the role at the start), ``drift_events``,
 ``gpu_lost``, and ``changes``: what each carried-out role change realized (``fleetsim.truth_changes``
 has the method), one entry per (pool, change time) inside the run, in time order: ``pool``, ``at``,
 ``window_start`` (the first window of the new placement), ``workers`` ([{"worker_id", "key", "sku",
@@ -156,6 +157,13 @@ class _Truth:
         self.n = self.sim.windows_in(days)
         self.segments = self._segments()
         self.events = change_events(self.sim.schedule, self.segments)
+        # Per pool and window: work queued somewhere in the pool (the current placement, actual traffic).
+        self.saturated = [np.zeros(self.n, dtype=bool) for _ in self.sim.models]
+
+    def _hourly(self, flags: npt.NDArray[np.bool_]) -> list[float]:
+        """Share of each hour's windows (from ``start``) with work queued: demand-limited hour by hour."""
+        per = max(1, round(3600.0 / self.sim.window_s))
+        return [round(float(flags[i : i + per].mean()), 3) for i in range(0, self.n, per)]
 
     def _segments(self) -> list[_Segment]:
         out = []
@@ -193,6 +201,7 @@ class _Truth:
                     pc.traffic, pc.capacities, pc.up, states[p], window_s=window, roles=pc.roles
                 )
                 mix = pc.traffic.mix
+                self.saturated[p][first : first + len(pc.up)] = flow.saturated.any(axis=1)
                 for seg, sl in self._overlaps(p, first, len(pc.up)):
                     starved = (flow.kv_bound & flow.saturated & flow.up)[sl].sum(axis=0).astype(float)
                     up = flow.up[sl].sum(axis=0).astype(float)
@@ -564,8 +573,9 @@ class _Truth:
                 m.pool.spec.pool_id: {
                     "name": m.pool.spec.name,
                     "workers": {w.worker_id: {"sku": w.sku.key, "role": w.role.value} for w in m.workers},
+                    "saturated_hourly": self._hourly(self.saturated[p]),
                 }
-                for m in self.sim.models
+                for p, m in enumerate(self.sim.models)
             },
             "drift_events": [
                 {

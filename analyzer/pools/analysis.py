@@ -76,6 +76,11 @@ class PoolParams:
         "Spare capacity of the non-binding phase a plan must add to be worth more changes at the same rate.",
     )
     peak_quantile: float = tunable(0.95, "The quantile of a segment's hourly demand taken as its peak.")
+    backlog_per_worker: float = tunable(
+        1.0,
+        "Requests per serving worker the pool's queues may hold in the median bucket and still serve what "
+        "arrives (an engine's own slack between iterations); more is a backlog: supply-limited.",
+    )
     serving_share: float = tunable(
         0.5, "A worker serves in a bucket when its engine reported for at least this share of it."
     )
@@ -321,7 +326,9 @@ def _segment(
             grid, [row for members in current_roles for row, _ in members], first, last, nodes
         ),
     )
-    state = pool_state(waiting, growth, measured)
+    state = pool_state(
+        waiting, growth, measured, workers=max(1, len(roles)), backlog_per_worker=p.backlog_per_worker
+    )
     placement = replace(placement, demand_limited=state.state is PoolState.DEMAND_LIMITED)
     notes.append(f"pool state from its queues: {state.state.value} ({state.evidence})")
     return SegmentAnalysis(

@@ -1,8 +1,11 @@
 """A pool's state from its queues, never from the model: supply-limited, demand-limited or unknown.
 
-- Supply-limited: requests wait in the median bucket and the pool's bound is seen at its limit (a phase
-  saturated: KV cache full or busy with work queued) or its queues grow (arrivals outrun service).
-- Demand-limited: no request waits in the median bucket (it served what arrived; its loss is idle capacity).
+- Supply-limited: requests wait in the median bucket, more than ``backlog_per_worker`` per serving worker,
+  and the pool's bound is seen at its limit (a phase saturated: KV cache full or busy with work queued) or
+  its queues grow (arrivals outrun service).
+- Demand-limited: fewer wait in the median bucket (it served what arrived; its loss is idle capacity). An
+  engine near its limit holds a request or so between two iterations without any backlog, so the pool's
+  sum alone would call every large pool supply-limited at any busy hour: the threshold scales with it.
 - Unknown: no engine reports a queue, or requests wait while no phase is seen at its limit and the queues do
   not grow (an admission or router limit the GPUs do not explain).
 
@@ -38,17 +41,28 @@ GROWING = 1e-3
 NOT_MODELLED = StateEvidence(PoolState.UNKNOWN, "no placement was modelled")
 
 
-def pool_state(waiting: float, growth: float, measured: tuple[float | None, float | None]) -> StateEvidence:
+def pool_state(
+    waiting: float,
+    growth: float,
+    measured: tuple[float | None, float | None],
+    *,
+    workers: int = 1,
+    backlog_per_worker: float = 1.0,
+) -> StateEvidence:
     """``waiting``: requests waiting in the median bucket (NaN: no queue reported); ``growth``: requests/s
-    the queues grew by; ``measured``: what each phase delivered while seen saturated (None: never)."""
+    the queues grew by; ``measured``: what each phase delivered while seen saturated (None: never);
+    ``workers``: the pool's serving workers, of which each may hold ``backlog_per_worker`` without a
+    backlog."""
     if not math.isfinite(waiting):
         return StateEvidence(
             PoolState.UNKNOWN, "no engine reports a queue: whether it served its demand is unknown"
         )
-    if waiting < 1.0:
+    slack = max(1.0, workers * backlog_per_worker)
+    if waiting < slack:
+        per = f" ({waiting / workers:,.2f} per serving worker)" if workers > 1 else ""
         return StateEvidence(
             PoolState.DEMAND_LIMITED,
-            f"{waiting:,.1f} requests waiting in the median bucket: it served what arrived",
+            f"{waiting:,.1f} requests waiting in the median bucket{per}: it served what arrived",
         )
     at_limit = [name for name, v in zip(("prefill", "decode"), measured, strict=True) if v is not None]
     growing = math.isfinite(growth) and growth >= GROWING

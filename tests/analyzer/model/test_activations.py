@@ -40,9 +40,7 @@ def test_moe_layers_count_the_experts_a_token_passes_through() -> None:
     """Qwen3-235B-A22B: 8 of 128 experts of width 1536 per token, and their permute and un-permute."""
     d = deployment("qwen3-235b-a22b", tp=8, ep=8)
     m = d.model
-    per_layer = 8 * m.hidden + (
-        2 * (m.heads + m.kv_heads) * m.head_dim + 3 * 8 * 1536 + 4 * 8 * m.hidden
-    ) / 8
+    per_layer = 8 * m.hidden + (2 * (m.heads + m.kv_heads) * m.head_dim + 3 * 8 * 1536 + 4 * 8 * m.hidden) / 8
     assert activation_bytes_per_token(d) == pytest.approx(m.layers * per_layer * 2)
 
 

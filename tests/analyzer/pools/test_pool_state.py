@@ -32,3 +32,15 @@ def test_an_over_demanded_pool_is_supply_limited_and_a_diurnal_one_is_not() -> N
         result = analyze(input_from_samples(run.gpu_columns, run.engine_columns), CATALOG)
         (pool,) = result.typed_summary.pools
         assert [s.demand_limited for s in pool.segments] == [expected] * len(pool.segments), scenario
+
+
+def test_a_backlog_scales_with_the_pool() -> None:
+    """Sixteen engines holding a request or so each between iterations are not a backlog; two each are."""
+    slack = pool_state(12.8, 0.1, (5_000.0, None), workers=16)
+    assert slack.state is PoolState.DEMAND_LIMITED and "0.80 per serving worker" in slack.evidence
+    assert pool_state(32.0, 0.1, (5_000.0, None), workers=16).state is PoolState.SUPPLY_LIMITED
+    # One worker: a single waiting request is already a queue, as before.
+    assert pool_state(1.0, 0.0, (None, 900.0), workers=1).state is PoolState.SUPPLY_LIMITED
+    assert pool_state(12.8, 0.1, (5_000.0, None), workers=16, backlog_per_worker=0.5).state is (
+        PoolState.SUPPLY_LIMITED
+    )
