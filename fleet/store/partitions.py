@@ -11,13 +11,19 @@ samples, on start.
 A sample whose day has no partition (the partitions were not kept ahead, a collector's clock is off, a
 backfill of old files) lands in the ``DEFAULT`` partition: ingest never fails or loses data for want of a
 partition, and no DDL ever runs on the ingest path (creating a partition there would take locks that stall
-every concurrent writer). When :func:`ensure_partitions` later creates that day's partition it moves the
-day's rows out of ``DEFAULT`` in the same transaction. Retention drops whole day partitions and deletes
-the rows ``DEFAULT`` holds past the retention (:mod:`fleet.store.retention`).
+every concurrent writer). :func:`partition_backfilled_days` (``phasefit db upgrade``, ``db partitions``,
+``db prune``) then gives every day ``DEFAULT`` holds samples of, from the retention's start on, a partition
+of its own, so a backfilled day is closed (:mod:`fleet.store.closing`) and dropped like any other. Whenever
+a day's partition is created, the day's rows move out of ``DEFAULT`` in the same transaction, in time order
+(what the day's BRIN index needs once it is closed): each row is in exactly one partition at every commit.
+Retention drops whole day partitions and deletes the rows ``DEFAULT`` holds past the retention
+(:mod:`fleet.store.retention`).
 
 Locks: a partition is created as a plain table and then attached (``SHARE UPDATE EXCLUSIVE`` on the parent:
 readers and writers of other days carry on); the ``DEFAULT`` partition is locked while rows are moved out
-of it and while the attach checks it. Concurrent callers serialise on an advisory lock.
+of it and while the attach checks it (a scan of ``DEFAULT``: small when partitions are kept ahead, and only
+the days of a backfill make it large until they move). Concurrent callers serialise on an advisory lock.
+Moving a backfilled day waits at most a few seconds for these locks, then leaves the day to the next run.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import OperationalError
 
 from fleet.store.engine import is_sqlite, writing
 from fleet.store.schema import RAW_SAMPLE_TABLES, Base, is_view
@@ -35,6 +42,8 @@ from fleet.store.schema import RAW_SAMPLE_TABLES, Base, is_view
 DEFAULT_DAYS_AHEAD = 7
 KEY_COLUMNS = {"raw_gpu_samples": "gpu_key", "raw_engine_samples": "worker_key"}  # with ts: a sample's key
 DAY = timedelta(days=1)
+DEFAULT_LOCK_TIMEOUT_S = 5.0  # how long moving a backfilled day waits for its locks before deferring
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL SQLSTATE of a lock_timeout
 _LOCK_KEY = 0x70667074  # advisory lock: one process creating partitions at a time ("pfpt")
 _BOUND = re.compile(r"FOR VALUES FROM \('([^']+)'\) TO \('([^']+)'\)")
 
@@ -136,6 +145,74 @@ def ensure_partitions(engine: Engine, now: datetime, days_ahead: int = DEFAULT_D
     return created
 
 
+def partition_backfilled_days(
+    engine: Engine, keep_from: datetime, *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> list[Partition]:
+    """Create a partition for every UTC day from ``keep_from``'s on that the ``DEFAULT`` partition holds
+    samples of (a backfill, a collector's clock off), moving the day's rows into it, one transaction per
+    table and day; return those created (none on SQLite). Days before ``keep_from`` (the retention's start)
+    stay in ``DEFAULT`` for the prune to delete. A day whose locks are not granted within
+    ``lock_timeout_s`` (a backfill still writing into ``DEFAULT``, a long read of it) is left to the next
+    run rather than stalling the writers queued behind the move. ``DEFAULT`` is vacuumed afterwards, so its
+    emptied pages go back to the file system rather than waiting for autovacuum."""
+    since = floor_day(keep_from)
+    if is_sqlite(engine):
+        return []
+    created = []
+    for table in RAW_SAMPLE_TABLES:
+        with engine.connect() as connection:
+            days = days_in_default(connection, table, since)
+        moved = [
+            partition
+            for day in days
+            if (partition := _move_day(engine, table, day, lock_timeout_s)) is not None
+        ]
+        if moved:
+            vacuum(engine, default_partition(table))
+        created += moved
+    return created
+
+
+def _move_day(engine: Engine, table: str, day: datetime, lock_timeout_s: float) -> Partition | None:
+    """:func:`create_partition` in a transaction of its own under a lock timeout; None when the partition
+    exists already or the locks were not granted in time."""
+    try:
+        with writing(engine) as connection:
+            connection.execute(text(f"SET LOCAL lock_timeout = {int(lock_timeout_s * 1000)}"))
+            return create_partition(connection, table, day)
+    except OperationalError as exc:
+        if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        return None
+
+
+def days_in_default(connection: Connection, table: str, since: datetime) -> list[datetime]:
+    """The UTC days from ``since`` on that ``table``'s ``DEFAULT`` partition holds samples of: one probe of
+    its ``(ts, key)`` index per day found, however many rows each day has."""
+    if not any(p.is_default for p in list_partitions(connection, table)):
+        return []
+    days: list[datetime] = []
+    first = _first_sample(connection, default_partition(table), since)
+    while first is not None:
+        days.append(floor_day(first))
+        first = _first_sample(connection, default_partition(table), days[-1] + DAY)
+    return days
+
+
+def _first_sample(connection: Connection, relation: str, since: datetime) -> datetime | None:
+    query = text(f"SELECT min(ts) FROM {relation} WHERE ts >= :since")
+    first: datetime | None = connection.execute(query, {"since": since}).scalar_one()
+    return first
+
+
+def vacuum(engine: Engine, relation: str) -> None:
+    """``VACUUM (ANALYZE)`` one relation (outside any transaction, as PostgreSQL requires): its row estimate
+    becomes true, and its empty trailing pages are given back when no one else holds a lock on it."""
+    with engine.connect() as connection:
+        autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
+        autocommit.execute(text(f"VACUUM (ANALYZE) {relation}"))
+
+
 def _covered(partitions: list[Partition]) -> set[datetime]:
     return {p.start for p in partitions if p.start is not None and p.end == p.start + DAY}
 
@@ -169,7 +246,7 @@ def create_partition(connection: Connection, table: str, day: datetime) -> Parti
         connection.execute(
             text(
                 f"WITH moved AS (DELETE FROM {default} WHERE ts >= :start AND ts < :end RETURNING *) "
-                f"INSERT INTO {name} SELECT * FROM moved"
+                f"INSERT INTO {name} SELECT * FROM moved ORDER BY ts, {KEY_COLUMNS[table]}"
             ),
             {"start": start, "end": end},
         )

@@ -21,7 +21,9 @@ A prune run, in one transaction:
 On PostgreSQL a day partition is checked under a ``SHARE`` lock of its own (a sample for that day waits,
 samples of other days do not); the drops come last and hold ``ACCESS EXCLUSIVE`` on the raw tables until the
 prune commits: moments, once a day. Run it from cron or a Kubernetes CronJob, e.g. hourly; ``phasefit db
-prune`` also creates the next days' partitions (:func:`fleet.store.partitions.ensure_partitions`).
+prune`` also creates the next days' partitions (:func:`fleet.store.partitions.ensure_partitions`) and,
+after expiring, those of the days left in ``DEFAULT``
+(:func:`fleet.store.partitions.partition_backfilled_days`).
 """
 
 from __future__ import annotations

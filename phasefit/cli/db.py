@@ -2,14 +2,15 @@
 
 A Typer sub-app (``app``); the CLI registers it with ``app.add_typer(db.app, name="db")``. ``upgrade``,
 ``partitions`` and ``prune`` create the raw tables' day partitions ahead on PostgreSQL
-(:func:`fleet.store.partitions.ensure_partitions`) and close those behind the ingest horizon
-(:func:`fleet.store.closing.close_partitions`); on SQLite there are none.
+(:func:`fleet.store.partitions.ensure_partitions`) and those of the backfilled days the ``DEFAULT``
+partition holds (:func:`fleet.store.partitions.partition_backfilled_days`), and close those behind the
+ingest horizon (:func:`fleet.store.closing.close_partitions`); on SQLite there are none.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -182,6 +183,13 @@ def _close_after(settings: Settings, option: int | None) -> int:
     return option if option is not None else settings.raw_close_after_days
 
 
+def _retention_start(settings: Settings, moment: datetime) -> datetime:
+    """The first UTC day the retention keeps at ``moment`` (PostgreSQL's prune cutoff)."""
+    from fleet.store.partitions import floor_day
+
+    return floor_day(moment - timedelta(days=settings.raw_retention_days))
+
+
 def utc_moment(now: datetime | None) -> datetime:
     """``--now`` (read as UTC), or the current time."""
     return now.replace(tzinfo=UTC) if now is not None else datetime.now(UTC)
@@ -201,13 +209,17 @@ class PartitionChanges:
 
 
 def maintain_partitions(
-    engine: Engine, moment: datetime, days_ahead: int, close_after_days: int
+    engine: Engine, moment: datetime, days_ahead: int, close_after_days: int, keep_from: datetime
 ) -> PartitionChanges:
-    """Create the day partitions due at ``moment`` and close those behind the horizon (PostgreSQL)."""
+    """Create the day partitions due at ``moment``, and those of the days from ``keep_from`` (the
+    retention's start) that ``DEFAULT`` holds samples of (a backfill: they move out of it), then close those
+    behind the horizon (PostgreSQL)."""
     from fleet.store.closing import close_partitions
-    from fleet.store.partitions import ensure_partitions
+    from fleet.store.partitions import ensure_partitions, partition_backfilled_days
 
-    created = [partition.name for partition in ensure_partitions(engine, moment, days_ahead)]
+    ahead = ensure_partitions(engine, moment, days_ahead)
+    backfilled = partition_backfilled_days(engine, keep_from)
+    created = [partition.name for partition in (*ahead, *backfilled)]
     closing = close_partitions(engine, moment, close_after_days)
     return PartitionChanges(created, [p.name for p in closing.closed], [p.name for p in closing.deferred])
 
@@ -233,8 +245,13 @@ def upgrade(
         migrate.upgrade(engine, revision)
         current = migrate.current_revision(engine)
         if current == migrate.head_revision():
+            moment = utc_moment(None)
             changes = maintain_partitions(
-                engine, utc_moment(None), days_ahead, _close_after(settings, close_after_days)
+                engine,
+                moment,
+                days_ahead,
+                _close_after(settings, close_after_days),
+                _retention_start(settings, moment),
             )
     except (SQLAlchemyError, migrate.CommandError) as exc:
         die(f"upgrade of {store_label(engine)} failed: {exc}")
@@ -352,8 +369,13 @@ def partitions(
     engine = open_engine(settings)
     try:
         migrate.ensure_schema(engine, create_if_empty=False)
+        moment = utc_moment(now)
         changes = maintain_partitions(
-            engine, utc_moment(now), days_ahead, _close_after(settings, close_after_days)
+            engine,
+            moment,
+            days_ahead,
+            _close_after(settings, close_after_days),
+            _retention_start(settings, moment),
         )
         sizes = []
         if not is_sqlite(engine):
@@ -418,7 +440,8 @@ def prune(
     try:
         migrate.ensure_schema(engine, create_if_empty=False)
         result = apply_retention(engine, now=moment, retention_days=days, full=full)
-        changes = maintain_partitions(engine, moment, days_ahead, _close_after(settings, close_after_days))
+        close_after = _close_after(settings, close_after_days)
+        changes = maintain_partitions(engine, moment, days_ahead, close_after, result.cutoff)
     except (SQLAlchemyError, migrate.SchemaNotCurrentError) as exc:
         die(str(exc))
     finally:
