@@ -11,6 +11,7 @@ A plain command function; the lead registers it with ``app.command()(predict)``.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -18,6 +19,7 @@ import typer
 from phasefit.cli.output import add_row, emit_json, escape, fail, human, plain
 
 if TYPE_CHECKING:
+    from analyzer.model.goodput import Figure, Goodput
     from analyzer.model.perf_model import ThroughputPrediction
 
 
@@ -74,12 +76,63 @@ def prediction_payload(p: ThroughputPrediction) -> dict[str, Any]:
     }
 
 
+def _figure(f: Figure) -> dict[str, float]:
+    return {"value": f.value, "low": f.low, "high": f.high}
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def goodput_payload(g: Goodput) -> dict[str, Any]:
+    """The ``goodput`` object of ``predict --json`` (per instance; null where not asked or infinite)."""
+    return {
+        "ttft_slo_s": g.targets.ttft_s,
+        "tpot_slo_s": g.targets.tpot_s,
+        "decode_batch": g.decode_batch,
+        "decode_tpot_s": _finite(g.decode_tpot_s),
+        "decode_output_tokens_per_s": _figure(g.decode_output_tokens_per_s),
+        "decode_requests_per_s": _figure(g.decode_requests_per_s),
+        "decode_limited_by_tpot": g.decode_binding,
+        "prefill_requests_per_s": _figure(g.prefill_requests_per_s),
+        "prefill_ttft_p90_s": _finite(g.prefill_ttft_p90_s),
+        "prefill_limited_by_ttft": g.prefill_binding,
+        "notes": list(g.notes),
+    }
+
+
+def _goodput_rows(g: Goodput) -> list[tuple[str, str]]:
+    def fig(f: Figure, unit: str) -> str:
+        return f"{f.value:,.1f} ({f.low:,.1f}-{f.high:,.1f}) {unit}"
+
+    rows = []
+    if g.targets.tpot_s is not None:
+        bound = "TPOT binds" if g.decode_binding else "TPOT met at the engine's batch"
+        rows += [
+            (
+                f"decode goodput, TPOT <= {g.targets.tpot_s * 1e3:,.1f} ms",
+                fig(g.decode_output_tokens_per_s, "tok/s"),
+            ),
+            ("  its batch and step", f"{g.decode_batch:,.1f} at {g.decode_tpot_s * 1e3:,.1f} ms ({bound})"),
+        ]
+    if g.targets.ttft_s is not None:
+        ttft = "-" if not math.isfinite(g.prefill_ttft_p90_s) else f"{g.prefill_ttft_p90_s * 1e3:,.1f} ms"
+        rows += [
+            (
+                f"prefill goodput, TTFT p90 <= {g.targets.ttft_s * 1e3:,.1f} ms",
+                fig(g.prefill_requests_per_s, "req/s"),
+            ),
+            ("  TTFT p90 at that load", ttft),
+        ]
+    return rows
+
+
 def _range(p: ThroughputPrediction, name: str, value: float) -> str:
     low, high = p.ranges.get(name, (value, value))
     return f"{value:,.0f} ({low:,.0f}-{high:,.0f})"
 
 
-def _print_human(p: ThroughputPrediction) -> None:
+def _print_human(p: ThroughputPrediction, g: Goodput | None = None) -> None:
     from rich.table import Table
 
     d, w = p.deployment, p.workload
@@ -108,11 +161,12 @@ def _print_human(p: ThroughputPrediction) -> None:
         ("TTFT, idle instance", f"{p.ttft_s * 1e3:,.1f} ms"),
         ("TPOT at this batch", f"{p.tpot_s * 1e3:,.1f} ms" if p.fits else "-"),
     ]
+    rows += [] if g is None else _goodput_rows(g)
     for name, value in rows:
         add_row(table, name, value)
     console = human()
     console.print(table)
-    for note in p.notes:
+    for note in (*p.notes, *(() if g is None else g.notes)):
         console.print(f"[yellow]note:[/] {escape(note)}")
 
 
@@ -168,6 +222,18 @@ def predict(
             help="The KV cache the engine reports holding, in tokens: used instead of any modelled budget.",
         ),
     ] = None,
+    ttft_slo: Annotated[
+        float | None,
+        typer.Option(
+            "--ttft-slo", min=1e-6, help="TTFT target at p90, seconds: adds the prefill goodput meeting it."
+        ),
+    ] = None,
+    tpot_slo: Annotated[
+        float | None,
+        typer.Option(
+            "--tpot-slo", min=1e-6, help="TPOT target at p90, seconds: adds the decode goodput meeting it."
+        ),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
 ) -> None:
     """Predict prefill, decode and colocated throughput of one serving instance of TP GPUs."""
@@ -175,6 +241,7 @@ def predict(
 
     from analyzer.model.deployment import DeploymentError, make_deployment
     from analyzer.model.efficiency import CALIBRATED
+    from analyzer.model.goodput import Targets, goodput
     from analyzer.model.kv_budget import BudgetSource, measured_budget, modelled_budget
     from analyzer.model.perf_model import Workload
     from analyzer.model.perf_model import predict as run_model
@@ -206,10 +273,14 @@ def predict(
                 raise ValueError(f"unknown engine {name!r}; known engines: {known}")
             budget = modelled_budget(deployment, settings, CALIBRATED, fraction=gpu_memory_utilization)
         prediction = run_model(deployment, Workload(isl, osl, concurrency), budget=budget)
+        targets = Targets(ttft_s=ttft_slo, tpot_s=tpot_slo)
+        served = goodput(prediction, targets) if targets.any else None
     except (CatalogError, DeploymentError, ValidationError, ValueError) as exc:
         fail(str(exc))
         return
     if json_output:
-        emit_json(prediction_payload(prediction))
+        payload = prediction_payload(prediction)
+        payload["goodput"] = None if served is None else goodput_payload(served)
+        emit_json(payload)
     else:
-        _print_human(prediction)
+        _print_human(prediction, served)

@@ -178,3 +178,29 @@ def test_expert_and_attention_data_parallel_layouts() -> None:
         ],
     )
     assert dense.exit_code == 1 and "dense model" in " ".join(dense.stderr.split())
+
+
+def test_latency_targets_add_the_goodput_meeting_them() -> None:
+    args = ["--model", "llama-3.1-70b", "--gpu", "H100-SXM", "--tp", "2", "--precision", "fp8"]
+    args += ["--isl", "2000", "--osl", "500"]
+    plain_run = runner.invoke(app, [*args, "--json"])
+    assert json.loads(plain_run.stdout)["goodput"] is None
+    result = runner.invoke(app, [*args, "--ttft-slo", "0.5", "--tpot-slo", "0.03", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    served = payload["goodput"]
+    assert served["tpot_slo_s"] == 0.03 and served["ttft_slo_s"] == 0.5
+    assert served["decode_limited_by_tpot"] and served["decode_tpot_s"] == pytest.approx(0.03, rel=1e-6)
+    decode = served["decode_output_tokens_per_s"]
+    assert decode["low"] < decode["value"] < decode["high"]
+    assert decode["value"] < payload["decode_tokens_per_s"]
+    assert served["prefill_ttft_p90_s"] == pytest.approx(0.5, rel=1e-6)
+    assert 0 < served["prefill_requests_per_s"]["value"] < payload["prefill_tokens_per_s"] / 2000
+    human = runner.invoke(app, [*args, "--tpot-slo", "0.03"])
+    assert human.exit_code == 0 and "decode goodput, TPOT <= 30.0 ms" in human.output
+
+
+def test_a_latency_target_must_be_positive() -> None:
+    args = ["--model", "llama-3.1-8b", "--gpu", "H100-SXM", *BASE, "--tpot-slo", "0"]
+    result = runner.invoke(app, args)
+    assert result.exit_code != 0
