@@ -7,7 +7,9 @@ PHASEFIT_TEST_POSTGRES_URL or --postgres names a server, a fresh PostgreSQL data
 
 - bytes per GPU sample and per engine sample, indexes included: the raw tables (PostgreSQL:
   pg_total_relation_size summed over their partitions; SQLite: the pages of every b-tree of the table);
-- bytes per GPU-day raw, and rolled up (per-minute plus per-hour rollups, which outlive raw retention);
+- bytes per GPU-day raw, and rolled up (per-minute plus per-hour rollups, which outlive raw retention),
+  and per rollup tier; then a year's projection at 1,000 and 10,000 GPUs under the default retentions
+  (raw 14 days, per-minute rollups 35, hourly 400: PHASEFIT_*_RETENTION_DAYS);
 - seconds to expire the day: the prune's check and partition drop (PostgreSQL) or row DELETE (SQLite),
   and a row DELETE of the same day, rolled back;
 - PostgreSQL: the same once the day is closed (its unique indexes traded for BRIN ones, as `phasefit db
@@ -53,6 +55,7 @@ from fleetsim.source import jsonl_batches
 START = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday
 DAY = timedelta(days=1)
 DEMO_GPUS = 64
+RAW_DAYS, MINUTE_DAYS, HOUR_DAYS, YEAR_DAYS = 14, 35, 400, 365  # fleet.settings defaults, a year
 ROLLUPS = {"gpu": ("gpu_samples_1m", "gpu_samples_1h"), "engine": ("engine_samples_1m", "engine_samples_1h")}
 
 
@@ -220,6 +223,12 @@ def report(store: str, run: Run) -> None:
     hourly = [f.rollup_bytes["gpu_samples_1h"] for f in figures.values()]
     row("MB per GPU-day, rolled up (1m+1h)", [f"{r / gpus / mb:,.3f}" for r in rolled])
     row("  of which per hour", [f"{h / gpus / mb:,.4f}" for h in hourly])
+    tier = {
+        t: [sum(f.rollup_bytes[f"{k}_samples_{t}"] for k in ("gpu", "engine")) for f in figures.values()]
+        for t in ("1m", "1h")
+    }
+    row("MB per GPU-day, 1m (GPU+engine)", [f"{m / gpus / mb:,.3f}" for m in tier["1m"]])
+    row("MB per GPU-day, 1h (GPU+engine)", [f"{h / gpus / mb:,.4f}" for h in tier["1h"]])
     row(
         "s to expire the day",
         [f"{f.expire_s:.3f} ({f.expire_how})" if f.expire_s is not None else "" for f in figures.values()],
@@ -228,6 +237,35 @@ def report(store: str, run: Run) -> None:
         "s to DELETE its rows (rolled back)",
         [f"{f.delete_s:.3f}" if f.delete_s is not None else "" for f in figures.values()],
     )
+
+
+def project(store: str, run: Run) -> None:
+    """A year's store size at 1,000 and 10,000 GPUs under the default retentions, steady state: raw samples
+    (GPU and engine tables) for PHASEFIT_RAW_RETENTION_DAYS, the per-minute tier for
+    PHASEFIT_ROLLUP_MINUTE_RETENTION_DAYS, the hourly tier for a year (less than its 400 days); and the
+    same with per-minute rollups kept forever (before the tiers had retentions)."""
+    figures = run.figures.get("head, day closed") or run.figures["head, day open"]
+    per_gpu_day = {
+        "raw": (figures.gpu_bytes + figures.engine_bytes) / run.gpus,
+        "1m": sum(figures.rollup_bytes[t] for t in ("gpu_samples_1m", "engine_samples_1m")) / run.gpus,
+        "1h": sum(figures.rollup_bytes[t] for t in ("gpu_samples_1h", "engine_samples_1h")) / run.gpus,
+    }
+    days = {"raw": RAW_DAYS, "1m": MINUTE_DAYS, "1h": min(YEAR_DAYS, HOUR_DAYS)}
+    forever = {"raw": RAW_DAYS, "1m": YEAR_DAYS, "1h": YEAR_DAYS}
+    print(
+        f"\n{store}: a year's projection (raw {RAW_DAYS} d, 1m {MINUTE_DAYS} d, 1h {HOUR_DAYS} d; engine "
+        "tables included; MB per GPU-day: "
+        + ", ".join(f"{tier} {size / 1e6:.3f}" for tier, size in per_gpu_day.items())
+        + ")"
+    )
+    for fleet in (1_000, 10_000):
+        tiers = {tier: per_gpu_day[tier] * days[tier] * fleet / 1e9 for tier in days}
+        before = sum(per_gpu_day[tier] * forever[tier] * fleet / 1e9 for tier in forever)
+        parts = ", ".join(f"{tier} {size:,.1f} GB" for tier, size in tiers.items())
+        print(
+            f"  {fleet:>6,} GPUs: {sum(tiers.values()):,.1f} GB ({parts}); "
+            f"per-minute rollups kept a year: {before:,.1f} GB"
+        )
 
 
 def postgres_database(admin_url: str) -> tuple[str, Engine, str]:
@@ -259,14 +297,16 @@ def main() -> None:
     if not args.no_sqlite:
         with tempfile.TemporaryDirectory(prefix="phasefit-size-") as folder:
             print("sqlite:")
-            report(
-                "SQLite", measure(f"sqlite:///{folder}/store.db", scenario, args.window_s, not args.no_before)
-            )
+            run = measure(f"sqlite:///{folder}/store.db", scenario, args.window_s, not args.no_before)
+            report("SQLite", run)
+            project("SQLite", run)
     if args.postgres:
         url, admin, name = postgres_database(args.postgres)
         try:
             print("postgresql:")
-            report("PostgreSQL", measure(url, scenario, args.window_s, not args.no_before))
+            run = measure(url, scenario, args.window_s, not args.no_before)
+            report("PostgreSQL", run)
+            project("PostgreSQL", run)
         finally:
             with admin.connect() as connection:
                 connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

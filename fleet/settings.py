@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from platformdirs import user_data_dir
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -33,6 +33,18 @@ class Settings(BaseSettings):
         ge=1,
         description="Days of raw gpu/engine samples kept; rollups (per minute, per hour) outlive them.",
     )
+    rollup_minute_retention_days: int = Field(
+        default=35,
+        ge=1,
+        description="Days of per-minute rollups kept by `phasefit db prune` (expired in bounded batches); "
+        "at least PHASEFIT_RAW_RETENTION_DAYS. Older ranges are read from the hourly rollups.",
+    )
+    rollup_hour_retention_days: int = Field(
+        default=400,
+        ge=0,
+        description="Days of hourly rollups kept by `phasefit db prune`; 0 keeps them forever. At least "
+        "PHASEFIT_ROLLUP_MINUTE_RETENTION_DAYS unless 0.",
+    )
     raw_close_after_days: int = Field(
         default=1,
         ge=0,
@@ -42,6 +54,18 @@ class Settings(BaseSettings):
         "writes into it stay exactly-once but check stored keys themselves). 1 keeps today and yesterday "
         "open.",
     )
+
+    @model_validator(mode="after")
+    def _tiers_nest(self) -> Settings:
+        """Each tier outlives the one it is rolled up from: per-minute rollups are written from raw samples
+        (and rewritten while raw rows exist), hourly ones are what remains once per-minute ones go."""
+        raw, minute, hour = (
+            self.raw_retention_days,
+            self.rollup_minute_retention_days,
+            self.rollup_hour_retention_days,
+        )
+        check_tiers(raw, minute, hour)
+        return self
 
     @field_validator("database_url")
     @classmethod
@@ -54,3 +78,19 @@ class Settings(BaseSettings):
         if value.startswith("postgresql://") or value.startswith("postgresql+psycopg2://"):
             raise ValueError("PostgreSQL URLs must name the psycopg 3 driver: postgresql+psycopg://...")
         return value
+
+
+def check_tiers(raw_days: int, minute_days: int, hour_days: int) -> None:
+    """Refuse retentions under which a coarser tier would go before a finer one (ValueError naming both)."""
+    if minute_days < raw_days:
+        raise ValueError(
+            f"PHASEFIT_ROLLUP_MINUTE_RETENTION_DAYS ({minute_days}) is shorter than "
+            f"PHASEFIT_RAW_RETENTION_DAYS ({raw_days}): per-minute rollups would be expired while the raw "
+            "samples they are computed from remain; keep them at least as long"
+        )
+    if hour_days != 0 and hour_days < minute_days:
+        raise ValueError(
+            f"PHASEFIT_ROLLUP_HOUR_RETENTION_DAYS ({hour_days}) is shorter than "
+            f"PHASEFIT_ROLLUP_MINUTE_RETENTION_DAYS ({minute_days}): hourly rollups must outlive the "
+            "per-minute ones (or be 0: kept forever)"
+        )

@@ -3,10 +3,14 @@
 ``PHASEFIT_RAW_RETENTION_DAYS`` (default 14, :class:`fleet.settings.Settings.raw_retention_days`) is how
 many days of raw samples the store keeps. Before raw rows go, they are rolled up per minute and per hour
 (``*_1m`` / ``*_1h`` tables: averages of ratios and gauges over the non-null samples, sums of tokens and
-preemptions, maxima of memory, queue and latency quantiles, sample counts); rollups are never pruned, so
-reads over weeks use them.
+preemptions, maxima of memory, queue and latency quantiles, sample counts), so reads over weeks use them.
+Rollups have retentions of their own (``PHASEFIT_ROLLUP_MINUTE_RETENTION_DAYS``, default 35, and
+``PHASEFIT_ROLLUP_HOUR_RETENTION_DAYS``, default 400, 0 = forever): given a
+:class:`fleet.store.rollup_retention.RollupRetention`, a prune expires them last, in bounded batches of
+their own transactions (:mod:`fleet.store.rollup_retention`); readers that want per-minute rollups read the
+hourly ones where per-minute ones are gone, and say so.
 
-A prune run, in one transaction:
+A prune run, in one transaction (then the rollup expiry, in batches):
 
 1. recomputes the rollup buckets of every complete hour from the last rolled-up hour minus a look-back
    (24 h by default, so late samples that collectors replayed from their spool are counted) up to the
@@ -55,6 +59,7 @@ from sqlalchemy.sql.expression import TableClause
 from fleet.store.columns import UtcDateTime, from_epoch_us
 from fleet.store.engine import is_sqlite, writing
 from fleet.store.partitions import Partition, drop_partition, floor_day, list_partitions
+from fleet.store.rollup_retention import RollupExpiry, RollupRetention, expire_rollups
 from fleet.store.schema import (
     EngineSample1hRow,
     EngineSample1mRow,
@@ -80,6 +85,7 @@ class PruneResult:
     rollup_rows: dict[str, int] = field(default_factory=dict)  # rows (re)written per rollup table
     deleted: dict[str, int] = field(default_factory=dict)  # raw rows deleted per table (view name)
     dropped_partitions: tuple[str, ...] = ()  # PostgreSQL day partitions dropped
+    rollups_expired: RollupExpiry | None = None  # rollup rows expired per tier (None: not asked to)
 
 
 @dataclass(frozen=True)
@@ -231,10 +237,19 @@ def apply_retention(
     retention_days: int,
     full: bool = False,
     lookback: timedelta = DEFAULT_LOOKBACK,
+    rollup_retention: RollupRetention | None = None,
 ) -> PruneResult:
-    """Roll up complete hours, then expire raw samples older than the retention (module docstring)."""
+    """Roll up complete hours, then expire raw samples older than the retention (module docstring), then
+    (when ``rollup_retention`` is given) the rollup rows older than theirs, in batches of their own
+    (:mod:`fleet.store.rollup_retention`)."""
     if retention_days < 1:
         raise ValueError("retention_days must be at least 1")
+    if rollup_retention is not None and rollup_retention.minute_days < retention_days:
+        raise ValueError(
+            f"per-minute rollups kept {rollup_retention.minute_days} days but raw samples "
+            f"{retention_days} (PHASEFIT_ROLLUP_MINUTE_RETENTION_DAYS < raw retention): per-minute rollups "
+            "must be kept at least as long as raw samples"
+        )
     end = floor_hour(now)
     rollup_rows: dict[str, int] = {}
     with writing(engine) as connection:
@@ -256,7 +271,10 @@ def apply_retention(
             rollup_rows[name] = rollup_rows.get(name, 0) + count
     deleted = {name: result.rows for name, result in expired.items()}
     dropped = tuple(name for result in expired.values() for name in result.dropped_partitions)
-    return PruneResult(cutoff, end, rollup_rows, deleted, dropped)
+    rollups_expired = None
+    if rollup_retention is not None:
+        rollups_expired = expire_rollups(engine, now=now, retention=rollup_retention, raw_cutoff=cutoff)
+    return PruneResult(cutoff, end, rollup_rows, deleted, dropped, rollups_expired)
 
 
 def expire_raw_samples(connection: Connection, cutoff: datetime) -> dict[str, Expired]:

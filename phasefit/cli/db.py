@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from fleet.settings import Settings
+    from fleet.store.rollup_retention import RollupExpiry
 
 app = typer.Typer(
     help="The store: schema migrations (Alembic), row counts, raw-sample partitions, retention and rollups.",
@@ -432,14 +433,22 @@ def prune(
 
     from fleet.store import migrate
     from fleet.store.retention import apply_retention
+    from fleet.store.rollup_retention import RollupRetention
 
     settings = load_settings(database_url)
-    engine = open_engine(settings)
     moment = utc_moment(now)
     days = retention_days if retention_days is not None else settings.raw_retention_days
+    if days > settings.rollup_minute_retention_days:
+        die(
+            f"--retention-days {days} is longer than PHASEFIT_ROLLUP_MINUTE_RETENTION_DAYS "
+            f"({settings.rollup_minute_retention_days}): per-minute rollups must be kept at least as long as "
+            "raw samples"
+        )
+    tiers = RollupRetention(settings.rollup_minute_retention_days, settings.rollup_hour_retention_days)
+    engine = open_engine(settings)
     try:
         migrate.ensure_schema(engine, create_if_empty=False)
-        result = apply_retention(engine, now=moment, retention_days=days, full=full)
+        result = apply_retention(engine, now=moment, retention_days=days, full=full, rollup_retention=tiers)
         close_after = _close_after(settings, close_after_days)
         changes = maintain_partitions(engine, moment, days_ahead, close_after, result.cutoff)
     except (SQLAlchemyError, migrate.SchemaNotCurrentError) as exc:
@@ -449,6 +458,7 @@ def prune(
     if json_output:
         emit_json({"cutoff": result.cutoff.isoformat(), "rolled_up_until": result.rolled_up_until.isoformat(),
                    "rollup_rows": result.rollup_rows, "deleted": result.deleted,
+                   "rollups_expired": _expired_json(result.rollups_expired),
                    "dropped_partitions": list(result.dropped_partitions),
                    "created_partitions": changes.created, "closed_partitions": changes.closed,
                    "deferred_partitions": changes.deferred})  # fmt: skip
@@ -461,4 +471,29 @@ def prune(
     say(f"deleted raw samples before {result.cutoff:%Y-%m-%d %H:%M} UTC: {deleted}")
     if result.dropped_partitions:
         say(f"partitions dropped: {', '.join(result.dropped_partitions)}")
+    if result.rollups_expired is not None:
+        say(_expired_text(result.rollups_expired))
     changes.say()
+
+
+def _expired_json(expiry: RollupExpiry | None) -> dict[str, object] | None:
+    """``rollups_expired`` of ``prune --json``: per tier, its cutoff (null: kept forever) and rows gone."""
+    if expiry is None:
+        return None
+    rows = expiry.per_tier()
+    tiers = {
+        tier: {"cutoff": cutoff.isoformat() if cutoff else None, "rows": rows[tier]}
+        for tier, cutoff in expiry.cutoffs.items()
+    }
+    return {"tiers": tiers, "tables": expiry.deleted, "batches": expiry.batches}
+
+
+def _expired_text(expiry: RollupExpiry) -> str:
+    rows = expiry.per_tier()
+    parts = [
+        f"{rows[tier]:,} {tier} rows before {cutoff:%Y-%m-%d %H:%M} UTC"
+        if cutoff is not None
+        else f"{tier} rows kept forever"
+        for tier, cutoff in expiry.cutoffs.items()
+    ]
+    return f"rollups expired: {'; '.join(parts)} ({expiry.batches} batches)"

@@ -233,6 +233,11 @@ class WorkerSamples(BaseModel):
     engine: list[EnginePoint]
     gpus: list[GpuPoint]
     next: str | None = Field(description="URL of the rest of the range when the page was cut; else null.")
+    notices: list[str] = Field(
+        default_factory=list,
+        description="What the reader should know about the points, e.g. that the part of the range older "
+        "than PHASEFIT_ROLLUP_MINUTE_RETENTION_DAYS is shown from hourly rollups.",
+    )
 
 
 class LostTokensPoint(BaseModel):

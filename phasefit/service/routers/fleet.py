@@ -13,16 +13,15 @@ from fleet.contract import FindingStatus
 from fleet.inventory import WorkerRecord
 from fleet.store.findings import list_findings
 from fleet.store.queries import (
-    engine_rollups,
     engine_samples,
     get_worker,
-    gpu_rollups,
     gpu_samples,
     list_gpus,
     list_workers,
     sample_time_range,
     telemetry_span,
 )
+from fleet.store.rollup_retention import RollupRetention
 from phasefit.service.deps import StateDep
 from phasefit.service.models import (
     FleetGroup,
@@ -52,6 +51,7 @@ from phasefit.service.routers.common import (
 from phasefit.service.routers.findings import finding_out
 from phasefit.service.series import cut_page, engine_points, gpu_points, parse_step
 from phasefit.service.state import ServiceState
+from phasefit.service.tiers import read_tiers
 
 router = APIRouter(tags=["fleet"])
 WorkerId = Annotated[str, Path(pattern=NO_NUL, description="The worker's id (slashes allowed).")]
@@ -140,7 +140,8 @@ async def worker_samples(
     limit: Annotated[int, Query(ge=1, le=100_000, description="Most timestamps in this page.")] = 1000,
 ) -> WorkerSamples:
     """Raw samples (no ``step``) or buckets of ``step`` (from rollups when the range reaches past raw
-    retention). Ranges are half-open: from <= ts < to.
+    retention; from hourly rollups, with a notice, where per-minute ones are past their retention). Ranges
+    are half-open: from <= ts < to.
 
     Rules between parameters, which JSON Schema cannot state: 'from' must be before 'to' ('to' defaults to
     now, 'from' to 1 h before 'to'; 422 naming 'from'); without a step, raw samples span at most
@@ -150,34 +151,31 @@ async def worker_samples(
     start, end = time_range(state, start, end, timedelta(hours=1))
     step_s = _step(state, step, start, end)
 
-    def load(connection: Connection) -> tuple[WorkerRecord | None, Source, list[Any], list[Any]]:
+    def load(connection: Connection) -> tuple[WorkerRecord | None, Source, list[Any], list[Any], list[str]]:
         worker = get_worker(connection, worker_id)
         if worker is None:
-            return None, "raw", [], []
-        source: Source = "raw"
+            return None, "raw", [], [], []
         if step_s is not None and not _raw_serves(state, connection, start, end):
-            source = "rollup-1h" if step_s >= 3600 and step_s % 3600 == 0 else "rollup-1m"
-            resolution: Literal["1m", "1h"] = "1h" if source == "rollup-1h" else "1m"
-            engine = engine_rollups(connection, resolution, start, end, worker_ids=[worker_id])
-            gpus = gpu_rollups(connection, resolution, start, end, worker_ids=[worker_id])
-            if engine["ts"] or gpus["ts"]:
-                return (
-                    worker,
-                    source,
-                    engine_points(engine, step_s, rollup=True),
-                    gpu_points(gpus, step_s, rollup=True),
-                )
-            source = "raw"  # not rolled up yet (prune has not run): the raw rows are still there
+            resolution: Literal["1m", "1h"] = "1h" if step_s >= 3600 and step_s % 3600 == 0 else "1m"
+            read = read_tiers(
+                connection, resolution, start, end, worker_id, now=state.clock.now(), retention=_tiers(state)
+            )
+            if read.resolutions:
+                source: Source = "rollup-1m" if "1m" in read.resolutions else "rollup-1h"
+                points = engine_points(read.engine, step_s, rollup=True)
+                return worker, source, points, gpu_points(read.gpus, step_s, rollup=True), read.notices
+            # not rolled up yet (prune has not run): the raw rows are still there
         engine = engine_samples(connection, start, end, worker_ids=[worker_id])
         gpus = gpu_samples(connection, start, end, worker_ids=[worker_id])
         return (
             worker,
-            source,
+            "raw",
             engine_points(engine, step_s, rollup=False),
             gpu_points(gpus, step_s, rollup=False),
+            [],
         )
 
-    worker, source, engine, gpus = await read_store(state, load)
+    worker, source, engine, gpus, notices = await read_store(state, load)
     if worker is None:
         raise HTTPException(404, f"no worker {worker_id!r}")
     engine, gpus, cut = cut_page(engine, gpus, limit)
@@ -186,7 +184,7 @@ async def worker_samples(
         next_url = str(request.url.include_query_params(**{"from": cut.isoformat(), "to": end.isoformat()}))
     return WorkerSamples.model_validate({
         "worker_id": worker_id, "from": start, "to": end, "step_s": step_s, "source": source,
-        "engine": engine, "gpus": gpus, "next": next_url,
+        "engine": engine, "gpus": gpus, "next": next_url, "notices": notices,
     })  # fmt: skip
 
 
@@ -239,6 +237,11 @@ def _step(state: ServiceState, step: str | None, start: datetime, end: datetime)
         )
         raise invalid("step", message, step)
     return seconds
+
+
+def _tiers(state: ServiceState) -> RollupRetention:
+    settings = state.settings
+    return RollupRetention(settings.rollup_minute_retention_days, settings.rollup_hour_retention_days)
 
 
 def _raw_serves(state: ServiceState, connection: Connection, start: datetime, end: datetime) -> bool:
