@@ -328,6 +328,15 @@ def _planted(
     return Tally(tp, fp, len(wanted) - tp)
 
 
+def _unqueued(hourly: Sequence[float], lo_s: float, hi_s: float) -> bool:
+    """Whether the truth's windows over the hours [lo_s, hi_s] (seconds from its start) were mostly
+    unqueued; a span outside the truth's hours counts as neither."""
+    first = max(0, int(lo_s // 3600))
+    last = min(len(hourly), max(first + 1, int(-(-hi_s // 3600))))
+    shares = hourly[first:last] if hi_s >= 0 else []
+    return bool(shares) and sum(shares) / len(shares) < 0.5
+
+
 def _critical_on_demand_limited(
     result: Result, truth: Mapping[str, Any], pools: Mapping[str, str], *, by_segment: bool = False
 ) -> int:
@@ -346,9 +355,7 @@ def _critical_on_demand_limited(
         lo, hi = f.first_seen.timestamp(), f.last_seen.timestamp()
         hourly = (truth.get("pools") or {}).get(pool, {}).get("saturated_hourly")
         if not by_segment and hourly and start is not None:
-            first, last = int((lo - start) // 3600), int(-(-(hi - start) // 3600))
-            shares = hourly[max(0, first) : max(first + 1, last)]
-            count += bool(shares) and sum(shares) / len(shares) < 0.5
+            count += _unqueued(hourly, lo - start, hi - start)
             continue
         over = [dl for a, b, dl in segments[pool] if a <= hi and lo <= b]
         count += bool(over) and all(over)

@@ -135,6 +135,22 @@ class _Segment:
         return self.last - self.first
 
 
+def hourly_shares(flags: npt.NDArray[np.bool_], window_s: float) -> list[float]:
+    """Per hour from the first window's start, the share of the windows starting in it whose flag is set;
+    an hour no window starts in takes the flag of the window covering it."""
+    n = len(flags)
+    if n == 0:
+        return []
+    starts = np.arange(n) * window_s
+    hours = int(np.ceil(n * window_s / 3600.0))
+    index = (starts // 3600.0).astype(np.int64)
+    counts = np.bincount(index, minlength=hours).astype(np.float64)
+    sums = np.bincount(index, weights=flags.astype(np.float64), minlength=hours)
+    covering = np.minimum((np.arange(hours) * 3600.0 // window_s).astype(np.int64), n - 1)
+    shares = np.where(counts > 0, sums / np.maximum(counts, 1.0), flags[covering].astype(np.float64))
+    return [round(float(v), 3) for v in shares]
+
+
 class _Truth:
     def __init__(
         self,
@@ -161,9 +177,10 @@ class _Truth:
         self.saturated = [np.zeros(self.n, dtype=bool) for _ in self.sim.models]
 
     def _hourly(self, flags: npt.NDArray[np.bool_]) -> list[float]:
-        """Share of each hour's windows (from ``start``) with work queued: demand-limited hour by hour."""
-        per = max(1, round(3600.0 / self.sim.window_s))
-        return [round(float(flags[i : i + per].mean()), 3) for i in range(0, self.n, per)]
+        """Share of each hour's windows (from ``start``; a window counts in the hour it starts in) with work
+        queued: demand-limited hour by hour. An hour no window starts in (windows longer than an hour)
+        takes the share of the window that covers it."""
+        return hourly_shares(flags, self.sim.window_s)
 
     def _segments(self) -> list[_Segment]:
         out = []

@@ -1,11 +1,11 @@
 """HBM traffic of the operators between the matmuls: norms, residual adds, rotary, the gated activation.
 
 These kernels stream each token's activations through HBM and do almost no arithmetic, so they take
-bytes / bandwidth, one after another, never hidden under a matmul. Per token they move a few tens of
-kilobytes per layer: next to the weights at small decode batches they are nothing, but in a long prefill,
-where the matmuls are compute-bound, they are the part of the pass that a faster HBM shortens. That is why
-an H200 prefills a few percent faster than an H100 of the same compute. Reasoning:
-docs/analyzer.md#activations
+bytes / bandwidth, one after another, never hidden under a matmul. Per token they move a few hundred
+kilobytes per layer of a 70B model: next to the weights at small decode batches they are nothing, but in a
+long prefill, where the matmuls are compute-bound, they are the part of the pass that a faster HBM
+shortens. That is why an H200 prefills a few percent faster than an H100 of the same compute.
+Reasoning: docs/analyzer.md#activations
 """
 
 from __future__ import annotations

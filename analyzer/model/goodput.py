@@ -7,8 +7,11 @@
   instance's prompt throughput (P(wait > t) = rho e^-(mu - lambda) t), a conservative tail for a batched,
   nearly deterministic server.
 
-A target nothing misses leaves goodput equal to throughput. Every figure carries the prediction's band
-(the regime's held-out error, the KV budget's and routing's ranges). Reasoning: docs/analyzer.md#goodput
+A TPOT target the engine's batch already meets leaves the decode goodput equal to its throughput; a TTFT
+target always holds the load below saturation, where the queue grows without bound. The range of each
+figure is the same search rerun at the ends of the prediction's band for that phase (the regime's held-out
+error, the KV budget's and routing's ranges): a slower instance takes longer per step and per prompt.
+Reasoning: docs/analyzer.md#goodput
 """
 
 from __future__ import annotations
@@ -90,27 +93,48 @@ def ttft_p90_s(idle_ttft_s: float, service_rate: float, arrival_rate: float) -> 
     return idle_ttft_s + wait
 
 
-def _scaled(value: float, central: float, band: tuple[float, float]) -> Figure:
-    """``value`` with the prediction's relative range around ``central`` applied."""
-    if central <= 0 or value <= 0:
-        return Figure(max(value, 0.0), 0.0, max(value, 0.0))
-    low, high = band
-    return Figure(value, value * low / central, value * high / central)
+def _speeds(p: ThroughputPrediction, phase: str, central: float) -> tuple[float, float]:
+    """The low and high ends of the prediction's band for ``phase`` as speed factors (1: central)."""
+    if central <= 0:
+        return 1.0, 1.0
+    low, high = p.ranges.get(phase, (central, central))
+    return low / central, high / central
 
 
-def _decode(p: ThroughputPrediction, target: float | None, params: EfficiencyParams) -> tuple[float, float]:
-    """(batch, step seconds) of the largest decode batch meeting ``target``; (0, step at 1) if none does."""
+def _decode(
+    p: ThroughputPrediction, target: float | None, params: EfficiencyParams, speed: float = 1.0
+) -> tuple[float, float]:
+    """(batch, step seconds) of the largest decode batch meeting ``target`` on an instance ``speed`` times
+    as fast as the central prediction; (0, step at 1) if none does."""
     d, w = p.deployment, p.workload
 
     def step(batch: float) -> float:
-        return step_time(d, params, decode_seqs=batch, context_len=w.mean_context).total_s
+        return step_time(d, params, decode_seqs=batch, context_len=w.mean_context).total_s / speed
 
-    if target is None or p.tpot_s <= target:
-        return p.batch, p.tpot_s
-    if step(1.0) > target:
+    if target is None or step(p.batch) <= target:
+        return p.batch, step(p.batch)
+    if step(1.0) > target or speed <= 0:
         return 0.0, step(1.0)
     batch = _largest(lambda b: step(b) <= target, 1.0, p.batch)
     return batch, step(batch)
+
+
+def _decode_rate(
+    p: ThroughputPrediction, target: float | None, params: EfficiencyParams, speed: float
+) -> float:
+    batch, step = _decode(p, target, params, speed)
+    return batch / step if batch > 0 else 0.0
+
+
+def _prefill_rate(p: ThroughputPrediction, target: float | None, speed: float) -> float:
+    """Requests/s the prefill instance serves within ``target`` (its throughput without one)."""
+    service = speed * p.prefill_tokens_per_s / p.workload.isl
+    if target is None:
+        return service
+    floor = p.ttft_s / speed if speed > 0 else math.inf
+    if floor > target:
+        return 0.0
+    return _largest(lambda lam: ttft_p90_s(floor, service, lam) <= target, 0.0, service)
 
 
 def goodput(p: ThroughputPrediction, targets: Targets, params: EfficiencyParams = CALIBRATED) -> Goodput:
@@ -119,7 +143,7 @@ def goodput(p: ThroughputPrediction, targets: Targets, params: EfficiencyParams 
     w = p.workload
     if not p.fits:
         zero = Figure(0.0, 0.0, 0.0)
-        return Goodput(targets, 0.0, math.inf, zero, zero, False, zero, math.inf, False, p.notes)
+        return Goodput(targets, 0.0, math.inf, zero, zero, False, zero, math.inf, False)
     batch, tpot = _decode(p, targets.tpot_s, params)
     decode_binding = batch < p.batch
     if targets.tpot_s is not None and batch == 0.0:
@@ -132,24 +156,24 @@ def goodput(p: ThroughputPrediction, targets: Targets, params: EfficiencyParams 
             "per role (prefill-only, decode-only instances); a colocated instance's goodput is not modelled: "
             "its prompt chunks lengthen the decode steps"
         )
-    decode_rate = batch / tpot if batch > 0 else 0.0
-    decode_band = p.ranges.get("decode", (p.decode_tokens_per_s, p.decode_tokens_per_s))
-    decode = _scaled(decode_rate, p.decode_tokens_per_s, decode_band)
+    slow, fast = _speeds(p, "decode", p.decode_tokens_per_s)
+    decode = Figure(
+        batch / tpot if batch > 0 else 0.0,
+        _decode_rate(p, targets.tpot_s, params, slow),
+        _decode_rate(p, targets.tpot_s, params, fast),
+    )
     service = p.prefill_tokens_per_s / w.isl
     rate, ttft = service, math.nan
     if targets.ttft_s is not None:
-        if p.ttft_s > targets.ttft_s:
-            rate = 0.0
+        rate = _prefill_rate(p, targets.ttft_s, 1.0)
+        ttft = ttft_p90_s(p.ttft_s, service, rate)
+        if rate == 0.0:
             notes.append(
                 f"no load meets TTFT {targets.ttft_s * 1e3:,.1f} ms: "
                 f"a prompt alone takes {p.ttft_s * 1e3:,.1f} ms"
             )
-        else:
-            target = targets.ttft_s
-            rate = _largest(lambda lam: ttft_p90_s(p.ttft_s, service, lam) <= target, 0.0, service)
-        ttft = ttft_p90_s(p.ttft_s, service, rate)
-    prefill_band = p.ranges.get("prefill", (p.prefill_tokens_per_s, p.prefill_tokens_per_s))
-    prefill = _scaled(rate, service, (prefill_band[0] / w.isl, prefill_band[1] / w.isl))
+    slow, fast = _speeds(p, "prefill", p.prefill_tokens_per_s)
+    prefill = Figure(rate, _prefill_rate(p, targets.ttft_s, slow), _prefill_rate(p, targets.ttft_s, fast))
     return Goodput(
         targets=targets,
         decode_batch=batch,

@@ -71,8 +71,17 @@ def range_cause(
     return f"{what}: {how}, the low end would be {low:,.0f} tokens/s"
 
 
-def held_back_cause(gains: npt.NDArray[np.float64], high: float) -> str:
-    """Why nothing is recommended though a split might help: its gain's low end is not positive."""
+def held_back_cause(
+    gains: npt.NDArray[np.float64], high: float, small_gain: float | None = None, min_gain: float = 0.0
+) -> str:
+    """Why nothing is recommended though a split might help: its gain's low end is not positive, or
+    (``small_gain``, its expected gain as a share of the current rate) it is below ``min_gain``."""
+    if small_gain is not None:
+        return (
+            f"no move is recommended: the best other split would add {small_gain:.1%} on average (up to "
+            f"{high:,.0f} tokens/s), under the {min_gain:.0%} a move must gain to be worth its role changes "
+            "(pool.min_gain): the pool is at its best split within what matters"
+        )
     wins = float((gains > 0).mean())
     return (
         f"no move is recommended: the best other split might add up to {high:,.0f} tokens/s, but "

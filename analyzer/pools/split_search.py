@@ -200,8 +200,11 @@ def spare(
 @dataclass(frozen=True)
 class PlanChoice:
     chosen: npt.NDArray[np.int64]  # prefill workers per group, recommended
-    # The plan that would have been chosen but for ``act``: its gain's low end is not positive (None: none).
+    # The plan that would have been chosen but for ``act`` (its gain's low end is not positive) or for
+    # ``min_gain`` (its expected gain is too small to be worth the role changes); None: none.
     held_back: npt.NDArray[np.int64] | None = None
+    # The expected gain as a share of the current rate when ``min_gain`` held the plan back (None: ``act``).
+    small_gain: float | None = None
 
 
 def choose_plan(
@@ -262,18 +265,19 @@ def choose_plan(
         if found.size:
             i = int(found[np.lexsort((-buffer[found], -wins[found], -expected[found]))[0]])
             chosen, chosen_rates, chosen_buffer, moved = plans[i], rates[i], float(buffer[i]), True
-    sure = (chosen_rates > current_rates * (1.0 + _SAME_RATE)).mean() >= act
-    sure &= chosen_rates.mean() >= current_rates.mean() * (1.0 + min_gain)
-    held_back = None
-    if moved and not sure and current_rates.mean() > 0:  # the low end of its gain is not positive
+    confident = (chosen_rates > current_rates * (1.0 + _SAME_RATE)).mean() >= act
+    share = chosen_rates.mean() / current_rates.mean() - 1.0 if current_rates.mean() > 0 else math.inf
+    held_back, small_gain = None, None
+    if moved and current_rates.mean() > 0 and not (confident and share >= min_gain):
         chosen, held_back = current, chosen
+        small_gain = share if confident else None
     if standing is not None and not np.array_equal(standing, current):
         chosen = _keep_standing(
-            standing, chosen, current, (sizes, draws_p, draws_d, isl, osl, r), tolerance, act
+            standing, chosen, current, (sizes, draws_p, draws_d, isl, osl, r), tolerance, act, min_gain
         )
     if not np.array_equal(chosen, current):
-        held_back = None
-    return PlanChoice(np.asarray(chosen, dtype=np.int64), held_back)
+        held_back, small_gain = None, None
+    return PlanChoice(np.asarray(chosen, dtype=np.int64), held_back, small_gain)
 
 
 _Draws = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64], float, float, Routing]
@@ -286,10 +290,12 @@ def _keep_standing(
     draws: _Draws,
     tolerance: float,
     confidence: float,
+    min_gain: float = 0.0,
 ) -> npt.NDArray[np.int64]:
     """Hysteresis: the plan recommended before stays while the high end of its gain over the current plan
     is positive (it wins more than ``1 - confidence`` of the draws and more on average); a different plan
-    replaces it only by winning ``confidence`` of the draws against it."""
+    replaces it only by winning ``confidence`` of the draws against it and gaining ``min_gain`` over it on
+    average (two near-equal plans never take turns)."""
     sizes, draws_p, draws_d, isl, osl, r = draws
     if np.array_equal(chosen, standing):
         return chosen
@@ -304,7 +310,8 @@ def _keep_standing(
     if np.array_equal(chosen, current):
         return standing
     new = rates(chosen)
-    return chosen if (new > kept * (1.0 + _SAME_RATE)).mean() >= confidence else standing
+    better = (new > kept * (1.0 + _SAME_RATE)).mean() >= confidence
+    return chosen if better and new.mean() >= kept.mean() * (1.0 + min_gain) else standing
 
 
 def _with_measured(plan: Plan, measured: tuple[float | None, float | None], isl: float, osl: float) -> Plan:
@@ -455,7 +462,7 @@ def place(
             if lost > 0 and low <= 0:
                 cause = range_cause(groups, gains, gain_at, draws_p, draws_d, offset)
         elif high > 0:
-            cause = held_back_cause(gains, high)
+            cause = held_back_cause(gains, high, choice.small_gain, min_gain)
     gpus = int(sum(len(m) * g.group.tp for g, m in zip(groups, current_roles, strict=True)))
     weekly = weekly_cost_usd(groups, [len(m) for m in current_roles])
     capacity = current.tokens_per_s

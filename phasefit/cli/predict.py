@@ -101,10 +101,12 @@ def goodput_payload(g: Goodput) -> dict[str, Any]:
     }
 
 
-def _goodput_rows(g: Goodput) -> list[tuple[str, str]]:
+def _goodput_rows(g: Goodput, fits: bool) -> list[tuple[str, str]]:
     def fig(f: Figure, unit: str) -> str:
         return f"{f.value:,.1f} ({f.low:,.1f}-{f.high:,.1f}) {unit}"
 
+    if not fits:
+        return [("goodput", "- (the model does not fit: nothing is served)")]
     rows = []
     if g.targets.tpot_s is not None:
         bound = "TPOT binds" if g.decode_binding else "TPOT met at the engine's batch"
@@ -161,7 +163,7 @@ def _print_human(p: ThroughputPrediction, g: Goodput | None = None) -> None:
         ("TTFT, idle instance", f"{p.ttft_s * 1e3:,.1f} ms"),
         ("TPOT at this batch", f"{p.tpot_s * 1e3:,.1f} ms" if p.fits else "-"),
     ]
-    rows += [] if g is None else _goodput_rows(g)
+    rows += [] if g is None else _goodput_rows(g, p.fits)
     for name, value in rows:
         add_row(table, name, value)
     console = human()

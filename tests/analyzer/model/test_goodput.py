@@ -87,3 +87,19 @@ def test_the_h200_serves_more_decode_goodput_under_the_same_tpot() -> None:
 def test_targets_must_be_positive_seconds(bad: float) -> None:
     with pytest.raises(ValueError, match="positive number of seconds"):
         Targets(tpot_s=bad)
+
+
+def test_ranges_rerun_the_search_on_a_slower_and_a_faster_instance() -> None:
+    """Under a TTFT target a slower instance loses more goodput than throughput (the queue's tail)."""
+    p = _prediction()
+    g = goodput(p, Targets(ttft_s=p.ttft_s * 2.5))
+    low, central = g.prefill_requests_per_s.low, g.prefill_requests_per_s.value
+    throughput_low = p.ranges["prefill"][0] / p.prefill_tokens_per_s
+    assert low / central < throughput_low
+
+
+def test_a_model_that_does_not_fit_serves_nothing_and_repeats_no_note() -> None:
+    d = make_deployment(CATALOG, model="llama-3.1-405b", gpu="H100-SXM", precision="bf16", tp=1)
+    p = predict(d, Workload(2000, 500))
+    g = goodput(p, Targets(ttft_s=1.0, tpot_s=0.05))
+    assert not p.fits and g.decode_output_tokens_per_s.value == 0.0 and g.notes == ()

@@ -8,6 +8,7 @@ import pytest
 
 from analyzer.findings.loss import range_to_zero
 from analyzer.pipeline import analyze, input_from_samples
+from analyzer.pools.loss_range import held_back_cause
 from analyzer.pools.split_search import ACT, choose_plan, draw_rates, place
 from analyzer.pools.split_search import Routing as SplitRouting
 from fleet.catalog import load_catalog
@@ -57,6 +58,38 @@ def test_a_standing_move_goes_once_its_high_end_is_not_positive() -> None:
     assert _gain_wins(prefill, decode) <= 1.0 - ACT
     dropped = choose_plan(SIZES, prefill, decode, ISL, OSL, CURRENT, standing=SWAP).chosen
     assert dropped.tolist() == CURRENT.tolist()
+
+
+def test_a_sure_but_small_gain_is_held_back_by_min_gain_and_says_so() -> None:
+    """A 3% edge with no spread wins every draw, yet is under a min_gain of 5%; over one of 2% it moves."""
+    prefill, decode = _draws(0.03, 0.0)  # the swap's rate: min(20k, 4k x 1.03) / 1000 against 4k / 1000
+    choice = choose_plan(SIZES, prefill, decode, ISL, OSL, CURRENT, min_gain=0.05)
+    assert choice.chosen.tolist() == CURRENT.tolist() and choice.held_back is not None
+    assert choice.small_gain == pytest.approx(0.03)
+    assert choose_plan(SIZES, prefill, decode, ISL, OSL, CURRENT, min_gain=0.02).chosen.tolist() == (
+        SWAP.tolist()
+    )
+    cause = held_back_cause(np.array([120.0]), 120.0, choice.small_gain, 0.05)
+    assert "3.0% on average" in cause and "pool.min_gain" in cause and "only" not in cause
+
+
+def test_a_new_plan_replaces_the_standing_one_only_by_gaining_min_gain_over_it() -> None:
+    """Two plans a point or so apart never take turns from one segment to the next."""
+    sizes = np.array([2, 2], dtype=np.int64)
+    prefill = np.tile([3_000.0, 3_100.0], (257, 1))
+    decode = np.full((257, 2), 4_000.0)
+    current = np.array([1, 0], dtype=np.int64)  # 3 requests/s: one prefill worker
+    best = np.array([0, 2], dtype=np.int64)  # 6.2 requests/s
+    near = np.array([1, 1], dtype=np.int64)  # 6.1: the best is 1.6% more
+    far = np.array([2, 0], dtype=np.int64)  # 6.0: the best is 3.3% more
+
+    def chosen(standing: np.ndarray, min_gain: float) -> list[int]:
+        choice = choose_plan(sizes, prefill, decode, ISL, OSL, current, standing=standing, min_gain=min_gain)
+        return [int(v) for v in choice.chosen]
+
+    assert chosen(near, 0.02) == near.tolist()
+    assert chosen(near, 0.0) == best.tolist()
+    assert chosen(far, 0.02) == best.tolist()
 
 
 @pytest.mark.parametrize("scenario", ["seed-twins"])
