@@ -146,27 +146,38 @@ def ensure_partitions(engine: Engine, now: datetime, days_ahead: int = DEFAULT_D
 
 
 def partition_backfilled_days(
-    engine: Engine, keep_from: datetime, *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+    engine: Engine,
+    keep_from: datetime,
+    *,
+    until: datetime | None = None,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    deferred: list[str] | None = None,
 ) -> list[Partition]:
     """Create a partition for every UTC day from ``keep_from``'s on that the ``DEFAULT`` partition holds
     samples of (a backfill, a collector's clock off), moving the day's rows into it, one transaction per
     table and day; return those created (none on SQLite). Days before ``keep_from`` (the retention's start)
     stay in ``DEFAULT`` for the prune to delete. A day whose locks are not granted within
     ``lock_timeout_s`` (a backfill still writing into ``DEFAULT``, a long read of it) is left to the next
-    run rather than stalling the writers queued behind the move. ``DEFAULT`` is vacuumed afterwards, so its
-    emptied pages go back to the file system rather than waiting for autovacuum."""
+    run rather than stalling the writers queued behind the move; its name goes to ``deferred``. Days from
+    ``until`` on (a collector's clock years ahead) get no partition a retention would keep for years: they
+    stay in ``DEFAULT``. ``DEFAULT`` is vacuumed afterwards, so its emptied pages go back to the file system
+    rather than waiting for autovacuum."""
+    if not lock_timeout_s >= 0.001:  # PostgreSQL reads a lock_timeout of 0 as "wait forever"
+        raise ValueError(f"lock_timeout_s must be at least 0.001 s, got {lock_timeout_s}")
     since = floor_day(keep_from)
     if is_sqlite(engine):
         return []
     created = []
     for table in RAW_SAMPLE_TABLES:
         with engine.connect() as connection:
-            days = days_in_default(connection, table, since)
-        moved = [
-            partition
-            for day in days
-            if (partition := _move_day(engine, table, day, lock_timeout_s)) is not None
-        ]
+            days = [d for d in days_in_default(connection, table, since) if until is None or d < until]
+        moved = []
+        for day in days:
+            partition = _move_day(engine, table, day, lock_timeout_s)
+            if partition is not None:
+                moved.append(partition)
+            elif deferred is not None and not _has_partition(engine, table, day):
+                deferred.append(partition_name(table, day))
         if moved:
             vacuum(engine, default_partition(table))
         created += moved
@@ -184,6 +195,11 @@ def _move_day(engine: Engine, table: str, day: datetime, lock_timeout_s: float) 
         if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
             raise
         return None
+
+
+def _has_partition(engine: Engine, table: str, day: datetime) -> bool:
+    with engine.connect() as connection:
+        return any(p.start == day for p in list_partitions(connection, table))
 
 
 def days_in_default(connection: Connection, table: str, since: datetime) -> list[datetime]:

@@ -216,13 +216,17 @@ def maintain_partitions(
     retention's start) that ``DEFAULT`` holds samples of (a backfill: they move out of it), then close those
     behind the horizon (PostgreSQL)."""
     from fleet.store.closing import close_partitions
-    from fleet.store.partitions import ensure_partitions, partition_backfilled_days
+    from fleet.store.partitions import ensure_partitions, floor_day, partition_backfilled_days
 
     ahead = ensure_partitions(engine, moment, days_ahead)
-    backfilled = partition_backfilled_days(engine, keep_from)
+    waiting: list[str] = []  # backfilled days whose locks were not granted: the next run moves them
+    horizon = floor_day(moment) + timedelta(days=days_ahead + 1)
+    backfilled = partition_backfilled_days(engine, keep_from, until=horizon, deferred=waiting)
     created = [partition.name for partition in (*ahead, *backfilled)]
     closing = close_partitions(engine, moment, close_after_days)
-    return PartitionChanges(created, [p.name for p in closing.closed], [p.name for p in closing.deferred])
+    return PartitionChanges(
+        created, [p.name for p in closing.closed], [p.name for p in closing.deferred] + waiting
+    )
 
 
 @app.command()

@@ -45,10 +45,13 @@ def read_tiers(
     horizon on, hourly ones before it."""
     cutoffs = rollup_cutoffs(now, retention)
     minute_from = cutoffs["1m"]
-    assert minute_from is not None
+    if minute_from is None:  # RollupRetention always bounds the per-minute tier
+        raise ValueError("the per-minute rollup tier has no retention cutoff")
     pieces: list[tuple[Resolution, datetime, datetime]] = [(resolution, start, end)]
     if resolution == "1m" and start < minute_from:
-        pieces = [("1h", start, min(end, minute_from)), ("1m", max(start, minute_from), end)]
+        # The hourly part starts at the hour holding ``start``: its bucket covers ``start``'s minutes.
+        hour = start.replace(minute=0, second=0, microsecond=0)
+        pieces = [("1h", hour, min(end, minute_from)), ("1m", max(start, minute_from), end)]
     read = TieredRead({}, {})
     for tier, since, until in pieces:
         if since >= until:

@@ -184,9 +184,30 @@ def test_a_day_still_being_written_into_default_is_left_to_the_next_run(store_en
     with writing(store_engine) as backfill:
         write_samples(backfill, [gpu_sample(1, _minutes(day, 2))])  # not committed yet
         started = time.perf_counter()
-        assert partition_backfilled_days(store_engine, KEEP_FROM, lock_timeout_s=0.2) == []
+        waiting: list[str] = []
+        assert partition_backfilled_days(store_engine, KEEP_FROM, lock_timeout_s=0.2, deferred=waiting) == []
         assert time.perf_counter() - started < 5
+        assert waiting == [f"raw_gpu_samples_p{day:%Y%m%d}"]  # reported, so the CLI can say so
     assert [p.name for p in partition_backfilled_days(store_engine, KEEP_FROM)] == [
         f"raw_gpu_samples_p{day:%Y%m%d}"
     ]
     assert _counts(store_engine, "raw_gpu_samples")[f"raw_gpu_samples_p{day:%Y%m%d}"] == 2
+
+
+@POSTGRES_ONLY
+def test_a_day_far_ahead_gets_no_partition(store_engine: Engine) -> None:
+    """A collector whose clock says 2036 must not leave a 2036 partition that retention keeps for years."""
+    ahead = floor_day(NOW) + 3650 * DAY
+    with writing(store_engine) as connection:
+        write_samples(
+            connection, [gpu_sample(0, _minutes(BACKFILLED[0], 1)), gpu_sample(0, _minutes(ahead, 1))]
+        )
+    created = partition_backfilled_days(store_engine, KEEP_FROM, until=floor_day(NOW) + 8 * DAY)
+    assert [p.name for p in created] == [f"raw_gpu_samples_p{BACKFILLED[0]:%Y%m%d}"]
+    assert _counts(store_engine, "raw_gpu_samples")["raw_gpu_samples_default"] == 1
+
+
+@pytest.mark.parametrize("timeout", [0.0, 0.0004, -1.0])
+def test_a_lock_timeout_that_would_wait_forever_is_refused(store_engine: Engine, timeout: float) -> None:
+    with pytest.raises(ValueError, match=r"at least 0\.001 s"):
+        partition_backfilled_days(store_engine, KEEP_FROM, lock_timeout_s=timeout)
