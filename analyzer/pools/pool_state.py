@@ -6,6 +6,9 @@
 - Demand-limited: fewer wait in the median bucket (it served what arrived; its loss is idle capacity). An
   engine near its limit holds a request or so between two iterations without any backlog, so the pool's
   sum alone would call every large pool supply-limited at any busy hour: the threshold scales with it.
+  The slack is checked before the growth: a queue that truly grows for a segment (hours) holds far more than
+  one request per worker in its median bucket, so a median under the slack with a positive least-squares
+  slope is a diurnal peak at the segment's end, not a backlog.
 - Unknown: no engine reports a queue, or requests wait while no phase is seen at its limit and the queues do
   not grow (an admission or router limit the GPUs do not explain).
 
