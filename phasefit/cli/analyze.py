@@ -11,6 +11,7 @@ What it prints for people: :mod:`phasefit.cli.result_output` (the fleet, pools, 
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -289,7 +290,7 @@ def run_store_analysis(
         unjoined = data
         joined, join_notes = join_by_pod(data.inventory)
         data = rename_gpu_owners(data, joined)
-        notes = [*join_notes, *profiling_warnings(data)]
+        notes = [*join_notes, *profiling_warnings(data), *_retention_notes(settings, since, data)]
         if not data.inventory.workers and gpu_view and data.gpu_bucket_count:
             from analyzer.sources.store_gpu_view import gpu_view_from
 
@@ -333,6 +334,26 @@ def _span_text(data: AnalysisInput) -> str:
     from analyzer.results.summary import iso
 
     return f"{iso(data.start)} to {iso(data.end)}"
+
+
+def _retention_notes(
+    settings: Any, since: datetime, data: AnalysisInput, now: datetime | None = None
+) -> list[str]:
+    """What the store no longer holds of the range: where it starts before the hourly rollups' retention
+    and nothing was read from before that cutoff, the prune has expired it (a store not pruned yet says
+    nothing: its rows are still there and were read)."""
+    days = settings.rollup_hour_retention_days
+    if not days:
+        return []
+    kept_from = (now or datetime.now(UTC)) - timedelta(days=days)
+    stamps = [*data.gpu_buckets["ts"], *data.engine_buckets["ts"]]
+    first = min((float(t) for t in stamps), default=math.inf)
+    if since >= kept_from or first < kept_from.timestamp():
+        return []
+    return [
+        f"hourly rollups are kept {days} days (PHASEFIT_ROLLUP_HOUR_RETENTION_DAYS): the store holds nothing "
+        f"of the range before about {kept_from:%Y-%m-%d %H:00} UTC, which is analysed as unobserved"
+    ]
 
 
 def _gpu_view(data: AnalysisInput, buckets: Any, thresholds: Any, warnings: list[str]) -> GpuView:

@@ -268,3 +268,23 @@ def test_a_finding_that_estimates_no_loss_prints_unknown_total() -> None:
     assert finding_cells(1, legacy)[total] == "unknown"
     sized = degraded.model_copy(update={"lost_tokens_per_s": 1234.4, "lost_output_tokens_per_s": 0.0})
     assert finding_cells(1, sized)[total] == "1,234"
+
+
+def test_a_range_the_prune_expired_says_so_and_an_unpruned_one_does_not() -> None:
+    from types import SimpleNamespace
+
+    from phasefit.cli.analyze import _retention_notes
+
+    now = datetime(2026, 12, 6, tzinfo=UTC)
+    settings = SimpleNamespace(rollup_hour_retention_days=400)
+    since = datetime(2025, 1, 1, tzinfo=UTC)  # before the cutoff, 2025-11-01
+    later = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+
+    def data(*stamps: float) -> object:
+        return SimpleNamespace(gpu_buckets={"ts": list(stamps)}, engine_buckets={"ts": []})
+
+    (note,) = _retention_notes(settings, since, data(later), now)  # type: ignore[arg-type]
+    assert "kept 400 days" in note and "before about 2025-11-01" in note
+    kept = datetime(2025, 2, 1, tzinfo=UTC).timestamp()
+    assert _retention_notes(settings, since, data(kept, later), now) == []  # type: ignore[arg-type]
+    assert _retention_notes(SimpleNamespace(rollup_hour_retention_days=0), since, data(later), now) == []  # type: ignore[arg-type]
