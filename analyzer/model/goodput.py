@@ -81,6 +81,12 @@ def _largest(ok: Callable[[float], bool], low: float, high: float) -> float:
     return low
 
 
+def batch_meeting_tpot(step: Callable[[float], float], target: float, cap: float) -> float:
+    """The largest batch in [0, ``cap``] whose decode step (``step(batch)`` seconds, rising with the batch)
+    meets ``target``: ``cap`` when it does, towards 0 when no batch does."""
+    return _largest(lambda b: step(b) <= target, 0.0, cap)
+
+
 def ttft_p90_s(idle_ttft_s: float, service_rate: float, arrival_rate: float) -> float:
     """90th-percentile time to first token at ``arrival_rate`` requests/s on a prefill instance that serves
     ``service_rate`` requests/s and takes ``idle_ttft_s`` for a prompt alone (inf at or past saturation)."""
@@ -115,7 +121,7 @@ def _decode(
         return p.batch, step(p.batch)
     if step(1.0) > target or speed <= 0:
         return 0.0, step(1.0)
-    batch = _largest(lambda b: step(b) <= target, 1.0, p.batch)
+    batch = batch_meeting_tpot(step, target, p.batch)
     return batch, step(batch)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from analyzer.model import uncertainty as bands
 from analyzer.model.deployment import Deployment
 from analyzer.model.efficiency import CALIBRATED
+from analyzer.model.goodput import batch_meeting_tpot
 from analyzer.model.kv_budget import (
     BudgetSource,
     KvBudget,
@@ -353,12 +354,8 @@ def _modeled_decode(
     if p.max_decode_batch is not None:
         batch = min(batch, float(p.max_decode_batch))
 
-    if p.tpot_slo_s is not None and batch >= 1.0 and step(batch) > p.tpot_slo_s:
-        low, high = 0.0, batch
-        for _ in range(40):
-            mid = 0.5 * (low + high)
-            low, high = (mid, high) if step(mid) <= p.tpot_slo_s else (low, mid)
-        batch = low
+    if p.tpot_slo_s is not None and batch >= 1.0:
+        batch = batch_meeting_tpot(step, p.tpot_slo_s, batch)
     if batch < 1.0:
         return 0.0, batch, math.inf
     tpot = step(batch)

@@ -38,6 +38,11 @@ def test_read_gpu_view_rows_keep_unknown_empty(gpu_store: str) -> None:
 
 
 def test_the_fleet_page_shows_the_gpu_view(gpu_store: str) -> None:
+    assert_fleet_page_shows_the_gpu_view()
+
+
+def assert_fleet_page_shows_the_gpu_view() -> None:
+    """The fleet page over the seeded GPU-only fleet, whichever source (store or API) answers it."""
     app = AppTest.from_string((PAGES / "fleet.py").read_text(), default_timeout=60)
     app.run()
     assert not app.exception, [e.message for e in app.exception]

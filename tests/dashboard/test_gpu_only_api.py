@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from dashboard.api_source import ApiSource
 from dashboard.gpu_only import gpu_rows, read_gpu_view
 from dashboard.views import NotServedError, Scope
 from fleet.contract import EngineSample, GpuSample
 from fleet.store.engine import make_engine
+from tests.dashboard.test_gpu_only import assert_fleet_page_shows_the_gpu_view
 from tests.phasefit.test_cli_analyze_gpu_only import (
     BLIND,
     BUSY,
@@ -29,7 +29,6 @@ from tests.phasefit.test_cli_analyze_gpu_only import (
     _store,
 )
 
-PAGES = Path(__file__).resolve().parents[2] / "dashboard" / "app_pages"
 SCOPE = Scope(T0, T0 + timedelta(hours=3))
 
 
@@ -101,15 +100,4 @@ def test_the_fleet_page_shows_the_gpu_view_through_the_api(
     # test's seeded fleet must not answer for this one, nor this one for it.
     monkeypatch.setenv("PHASEFIT_DASHBOARD_API_URL", "http://gpu-only.phasefit.test")
     monkeypatch.delenv("PHASEFIT_CATALOG_PATH", raising=False)
-    app = AppTest.from_string((PAGES / "fleet.py").read_text(), default_timeout=60)
-    app.run()
-    assert not app.exception, [e.message for e in app.exception]
-    shown = {m.label: m.value for m in app.metric}
-    assert shown["GPUs"] == "3" and shown["Idle GPUs"] == "1" and shown["Idle GPU-hours"] == "2.0"
-    skus, gpus = app.dataframe[0].value, app.dataframe[1].value
-    assert set(skus["SKU"]) == {"H100-SXM", "H200-SXM"}
-    assert "llm/[bold red]pod[/]" in set(gpus["pod"])  # the dataframe shows the name as it is
-    warnings = [w.value.replace("\\", "") for w in app.warning]  # plain() escapes punctuation
-    assert any("DCGM_EXPORTER_COLLECTORS" in w and "-f FILE.csv" in w for w in warnings)
-    advice = [m.value.replace("\\", "") for m in app.markdown]
-    assert any("vllm:generation_tokens_total" in m for m in advice)
+    assert_fleet_page_shows_the_gpu_view()
