@@ -22,6 +22,7 @@ from analyzer.pools.pool import Inventory, build_pools, inventory_from_samples
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.pools.saturation import SaturationParams
 from analyzer.pools.selection import PoolSelection, select
+from analyzer.pools.targets import all_rules, fleet_notes, pool_targets, with_targets
 from analyzer.results.summary import Scope, Summary
 from analyzer.summarize import build_summary
 from analyzer.telemetry.bottleneck import BottleneckGrid, BottleneckThresholds, classify
@@ -36,6 +37,7 @@ from analyzer.telemetry.grid import (
 )
 from fleet.catalog import Catalog
 from fleet.contract import Finding, TelemetrySource
+from fleet.targets import PlacedRule
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ class AnalyzerParams:
     saturation: SaturationParams = field(default_factory=SaturationParams)
     clusters: Mapping[str, str] | None = None  # node -> cluster, over what the collectors reported
     pool_params: Mapping[str, PoolParams] = field(default_factory=dict)  # per pool key
+    # Latency-target rules of the settings (PHASEFIT_ANALYZER_TARGETS); the catalog's join them in analyze.
+    targets: tuple[PlacedRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,16 +174,23 @@ def analyze(
     nodes = {row: inventory.workers[row].node for row in range(len(inventory.workers))}
     # KV budgets the engines report come before any modelled one (a peer's for a counterfactual SKU).
     budgets = ReportedBudgets.from_workers(pools, dict(enumerate(inventory.workers)), catalog)
-    analyses = analyze_pools(
-        pools, grid, lambda pool: p.pool_params.get(pool.key, p.pool), nodes, budgets, processes
-    )
+    rules = all_rules(p.targets, catalog, p.pool.capacity.tpot_slo_s)
+    targets = pool_targets(pools, rules)
+    pool_params = {
+        pool.key: with_targets(p.pool_params.get(pool.key, p.pool), targets[pool.key]) for pool in pools
+    }
+    analyses = [
+        replace(a, targets=targets[a.pool.key], notes=(*a.notes, *targets[a.pool.key].notes))
+        for a in analyze_pools(pools, grid, lambda pool: pool_params[pool.key], nodes, budgets, processes)
+    ]
+    extra_warnings = [*fleet_notes(targets, rules), *extra_warnings]
     moved = gpu_move_outcomes(
         MoveStageInput(data.gpu_buckets, data.engine_buckets, data.start, data.end, data.bucket_s),
         inventory,
         grid,
         pools,
         catalog,
-        MoveStageParams(p.pool, p.pool_params, p.outcomes, p.clusters),
+        MoveStageParams(p.pool, pool_params, p.outcomes, p.clusters),
         nodes,
         budgets,
     )

@@ -7,6 +7,7 @@ decode batch, the network between prefill and decode workers, and how nodes grou
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -23,13 +24,27 @@ from analyzer.sources.prometheus.split import (
     QueryLimits,
 )
 from analyzer.tunable import OverrideError, with_overrides
+from fleet.targets import PlacedRule, TargetError, TargetRule, parse_rules
+
+TARGETS_ENV = "PHASEFIT_ANALYZER_TARGETS"
 
 
 class AnalyzerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PHASEFIT_ANALYZER_", extra="ignore")
 
     tpot_slo_s: float | None = Field(
-        default=None, gt=0, description="TPOT objective (seconds): decode batches are sized to meet it."
+        default=None,
+        gt=0,
+        description="The fleet-wide TPOT p90 objective (seconds): decode batches are sized to meet it. "
+        "The least specific latency-target rule: any rule of PHASEFIT_ANALYZER_TARGETS or the catalog's "
+        "targets that matches a pool replaces it there.",
+    )
+    targets: list[TargetRule] = Field(
+        default_factory=list,
+        description='Per-pool latency targets (JSON list of rules, e.g. [{"cluster": "east", "model": '
+        '"llama-3.1-70b", "tpot_p90_s": 0.05, "ttft_p90_s": 1.0}]): match keys cluster, deployment, model; '
+        "targets ttft_p90_s, tpot_p90_s, e2e_p90_s (seconds at p90, at least one). The most specific "
+        'matching rule applies to a pool; see "Latency targets" below.',
     )
     max_decode_batch: int | None = Field(
         default=None, ge=1, description="The engines' cap on concurrent sequences (vLLM --max-num-seqs)."
@@ -124,6 +139,20 @@ class AnalyzerSettings(BaseSettings):
             raise ValueError(str(error)) from error
         return value
 
+    @field_validator("targets", mode="before")
+    @classmethod
+    def _valid_targets(cls, value: Any) -> list[TargetRule]:
+        try:
+            return [placed.rule for placed in parse_rules(value, "settings", TARGETS_ENV)]
+        except TargetError as error:
+            raise ValueError(str(error)) from error
+
+    def target_rules(self) -> tuple[PlacedRule, ...]:
+        """The settings' latency-target rules, each named by its place in PHASEFIT_ANALYZER_TARGETS."""
+        return tuple(
+            PlacedRule(rule, "settings", f"{TARGETS_ENV}[{i}]") for i, rule in enumerate(self.targets)
+        )
+
     def query_limits(self) -> QueryLimits:
         """What one zero-agent query may ask of the Prometheus API (analyzer.sources.prometheus.split)."""
         return QueryLimits(
@@ -148,5 +177,6 @@ class AnalyzerSettings(BaseSettings):
             pool=replace(base.pool, capacity=capacity, tolerance=self.tolerance),
             findings=replace(base.findings, recommend=recommend, kv_fabric=kv_fabric),
             clusters=self.clusters or None,
+            targets=self.target_rules(),
         )
         return with_overrides(named, self.thresholds)

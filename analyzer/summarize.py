@@ -27,6 +27,7 @@ from analyzer.results.changes import ChangeOutcome
 from analyzer.results.summary import (
     SUMMARY_VERSION,
     UNKNOWN_LOSS,
+    LatencyTargets,
     LossBound,
     LossUnit,
     LostCapacity,
@@ -57,6 +58,7 @@ from analyzer.telemetry.frames import ROLES
 from analyzer.telemetry.grid import WorkerGrid
 from fleet.catalog import Catalog
 from fleet.contract import Bottleneck, Finding, FindingKind, FindingStatus, Role
+from fleet.targets import PoolTargets
 
 # Why a worker could not be judged (the keys of the fleet's ``unjudged_reasons``).
 NO_GPUS = "no GPUs attributed to the worker"
@@ -336,6 +338,17 @@ def _pool_summary(
             ],
             key=lambda c: c.at,
         ),
+        targets=_targets(analysis.targets),
+    )
+
+
+def _targets(targets: PoolTargets) -> LatencyTargets:
+    return LatencyTargets(
+        ttft_p90_s=targets.ttft_p90_s,
+        tpot_p90_s=targets.tpot_p90_s,
+        e2e_p90_s=targets.e2e_p90_s,
+        source=targets.source,
+        rule=targets.rule,
     )
 
 

@@ -10,6 +10,9 @@ replaced, not extended, and so is a ``mig`` table); a new key adds a SKU or mode
 required field (``null`` states an unknown figure). A GPU's ``mig`` table (compute and memory slices, and
 the GPU-instance profiles it supports with the memory slices each takes) is what MIG instances of it are
 derived from (``fleet.gpus.mig_sku``); a GPU without one has no MIG SKUs (its instances are unknown).
+The file may also hold a ``targets:`` list of per-pool latency targets (``fleet.targets``: match keys
+``cluster``, ``deployment``, ``model``; targets ``ttft_p90_s``, ``tpot_p90_s``, ``e2e_p90_s`` in seconds),
+which the analyzer applies below the settings' own rules of equal specificity.
 Unknown fields, wrong types and malformed YAML raise ``CatalogError`` naming the file and the key.
 """
 
@@ -28,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fleet.gpus import UNKNOWN_SKU_KEY, GpuCatalog, GpuSku, MigGeometry
 from fleet.models import ModelArch, ModelCatalog
+from fleet.targets import PlacedRule, TargetError, parse_rules
 
 _GB = 1e9
 _TERA = 1e12
@@ -116,6 +120,7 @@ class Catalog:
     gpus: GpuCatalog
     models: ModelCatalog
     engines: EngineCatalog = field(default_factory=lambda: EngineCatalog({}))
+    targets: tuple[PlacedRule, ...] = ()  # the operator file's latency targets, in the order written
 
 
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -488,8 +493,17 @@ def _read_extra(extra_path: Path | None) -> _Source:
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogError(f"{origin}: cannot read the catalog file: {exc}") from exc
     document = _parse(text, origin)
-    _check_top_level(document, ("gpus", "models", "engines"), origin)
+    _check_top_level(document, ("gpus", "models", "engines", "targets"), origin)
     return _Source(document, origin)
+
+
+def _targets(extra: _Source) -> tuple[PlacedRule, ...]:
+    if not extra.origin:
+        return ()
+    try:
+        return parse_rules(extra.document.get("targets"), "catalog", f"{extra.origin}: targets")
+    except TargetError as exc:
+        raise CatalogError(str(exc)) from exc
 
 
 def load_catalog(extra_path: Path | None = None) -> Catalog:
@@ -529,4 +543,4 @@ def load_catalog(extra_path: Path | None = None) -> Catalog:
         )
     except ValueError as exc:
         raise CatalogError(f"{model_file.origin}{with_extra}: engines: {exc}") from exc
-    return Catalog(gpus=gpus, models=model_catalog, engines=engine_catalog)
+    return Catalog(gpus=gpus, models=model_catalog, engines=engine_catalog, targets=_targets(extra))

@@ -355,10 +355,12 @@ def document_all(found: Discovery) -> list[ClassDoc]:
 
 
 def generate(paths: Iterable[str] = SETTINGS_CLASSES) -> tuple[str, Discovery]:
+    from phasefit import targets_doc
     from phasefit.threshold_doc import TITLE, render_thresholds  # the analyzer's tree, only when asked
 
     found = discover(paths)
-    return render(document_all(found), [(TITLE, render_thresholds())]), found
+    extra = [(targets_doc.TITLE, targets_doc.render_targets()), (TITLE, render_thresholds())]
+    return render(document_all(found), extra), found
 
 
 def default_output() -> Path:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from analyzer.planning.what_if import WhatIfError, choose_pool, parse_changes, resolve_skus, what_if
 from analyzer.pools.analysis import PoolAnalysis, PoolParams
+from analyzer.pools.targets import with_targets
 from fleet.catalog import Catalog
 
 
@@ -64,9 +65,9 @@ def evaluate(
         try:
             changes = parse_changes(spec.add, spec.remove, spec.replace)
             analysis = choose_pool(analyses, spec.pool)
-            result = what_if(
-                analysis, changes, resolve_skus(changes, catalog.gpus), params.capacity, params.tolerance
-            )
+            capacity = with_targets(params, analysis.targets).capacity  # the pool's own TPOT target
+            skus = resolve_skus(changes, catalog.gpus)
+            result = what_if(analysis, changes, skus, capacity, params.tolerance)
         except WhatIfError as error:
             rows.append(WhatIfRow(spec.describe(), spec.pool, None, None, None, None, None, str(error)))
             continue

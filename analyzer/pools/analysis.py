@@ -43,6 +43,7 @@ from analyzer.telemetry.frames import ROLES
 from analyzer.telemetry.grid import WorkerGrid
 from analyzer.tunable import tunable
 from fleet.contract import Role
+from fleet.targets import NO_TARGETS, PoolTargets
 
 _DOWN = -2
 _PREFILL, _DECODE, _MIXED = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE), ROLES.index(Role.MIXED)
@@ -129,6 +130,8 @@ class PoolAnalysis:
     segments: tuple[SegmentAnalysis, ...]
     serving: str  # "disaggregated", "colocated" or "unknown"
     notes: tuple[str, ...]
+    # The latency targets that applied (analyzer.pools.targets): its TPOT target sized the decode batches.
+    targets: PoolTargets = NO_TARGETS
 
     @property
     def latest(self) -> SegmentAnalysis | None:

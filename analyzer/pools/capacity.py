@@ -263,7 +263,10 @@ def _decode(
     saturated = cal.decode_saturated.get(group.key)
     if saturated is not None:
         rate, sat_isl, sat_osl = saturated
-        reference, _, _ = _modeled_decode(d, cal, sat_isl, sat_osl, kv, scale, p)
+        # The measured rate is the engines' own batch's, not one a TPOT target allows: the reference is
+        # the model at that batch, so a target binding at this mix lowers the figure as for a modelled one.
+        engine = replace(p, tpot_slo_s=None)
+        reference, _, _ = _modeled_decode(d, cal, sat_isl, sat_osl, kv, scale, engine)
         if reference > 0:
             return RoleCapacity(
                 rate * tokens / reference, p.measured_uncertainty, "measured", fits, batch, tpot

@@ -43,6 +43,7 @@ Bound = Literal["prefill", "decode"]
 RoutingMode = Literal["round-robin", "load-aware"]
 PoolStateName = Literal["supply-limited", "demand-limited", "unknown"]
 Evidence = Literal["profiling", "utilisation", "engine"]
+TargetSourceName = Literal["settings", "catalog", "global", "none"]
 
 TokensPerS = Annotated[float | None, Field(description="Tokens/s (prompt + output); null where unknown.")]
 Usd = Annotated[float | None, Field(description="US dollars per week; null where no catalog price is set.")]
@@ -207,6 +208,24 @@ class SegmentSummary(_Model):
     notes: list[str]
 
 
+class LatencyTargets(_Model):
+    """The latency targets that applied to a pool (seconds at the 90th percentile; null: unset) and the
+    rule they come from. Its TPOT target sized the decode batches; TTFT and end-to-end are reported only."""
+
+    ttft_p90_s: float | None = None
+    tpot_p90_s: float | None = None
+    e2e_p90_s: float | None = None
+    source: TargetSourceName = Field(
+        default="none",
+        description="settings (PHASEFIT_ANALYZER_TARGETS), catalog (the operator catalog's targets), global "
+        "(PHASEFIT_ANALYZER_TPOT_SLO_S) or none (no rule matches: capacity is raw throughput).",
+    )
+    rule: str | None = Field(
+        default=None,
+        description='Where the rule is written, e.g. "PHASEFIT_ANALYZER_TARGETS[0]"; null: none.',
+    )
+
+
 class PoolSummary(_Model):
     """One pool: the workers that serve one model behind one router, (cluster, deployment, model)."""
 
@@ -271,6 +290,9 @@ class PoolSummary(_Model):
         default_factory=list,
         description="Changes of the split seen in the range, each judged against the model's prediction; "
         "and a recommendation left standing.",
+    )
+    targets: LatencyTargets = Field(
+        default_factory=LatencyTargets, description="The latency targets that applied and their rule."
     )
 
 

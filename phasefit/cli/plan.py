@@ -72,12 +72,14 @@ def plan(
     plans = fleet_plan(result.pools, result.grid.workers)
     hypothetical = None
     if changes:
+        from analyzer.pools.targets import with_targets
         from analyzer.settings import AnalyzerSettings
 
         try:
             chosen = choose_pool(result.pools, pool)
             params = AnalyzerSettings().params()
-            pool_params = params.pool_params.get(chosen.pool.key, params.pool)
+            # The pool's own latency targets (its TPOT sizes decode batches), as in the analysis.
+            pool_params = with_targets(params.pool_params.get(chosen.pool.key, params.pool), chosen.targets)
             hypothetical = what_if(chosen, changes, skus, pool_params.capacity, pool_params.tolerance)
         except WhatIfError as exc:
             refuse(str(exc))

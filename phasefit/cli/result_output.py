@@ -8,6 +8,7 @@ secondary figure. Every name is literal text.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from phasefit.cli.findings_table import figure_range, print_findings, rate
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from analyzer.pipeline import AnalysisResult
-    from analyzer.results.summary import FleetTotals, Loss
+    from analyzer.results.summary import FleetTotals, LatencyTargets, Loss
 
 
 def _tokens(value: float | None) -> str:
@@ -90,6 +91,24 @@ def _unattributed(devices: int, mig_instances: int) -> str:
     return f"{devices} unattributed GPU(s)"
 
 
+def targets_phrase(targets: LatencyTargets) -> str | None:
+    """A pool's latency targets and their rule, e.g. "latency targets: TPOT p90 0.05 s (settings,
+    PHASEFIT_ANALYZER_TARGETS[0])"; None where it has none."""
+    figures = (("TTFT", targets.ttft_p90_s), ("TPOT", targets.tpot_p90_s), ("end-to-end", targets.e2e_p90_s))
+    parts = [f"{name} p90 {value:g} s" for name, value in figures if value is not None]
+    if not parts:
+        return None
+    return f"latency targets: {', '.join(parts)} ({targets.source}, {targets.rule})"
+
+
+def target_notes(warnings: Sequence[str]) -> list[str]:
+    """What the analysis said once about latency targets (none set, none matching, some only reported)."""
+    from analyzer.pools.targets import NO_TARGETS_NOTE, NONE_MATCH_NOTE, UNAPPLIED_NOTE
+
+    said = {NO_TARGETS_NOTE, NONE_MATCH_NOTE, UNAPPLIED_NOTE}
+    return [w[:1].upper() + w[1:] for w in warnings if w in said]
+
+
 def print_result(result: AnalysisResult, console: Console) -> None:
     """The fleet summary, the pools (with their notes) and the findings as rich tables."""
     from rich.table import Table
@@ -132,6 +151,8 @@ def print_result(result: AnalysisResult, console: Console) -> None:
         f"misplacement {_money(fleet.misplacement_cost_per_week_usd, fleet.price)}",
         markup=False,
     )
+    for line in target_notes(summary.warnings):
+        console.print(line, markup=False)
     pools = Table(title="Pools", title_justify="left")
     for column in (
         "pool",
@@ -177,6 +198,9 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             "yes" if row.ratio_drift else "",
         )
         notes += [f"{row.pool}: {note}" for note in row.notes]
+        targets = targets_phrase(row.targets)
+        if targets:
+            notes.append(f"{row.pool}: {targets}")
         if row.capacity_reason:
             notes.append(f"{row.pool}: capacity unknown: {row.capacity_reason}")
     console.print(pools)

@@ -1,0 +1,138 @@
+"""Per-pool latency targets end to end: settings and catalog rules to each pool's capacity and summary."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from analyzer.pipeline import AnalysisInput, AnalysisResult, analyze, input_from_samples
+from analyzer.pools.targets import NO_TARGETS_NOTE
+from analyzer.settings import AnalyzerSettings
+from fleet.catalog import load_catalog
+from fleet.targets import parse_rules
+from tests.analyzer.synthetic import H100, Fleet, workers
+
+CATALOG = load_catalog()
+CLUSTERS = json.dumps({"node00": "east", "node01": "west"})
+EAST, WEST = "east/meta-llama/Llama-3.1-70B-Instruct", "west/meta-llama/Llama-3.1-70B-Instruct"
+
+
+@pytest.fixture(scope="module")
+def data() -> AnalysisInput:
+    # Two pools alike in all but their cluster.
+    gpu, engine = Fleet(workers([("node00", H100, 2, 2), ("node01", H100, 2, 2)]), hours=6).columns()
+    return input_from_samples(gpu, engine)
+
+
+def _run(data: AnalysisInput, monkeypatch: pytest.MonkeyPatch, **env: str) -> AnalysisResult:
+    monkeypatch.setenv("PHASEFIT_ANALYZER_CLUSTERS", CLUSTERS)
+    for name, value in env.items():
+        monkeypatch.setenv(f"PHASEFIT_ANALYZER_{name.upper()}", value)
+    return analyze(data, CATALOG, AnalyzerSettings().params())
+
+
+def _decode(result: AnalysisResult, key: str) -> float:
+    analysis = next(a for a in result.pools if a.pool.key == key)
+    segment = analysis.segments[-1]
+    return sum(c.decode.tokens_per_s for c in segment.capacities)
+
+
+def _targets(result: AnalysisResult, key: str) -> dict[str, Any]:
+    pool: dict[str, Any] = next(p for p in result.summary["pools"] if p["pool"] == key)
+    return dict(pool["targets"])
+
+
+def test_settings_rules_are_named_by_their_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "PHASEFIT_ANALYZER_TARGETS", '[{"tpot_p90_s": 0.1}, {"cluster": "east", "ttft_p90_s": 1}]'
+    )
+    rules = AnalyzerSettings().params().targets
+    assert [(r.where, r.source) for r in rules] == [
+        ("PHASEFIT_ANALYZER_TARGETS[0]", "settings"),
+        ("PHASEFIT_ANALYZER_TARGETS[1]", "settings"),
+    ]
+    monkeypatch.setenv("PHASEFIT_ANALYZER_TARGETS", '[{"cluster": "east", "tpot": 0.05}]')
+    with pytest.raises(ValueError, match=r"PHASEFIT_ANALYZER_TARGETS\[0\]: unknown key 'tpot'"):
+        AnalyzerSettings()
+
+
+def test_with_no_target_the_analysis_says_so_once(
+    data: AnalysisInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _run(data, monkeypatch)
+    assert result.summary["warnings"].count(NO_TARGETS_NOTE) == 1
+    for key in (EAST, WEST):
+        assert _targets(result, key) == {
+            "ttft_p90_s": None,
+            "tpot_p90_s": None,
+            "e2e_p90_s": None,
+            "source": "none",
+            "rule": None,
+        }
+    assert _decode(result, EAST) == pytest.approx(_decode(result, WEST))
+
+
+def test_a_pool_with_a_tight_tpot_has_less_decode_capacity(
+    data: AnalysisInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _run(data, monkeypatch, targets='[{"cluster": "east", "tpot_p90_s": 0.025, "ttft_p90_s": 0.8}]')
+    assert _targets(result, EAST) == {
+        "ttft_p90_s": 0.8,
+        "tpot_p90_s": 0.025,
+        "e2e_p90_s": None,
+        "source": "settings",
+        "rule": "PHASEFIT_ANALYZER_TARGETS[0]",
+    }
+    assert _targets(result, WEST)["source"] == "none"
+    assert 0 < _decode(result, EAST) < 0.8 * _decode(result, WEST)
+    east = next(a for a in result.pools if a.pool.key == EAST)
+    assert all(
+        c.decode.tpot_s is not None and c.decode.tpot_s <= 0.025 + 1e-6 for c in east.segments[-1].capacities
+    )
+    assert NO_TARGETS_NOTE not in result.summary["warnings"]
+    assert any("only TPOT targets size capacity" in w for w in result.summary["warnings"])
+
+
+def test_the_global_tpot_is_the_default_and_a_rule_replaces_it(
+    data: AnalysisInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _run(data, monkeypatch, tpot_slo_s="0.025", targets='[{"cluster": "west", "tpot_p90_s": 0.5}]')
+    assert _targets(result, EAST)["source"] == "global"
+    assert _targets(result, EAST)["rule"] == "PHASEFIT_ANALYZER_TPOT_SLO_S"
+    assert _targets(result, WEST)["tpot_p90_s"] == 0.5
+    assert _decode(result, EAST) < 0.8 * _decode(result, WEST)
+
+
+def test_catalog_rules_apply_below_settings_rules_of_equal_specificity(
+    data: AnalysisInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PHASEFIT_ANALYZER_CLUSTERS", CLUSTERS)
+    monkeypatch.setenv("PHASEFIT_ANALYZER_TARGETS", '[{"model": "llama-3.1-70b", "tpot_p90_s": 0.05}]')
+    entries = [
+        {"model": "llama-3.1-70b", "tpot_p90_s": 0.04},
+        {"cluster": "west", "model": "llama-3.1-70b", "e2e_p90_s": 30},
+    ]
+    catalog = replace(CATALOG, targets=parse_rules(entries, "catalog", "ops.yaml: targets"))
+    result = analyze(data, catalog, AnalyzerSettings().params())
+    assert _targets(result, EAST)["rule"] == "PHASEFIT_ANALYZER_TARGETS[0]"
+    west = _targets(result, WEST)
+    assert (west["source"], west["rule"], west["e2e_p90_s"], west["tpot_p90_s"]) == (
+        "catalog",
+        "ops.yaml: targets[1]",
+        30,
+        None,
+    )
+
+
+def test_a_tie_is_said_in_the_pools_notes(data: AnalysisInput, monkeypatch: pytest.MonkeyPatch) -> None:
+    targets = '[{"cluster": "east", "tpot_p90_s": 0.05}, {"model": "llama-3.1-70b", "tpot_p90_s": 0.03}]'
+    result = _run(data, monkeypatch, targets=targets)
+    assert _targets(result, EAST)["tpot_p90_s"] == 0.05 and _targets(result, WEST)["tpot_p90_s"] == 0.03
+    said = [w for w in result.summary["warnings"] if "match equally" in w]
+    assert said == [
+        f"{EAST}: latency targets: PHASEFIT_ANALYZER_TARGETS[0] and PHASEFIT_ANALYZER_TARGETS[1] match "
+        "equally; the first listed applies"
+    ]
