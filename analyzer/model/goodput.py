@@ -99,6 +99,15 @@ def ttft_p90_s(idle_ttft_s: float, service_rate: float, arrival_rate: float) -> 
     return idle_ttft_s + wait
 
 
+def rate_meeting_ttft(idle_ttft_s: float, service_rate: float, target: float) -> float:
+    """The largest arrival rate (requests/s) whose p90 time to first token (:func:`ttft_p90_s`) meets
+    ``target`` on an instance serving ``service_rate`` requests/s with ``idle_ttft_s`` for a prompt alone:
+    0 when the prompt alone misses it."""
+    if idle_ttft_s > target or service_rate <= 0:
+        return 0.0
+    return _largest(lambda lam: ttft_p90_s(idle_ttft_s, service_rate, lam) <= target, 0.0, service_rate)
+
+
 def _speeds(p: ThroughputPrediction, phase: str, central: float) -> tuple[float, float]:
     """The low and high ends of the prediction's band for ``phase`` as speed factors (1: central)."""
     if central <= 0:
@@ -138,9 +147,7 @@ def _prefill_rate(p: ThroughputPrediction, target: float | None, speed: float) -
     if target is None:
         return service
     floor = p.ttft_s / speed if speed > 0 else math.inf
-    if floor > target:
-        return 0.0
-    return _largest(lambda lam: ttft_p90_s(floor, service, lam) <= target, 0.0, service)
+    return rate_meeting_ttft(floor, service, target)
 
 
 def goodput(p: ThroughputPrediction, targets: Targets, params: EfficiencyParams = CALIBRATED) -> Goodput:

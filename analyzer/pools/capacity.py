@@ -15,7 +15,7 @@ import numpy as np
 from analyzer.model import uncertainty as bands
 from analyzer.model.deployment import Deployment
 from analyzer.model.efficiency import CALIBRATED
-from analyzer.model.goodput import batch_meeting_tpot
+from analyzer.model.goodput import batch_meeting_tpot, rate_meeting_ttft
 from analyzer.model.kv_budget import (
     BudgetSource,
     KvBudget,
@@ -23,7 +23,7 @@ from analyzer.model.kv_budget import (
     modelled_budget,
 )
 from analyzer.model.moe import kv_bytes_per_sequence, routing_experts, step_time
-from analyzer.model.perf_model import default_budget
+from analyzer.model.perf_model import Workload, default_budget, predict
 from analyzer.pools.calibration import (
     CapacityParams,
     PoolCalibration,
@@ -54,6 +54,7 @@ class RoleCapacity:
     fits: bool = True
     batch: float | None = None  # decode: the saturated batch
     tpot_s: float | None = None
+    ttft_s: float | None = None  # prefill under a TTFT objective: a prompt alone (the queue's floor)
     # The part of ``uncertainty`` the pool's other groups share in this role (the calibration they borrow,
     # the same model extrapolated to larger batches); the rest is this group's alone.
     shared: float = 0.0
@@ -162,7 +163,7 @@ def group_capacity(
     budget = kv_budget_of(group, cal, p)
     return GroupCapacity(
         group,
-        _prefill(group, d, cal, isl, osl, budget, p),
+        _within_ttft(_prefill(group, d, cal, isl, osl, budget, p), d, isl, osl, p),
         _decode(group, d, cal, isl, osl, budget, p),
         budget.bytes,
         budget,
@@ -204,6 +205,20 @@ def _prefill(
             shared=min(uncertainty, p.measured_uncertainty),
         )
     return RoleCapacity(model, _model_band(d, p), "model", fits, shared=_model_shared(p))
+
+
+def _within_ttft(cap: RoleCapacity, d: Deployment, isl: float, osl: float, p: CapacityParams) -> RoleCapacity:
+    """The prefill capacity a TTFT objective allows: the load at which the worker's queue keeps the p90
+    time to first token within it (:func:`analyzer.model.goodput.rate_meeting_ttft`), a prompt alone
+    taking the model's time at this worker's calibrated speed. Unchanged without an objective."""
+    if p.ttft_slo_s is None or cap.tokens_per_s <= 0 or isl <= 0:
+        return cap
+    alone = predict(d, Workload(max(1, round(isl)), max(1, round(osl))), with_range=False)
+    if alone.prefill_tokens_per_s <= 0:
+        return cap
+    idle = alone.ttft_s * alone.prefill_tokens_per_s / cap.tokens_per_s
+    rate = rate_meeting_ttft(idle, cap.tokens_per_s / isl, p.ttft_slo_s)
+    return replace(cap, tokens_per_s=rate * isl, ttft_s=idle)
 
 
 def _model_band(d: Deployment, p: CapacityParams) -> float:

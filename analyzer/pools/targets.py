@@ -2,8 +2,9 @@
 
 The rules are the settings' (``PHASEFIT_ANALYZER_TARGETS``), the operator catalog's (``targets:``) and the
 fleet-wide TPOT default (``pool.capacity.tpot_slo_s``, ``PHASEFIT_ANALYZER_TPOT_SLO_S``). A pool's TPOT
-target sizes its decode batches (:func:`with_targets`); TTFT and end-to-end targets are reported with the
-pool, not yet applied to its capacity. Reasoning: docs/analyzer.md#goodput
+target sizes its decode batches and its TTFT target the load on its prefill workers (:func:`with_targets`), so
+its capacity, best split, loss and what-ifs count goodput; an end-to-end target is reported with the pool,
+not applied. Reasoning: docs/analyzer.md#goodput
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from fleet.targets import PlacedRule, PoolIdentity, PoolTargets, global_rule, re
 NO_TARGETS_NOTE = "no latency targets set: capacity is raw throughput"
 NONE_MATCH_NOTE = "no latency-target rule matches any pool: capacity is raw throughput"
 UNAPPLIED_NOTE = (
-    "latency targets: TTFT and end-to-end targets are reported with their pools; only TPOT targets size "
-    "capacity (decode batches)"
+    "latency targets: end-to-end targets are reported with their pools; TTFT and TPOT targets size "
+    "capacity (prefill load, decode batches)"
 )
 
 
@@ -43,10 +44,12 @@ def pool_targets(pools: Sequence[Pool], rules: Sequence[PlacedRule]) -> dict[str
 
 
 def with_targets(params: PoolParams, targets: PoolTargets) -> PoolParams:
-    """The pool's parameters with its TPOT target sizing decode batches (unchanged where no rule applies)."""
+    """The pool's parameters with its TPOT target sizing decode batches and its TTFT target the prefill
+    load (unchanged where no rule applies)."""
     if targets.source == "none":
         return params
-    return replace(params, capacity=replace(params.capacity, tpot_slo_s=targets.tpot_p90_s))
+    capacity = replace(params.capacity, tpot_slo_s=targets.tpot_p90_s, ttft_slo_s=targets.ttft_p90_s)
+    return replace(params, capacity=capacity)
 
 
 def fleet_notes(targets: Mapping[str, PoolTargets], rules: Sequence[PlacedRule]) -> list[str]:
@@ -54,6 +57,6 @@ def fleet_notes(targets: Mapping[str, PoolTargets], rules: Sequence[PlacedRule])
     reported."""
     if not any(t.is_set for t in targets.values()):
         return [NONE_MATCH_NOTE if rules else NO_TARGETS_NOTE]
-    if any(t.ttft_p90_s is not None or t.e2e_p90_s is not None for t in targets.values()):
+    if any(t.e2e_p90_s is not None for t in targets.values()):
         return [UNAPPLIED_NOTE]
     return []

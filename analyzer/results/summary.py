@@ -210,7 +210,8 @@ class SegmentSummary(_Model):
 
 class LatencyTargets(_Model):
     """The latency targets that applied to a pool (seconds at the 90th percentile; null: unset) and the
-    rule they come from. Its TPOT target sized the decode batches; TTFT and end-to-end are reported only."""
+    rule they come from. Its TPOT target sized the decode batches and its TTFT target the prefill load (so
+    capacity, best split and loss are goodput); an end-to-end target is reported only."""
 
     ttft_p90_s: float | None = None
     tpot_p90_s: float | None = None

@@ -93,7 +93,27 @@ def test_a_pool_with_a_tight_tpot_has_less_decode_capacity(
         c.decode.tpot_s is not None and c.decode.tpot_s <= 0.025 + 1e-6 for c in east.segments[-1].capacities
     )
     assert NO_TARGETS_NOTE not in result.summary["warnings"]
-    assert any("only TPOT targets size capacity" in w for w in result.summary["warnings"])
+    assert not any("end-to-end targets are reported" in w for w in result.summary["warnings"])
+
+
+def _prefill(result: AnalysisResult, key: str) -> float:
+    analysis = next(a for a in result.pools if a.pool.key == key)
+    return sum(c.prefill.tokens_per_s for c in analysis.segments[-1].capacities)
+
+
+def test_a_ttft_target_holds_the_prefill_load_below_saturation(
+    data: AnalysisInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = _run(data, monkeypatch)
+    loose = _run(data, monkeypatch, targets='[{"ttft_p90_s": 100}]')
+    east = next(a for a in loose.pools if a.pool.key == EAST)
+    alone = min(c.prefill.ttft_s or 0.0 for c in east.segments[-1].capacities)  # a prompt alone
+    assert alone > 0
+    tight = _run(data, monkeypatch, targets=f'[{{"cluster": "east", "ttft_p90_s": {3 * alone}}}]')
+    assert 0.95 * _prefill(raw, EAST) < _prefill(loose, EAST) < _prefill(raw, EAST)
+    assert 0 < _prefill(tight, EAST) < 0.8 * _prefill(tight, WEST)
+    assert _prefill(tight, WEST) == pytest.approx(_prefill(raw, WEST))
+    assert not any("targets are reported" in w for w in tight.summary["warnings"])
 
 
 def test_the_global_tpot_is_the_default_and_a_rule_replaces_it(

@@ -8,7 +8,7 @@ import pytest
 
 from analyzer.model.deployment import make_deployment
 from analyzer.model.efficiency import CALIBRATED
-from analyzer.model.goodput import Targets, goodput, ttft_p90_s
+from analyzer.model.goodput import Targets, goodput, rate_meeting_ttft, ttft_p90_s
 from analyzer.model.moe import step_time
 from analyzer.model.perf_model import ThroughputPrediction, Workload, predict
 from fleet.catalog import load_catalog
@@ -103,3 +103,12 @@ def test_a_model_that_does_not_fit_serves_nothing_and_repeats_no_note() -> None:
     p = predict(d, Workload(2000, 500))
     g = goodput(p, Targets(ttft_s=1.0, tpot_s=0.05))
     assert not p.fits and g.decode_output_tokens_per_s.value == 0.0 and g.notes == ()
+
+
+def test_the_rate_meeting_ttft_is_the_largest_whose_tail_meets_it() -> None:
+    rate = rate_meeting_ttft(0.2, 10.0, 1.0)
+    assert 0 < rate < 10.0
+    assert ttft_p90_s(0.2, 10.0, rate) == pytest.approx(1.0, rel=1e-6)
+    assert ttft_p90_s(0.2, 10.0, rate * 1.01) > 1.0
+    assert rate_meeting_ttft(1.5, 10.0, 1.0) == 0.0  # a prompt alone misses it
+    assert rate_meeting_ttft(0.2, 10.0, 1000.0) == pytest.approx(10.0, rel=1e-3)  # up to saturation

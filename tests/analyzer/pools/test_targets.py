@@ -116,4 +116,6 @@ def test_the_fleet_is_told_once_when_no_target_applies() -> None:
     tpot = PoolTargets(tpot_p90_s=0.05, source="settings", rule="S[0]")
     assert fleet_notes({east: tpot, "west/llama": NO_TARGETS}, rules) == []
     ttft = PoolTargets(ttft_p90_s=0.5, source="settings", rule="S[0]")
-    assert fleet_notes({east: ttft}, rules) == [UNAPPLIED_NOTE]
+    assert fleet_notes({east: ttft}, rules) == []
+    e2e = PoolTargets(e2e_p90_s=2.0, source="settings", rule="S[0]")
+    assert fleet_notes({east: e2e}, rules) == [UNAPPLIED_NOTE]
