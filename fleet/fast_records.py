@@ -5,7 +5,8 @@ msgspec decodes each line (~1-1.6 us) into Structs derived from :mod:`fleet.cont
 fields, defaults and numeric bounds: every number is checked per record, in C). Names, enumerations and
 timestamps are decoded as plain text and each *distinct* value is validated once through pydantic, with the
 contract's own field annotation (a block of 7,500 lines holds a few thousand names and a handful of
-windows; the values found valid are remembered across blocks). The rows are then built a column at a time
+windows; the values found valid are remembered across blocks, and recognised at a dictionary lookup, which
+also makes each distinct text one object in the rows). The rows are then built a column at a time
 (:meth:`fleet.store.rows.RowBatch.add_columns`), not record by record.
 
 :func:`fast_block` returns exactly the :class:`~fleet.store.rows.RowBatch` the pydantic path builds, or
@@ -21,13 +22,14 @@ from __future__ import annotations
 import operator
 import types
 import typing
-from collections import namedtuple
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import reduce
-from itertools import chain
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -63,19 +65,39 @@ class TextField:
     adapter: TypeAdapter[Any]
     shape: Literal["str", "enum", "time", "list"]
     known: dict[Any, Any] = field(default_factory=dict)  # text -> what pydantic makes of it
+    nullable: bool = True  # whether the field's type takes None (the Struct's does exactly when the model's)
+    # text -> the value the rows take for it: one object per distinct text (the string pydantic returned,
+    # an enumeration's value, the datetime), so a block's many equal names become one object each: hashed
+    # once, and pickled once on their way back from a parsing process (a column of fresh strings pickled
+    # and unpickled at twice the cost).
+    rows: dict[Any, Any] = field(default_factory=dict)
 
     def check(self, column: Sequence[Any]) -> bool:
         """Whether pydantic accepts every value of ``column`` as it stands (a string stays that string, an
         enumeration's value is the text); remembers the values it accepts."""
-        known = self.known
+        return self.row_values(column) is not None
+
+    def row_values(self, column: Sequence[Any]) -> list[Any] | None:
+        """:meth:`check` ``column``; the row value of each of its values (a list: the column's lists), or
+        None if pydantic refuses one. Valid values are recognised at a dictionary lookup each."""
         if self.shape == "list":
-            column = list(chain.from_iterable(filter(None, column)))  # the items of every list
+            items = list(chain.from_iterable(filter(None, column)))  # the items of every list
+            return list(column) if self._learn(items) else None
+        try:
+            return list(map(self.rows.__getitem__, column))
+        except KeyError:
+            pass  # a value not validated yet
+        return list(map(self.rows.__getitem__, column)) if self._learn(column) else None
+
+    def _learn(self, column: Sequence[Any]) -> bool:
+        known = self.known
         if all(map(known.__contains__, column)):
             return True
         distinct = set(column)
         if len(known) + len(distinct) > _KNOWN_LIMIT:
             known.clear()
-        known[None] = None  # only optional fields decode to None, and None needs no validation
+            self.rows.clear()
+        known[None] = self.rows[None] = None  # only optional fields decode to None: nothing to validate
         for text in distinct.difference(known):
             try:
                 value = self.adapter.validate_json(msgspec.json.encode(text))
@@ -84,6 +106,7 @@ class TextField:
             if not self._kept(text, value):
                 return False  # the contract would change the text: not a case the rows can take as is
             known[text] = value
+            self.rows[text] = value._value_ if self.shape == "enum" else value
         return True
 
     def _kept(self, text: str, value: Any) -> bool:
@@ -174,13 +197,14 @@ class _Factory:
     make: Callable[[], Any]
 
 
-def _filled(column: Sequence[Any], default: Any) -> Sequence[Any]:
-    """``column`` with UNSET (a field the line does not hold) replaced by the field's default."""
+def _filled(column: Sequence[Any], default: Any, missing: int) -> Sequence[Any]:
+    """``column`` with UNSET (a field the line does not hold, ``missing`` times) replaced by the field's
+    default."""
     unset = msgspec.UNSET
     if isinstance(default, _Factory):
         make = default.make
         return [make() if value is unset else value for value in column]
-    if column.count(unset) == len(column):
+    if missing == len(column):
         return [default] * len(column)
     return [default if value is unset else value for value in column]
 
@@ -213,12 +237,12 @@ def _mirror_field(model: str, name: str, info: FieldInfo) -> tuple[Any, TextFiel
             else:
                 raise NotMirroredError(f"{model}.{name}: {constraint!r}")
         struct_type = Annotated[list[str], msgspec.Meta(**lengths)] if lengths else list[str]
-        text = TextField(name, TypeAdapter(item), "list")
+        text = TextField(name, TypeAdapter(item), "list", nullable=optional)
     elif base is str or (isinstance(base, type) and issubclass(base, datetime | AwareDatetime | StrEnum)):
         shape: Literal["str", "enum", "time"] = (
             "str" if base is str else "enum" if issubclass(base, StrEnum) else "time"
         )
-        struct_type, text = str, TextField(name, TypeAdapter(whole), shape)
+        struct_type, text = str, TextField(name, TypeAdapter(whole), shape, nullable=optional)
     else:
         raise NotMirroredError(f"{model}.{name}: {info.annotation!r}")
     return (struct_type | None if optional else struct_type), text
@@ -272,12 +296,6 @@ _DECODE: Callable[[bytes], Any] | None = (
 )
 _EVIDENCE_FIELDS = ("activity_evidence", "sm_active", "tensor_active", "dram_active", "gpu_util",
                     "mem_copy_util", "gr_engine_active")  # fmt: skip
-# What activity_evidence reads, column-wise.
-_Evidence = namedtuple(
-    "_Evidence",
-    ["activity_evidence", "sm_active", "tensor_active", "dram_active", "gpu_util", "mem_copy_util",
-     "gr_engine_active"],
-)  # fmt: skip
 
 
 def fast_block(block: bytes, first_line: int, time_encoding: TimeEncoding) -> RowBatch | None:
@@ -297,9 +315,15 @@ def fast_block(block: bytes, first_line: int, time_encoding: TimeEncoding) -> Ro
         return None
     batch = RowBatch(time_encoding, strict_repeats=True)
     quoted = 0  # the keys and the string values the lines hold
+    single = set(map(type, records))  # usually one kind per block: no pass per kind then
     try:
         for kind in KINDS:
-            of_kind = [record for record in records if type(record) is kind.keyed]
+            if kind.keyed not in single:
+                continue
+            if len(single) == 1:
+                of_kind = records
+            else:
+                of_kind = [record for record in records if type(record) is kind.keyed]
             if of_kind:
                 found = _add_kind(batch, kind, of_kind)
                 if found is None:
@@ -324,54 +348,75 @@ def _add_kind(batch: RowBatch, kind: RecordKind, records: list[Any]) -> int | No
     astuple = msgspec.structs.astuple
     tuples = list(map(astuple, records))
     transposed: list[Sequence[Any]] = list(zip(*tuples, strict=True))  # one tuple per field, at C speed
-    absent = 0
-    unheld: set[str] = set()  # fields some line does not hold
-    unset = msgspec.UNSET
+    unset, nodefault = msgspec.UNSET, msgspec.NODEFAULT
+    # Fields some line does not hold (a required one cannot be UNSET: the line would not decode), and how
+    # many lines do not: each column is scanned once, before the defaults are filled in.
+    missing = {
+        index: count
+        for index, default in enumerate(kind.defaults)
+        if default is not nodefault and (count := transposed[index].count(unset))
+    }
+    unheld = {kind.fields[index] for index in missing}
     strings = len(records)  # the tag's value
     positions = {name: index for index, name in enumerate(kind.fields)}
     for text in kind.texts:  # before the defaults are filled in: the values the lines hold
-        column = transposed[positions[text.name]]
+        index = positions[text.name]
+        column = transposed[index]
         if text.shape == "list":
             strings += sum(len(value) for value in column if type(value) is list)
         else:
-            strings += len(column) - column.count(unset) - column.count(None)
-    for index, default in enumerate(kind.defaults):
-        if default is not msgspec.NODEFAULT:
-            missing = transposed[index].count(unset)
-            if missing:
-                absent += missing
-                transposed[index] = _filled(transposed[index], default)
-                unheld.add(kind.fields[index])
+            absent = missing.get(index, 0)
+            # None only where the type takes it, and only among the values held (~35 ns a value to count)
+            nulls = column.count(None) if text.nullable and absent < len(column) else 0
+            strings += len(column) - absent - nulls
+    for index, count in missing.items():
+        transposed[index] = _filled(transposed[index], kind.defaults[index], count)
     columns: dict[str, Sequence[Any]] = dict(zip(kind.fields, transposed, strict=True))
-    if not all(text.check(columns[text.name]) for text in kind.texts):
-        return None
-    (ts_field,) = (text for text in kind.texts if text.name == "ts")
-    ts = list(map(ts_field.known.__getitem__, columns["ts"]))
-    if kind.tag == "gpu_sample":
-        # The contract's own derivation, on the same attributes (defaults filled in), as plain text.
-        if unheld.intersection(_EVIDENCE_FIELDS):  # a Struct holds UNSET there: read the filled columns
-            evidence: Iterator[Any] = map(
-                _Evidence._make, zip(*(columns[name] for name in _EVIDENCE_FIELDS), strict=True)
-            )
+    value_columns = list(transposed)  # per field, the values pydantic holds (enumerations: their text)
+    converted: list[tuple[str, Callable[[Any], Any]]] = []  # fields whose values_at() value is converted
+    ts: list[Any] = []
+    for text in kind.texts:
+        column = columns[text.name]
+        if missing.get(positions[text.name]) == len(column) and text.shape != "list":
+            one = text.row_values(column[:1])  # no line holds it: every value is the default, checked once
+            row_values = None if one is None else one * len(column)
         else:
-            evidence = iter(records)  # the Structs hold every field it reads
-        columns["activity_evidence"] = list(
-            map(_EVIDENCE_VALUE.__getitem__, map(activity_evidence, evidence))
-        )
+            row_values = text.row_values(column)
+        if row_values is None:
+            return None
+        if text.shape == "list":
+            converted.append((text.name, _list_copy))
+            continue
+        if text.shape == "time":
+            if text.name == "ts":
+                ts = row_values  # the windows as pydantic's datetimes
+        else:
+            columns[text.name] = row_values  # one object per distinct text, equal to it
+        if text.shape == "str":
+            value_columns[positions[text.name]] = row_values
+        else:
+            converted.append((text.name, text.known.__getitem__))
+    if kind.tag == "gpu_sample":
+        # The contract's own derivation, on the same attributes (defaults filled in), as plain text. A
+        # Struct holds UNSET where its line has no such field: those fields are set on every Struct from
+        # their filled columns first (the Structs are this block's own, and read no more after this).
+        for name in unheld.intersection(_EVIDENCE_FIELDS):
+            deque(map(setattr, records, repeat(name), columns[name]), maxlen=0)
+        columns["activity_evidence"] = list(map(_EVIDENCE_VALUE.__getitem__, map(activity_evidence, records)))
+    keys = (TAG_FIELD, *kind.fields)
 
     def values_at(index: int) -> dict[str, Any]:
-        """Record ``index``'s fields as pydantic holds them: enumeration members, UTC datetimes."""
-        values = dict(zip(kind.fields, tuples[index], strict=True))
-        for name in unheld:  # a field some line does not hold: its default, as filled in the columns
-            if values[name] is unset:
-                values[name] = transposed[positions[name]][index]
-        for text in kind.texts:
-            value = values[text.name]
-            if text.shape != "list":
-                values[text.name] = text.known[value]
-            elif value is not None:
-                values[text.name] = list(value)  # pydantic's own list of the same strings
-        return {TAG_FIELD: kind.tag, **values}
+        """Record ``index``'s fields as pydantic holds them: enumeration members, UTC datetimes (defaults
+        filled in as in the columns)."""
+        values = dict(zip(keys, [kind.tag, *map(itemgetter(index), value_columns)], strict=True))
+        for name, convert in converted:
+            values[name] = convert(values[name])
+        return values
 
     batch.add_columns(kind.tag, columns, ts, values_at)  # type: ignore[arg-type]
-    return len(records) * (len(kind.fields) + 1) - absent + strings  # + 1: the tag
+    return len(records) * (len(kind.fields) + 1) - sum(missing.values()) + strings  # + 1: the tag
+
+
+def _list_copy(value: list[str] | None) -> list[str] | None:
+    """pydantic's own list of the same strings (each record gets its own list)."""
+    return None if value is None else list(value)

@@ -22,6 +22,8 @@ import json
 import multiprocessing
 import os
 import re
+import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -40,6 +42,7 @@ from fleet.contract import RECORD_ADAPTER, RECORD_KINDS, error_message
 from fleet.fast_records import fast_block
 from fleet.repeats import SuspectKey, attribute_repeat, suspects
 from fleet.store.engine import writing
+from fleet.store.keys import KnownKeys
 from fleet.store.resend import Conflicts
 from fleet.store.rows import RowBatch, RowValueError, TimeEncoding
 from fleet.store.writer import (
@@ -359,19 +362,24 @@ def _ingest_once(
     counts = WriteCounts()
     conflicts = Conflicts()
     gpu_samples = engine_samples = 0
-    with open_source() as stream, writing(engine) as connection:
+    # The collector paused for the whole load, not block by block: the parsed blocks arrive (unpickled by
+    # the pool's thread) while it would run, and each re-enabling set off a collection over the block's
+    # rows (~5% of a load). The rows hold no cycles and are freed as each block is written; cycles made
+    # meanwhile (a few per statement) wait for the collection after the load. Forked parsing processes
+    # start paused too (parse_block pauses it anyway).
+    with gc_paused(), open_source() as stream, writing(engine) as connection:
         encoding = time_encoding_for(connection)
         dimensions = RowBatch(encoding)
+        known_keys = KnownKeys()  # this transaction's
         parsed_blocks = _parsed_blocks(stream, encoding, jobs, block_bytes, on_progress)
         for parsed in _line_length_checked(parsed_blocks, path):
             if isinstance(parsed, list):
                 raise IngestError(path, parsed, more=True)  # leaving the block rolls the transaction back
-            with gc_paused():
-                written = write_sample_rows(connection, parsed, assume_new=assume_new)
-                try:
-                    dimensions.merge(parsed, rows=False, strict=True)
-                except RowValueError as exc:  # one key in two blocks of the file with other attributes
-                    raise IngestError(path, [LineError(None, exc.field, exc.message)]) from exc
+            written = write_sample_rows(connection, parsed, assume_new=assume_new, known_keys=known_keys)
+            try:
+                dimensions.merge(parsed, rows=False, strict=True)
+            except RowValueError as exc:  # one key in two blocks of the file with other attributes
+                raise IngestError(path, [LineError(None, exc.field, exc.message)]) from exc
             if written.duplicates:  # a key stored before, or repeated in the file: the same values only
                 conflicts.samples(connection, parsed)
                 _raise_conflicts(path, conflicts)
@@ -461,8 +469,15 @@ def _parsed_blocks(
 
 
 def _worker_context() -> multiprocessing.context.BaseContext:
-    """A fork server that has imported the parser once (fork alone is unsafe next to threads)."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    """Plain fork on Linux while this process runs no other thread (the CLI's case): the workers start with
+    the parser already imported, where a fork server is a new interpreter importing it first (~0.5-1 s of
+    CPU before the first block is parsed, on 2 shared cores). Next to other threads fork is unsafe (a lock
+    one of them holds stays held in the child), and on macOS system libraries may not survive it: then a
+    fork server that has imported the parser once."""
+    methods = multiprocessing.get_all_start_methods()
+    if sys.platform.startswith("linux") and "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    if "forkserver" not in methods:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["fleet.ingest"])

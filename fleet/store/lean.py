@@ -63,20 +63,30 @@ def lean_gpu_rows(
     worker_keys: Mapping[str, int],
     *,
     float4_counts: bool = False,
+    columns: Sequence[Sequence[Any]] | None = None,
 ) -> list[tuple[Any, ...]]:
     """``rows`` (``GPU_SAMPLE_COLUMNS``) as ``raw_gpu_samples`` rows (``RAW_GPU_COLUMNS``); every GPU UUID
     and worker id must have a key. ``float4_counts`` (PostgreSQL): the byte counts go to 4-byte float
-    columns, so one beyond the largest such float that fits 64 bits is stored as that float. Raises
+    columns, so one beyond the largest such float that fits 64 bits is stored as that float. ``columns``:
+    :func:`columns_of` ``rows``, when the caller has them already. Raises
     :class:`fleet.store.codes.UnknownCodeError` for a value without a code."""
     lookups: dict[str, _Lookup] = {"gpu_key": gpu_keys, "worker_key": {None: None, **worker_keys}}
-    return _transform(rows, _GPU_PLAN, lookups, BYTE_COUNTERS if float4_counts else ())
+    return _transform(rows, _GPU_PLAN, lookups, BYTE_COUNTERS if float4_counts else (), columns)
 
 
 def lean_engine_rows(
-    rows: Sequence[tuple[Any, ...]], worker_keys: Mapping[str, int]
+    rows: Sequence[tuple[Any, ...]],
+    worker_keys: Mapping[str, int],
+    *,
+    columns: Sequence[Sequence[Any]] | None = None,
 ) -> list[tuple[Any, ...]]:
     """``rows`` (``ENGINE_SAMPLE_COLUMNS``) as ``raw_engine_samples`` rows (``RAW_ENGINE_COLUMNS``)."""
-    return _transform(rows, _ENGINE_PLAN, {"worker_key": worker_keys})
+    return _transform(rows, _ENGINE_PLAN, {"worker_key": worker_keys}, (), columns)
+
+
+def columns_of(rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``rows`` transposed: one tuple per column (none for no rows), at C speed."""
+    return list(zip(*rows, strict=True))
 
 
 def _transform(
@@ -84,10 +94,12 @@ def _transform(
     plan: tuple[tuple[int, str], ...],
     lookups: dict[str, _Lookup],
     float4_counts: Sequence[str] = (),
+    columns: Sequence[Sequence[Any]] | None = None,
 ) -> list[tuple[Any, ...]]:
     if not rows:
         return []
-    columns = list(zip(*rows, strict=True))
+    if columns is None:
+        columns = columns_of(rows)
     out: list[Sequence[Any]] = []
     for index, name in plan:
         lookup = lookups.get(name, _ENCODERS.get(name))

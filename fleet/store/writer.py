@@ -40,8 +40,14 @@ from fleet.contract import EngineSample, GpuSample
 from fleet.store.closing import days_between, lock_closed_days, lock_days_and_find_closed
 from fleet.store.columns import UtcDateTime
 from fleet.store.engine import driver_connection, is_sqlite
-from fleet.store.keys import resolve_keys
-from fleet.store.lean import RAW_ENGINE_COLUMNS, RAW_GPU_COLUMNS, lean_engine_rows, lean_gpu_rows
+from fleet.store.keys import KnownKeys, resolve_keys
+from fleet.store.lean import (
+    RAW_ENGINE_COLUMNS,
+    RAW_GPU_COLUMNS,
+    columns_of,
+    lean_engine_rows,
+    lean_gpu_rows,
+)
 from fleet.store.partitions import KEY_COLUMNS, floor_day
 from fleet.store.rows import RowBatch, TimeEncoding, batch_from_records
 from fleet.store.schema import Base
@@ -105,27 +111,38 @@ def write_batch(
     return write_sample_rows(connection, batch)
 
 
-def write_sample_rows(connection: Connection, batch: RowBatch, *, assume_new: bool = False) -> WriteCounts:
+def write_sample_rows(
+    connection: Connection,
+    batch: RowBatch,
+    *,
+    assume_new: bool = False,
+    known_keys: KnownKeys | None = None,
+) -> WriteCounts:
     """Store the batch's sample rows only (ingest calls :func:`write_dimensions` once per file).
 
     ``assume_new`` (PostgreSQL): COPY straight into the sample tables, as fast as a raw load; a key already
     stored raises :class:`DuplicateKeyError` and leaves the transaction aborted, so the caller rolls back
-    and writes again without it. SQLite ignores it (its path costs the same either way)."""
+    and writes again without it. SQLite ignores it (its path costs the same either way). ``known_keys``:
+    the GPU and worker keys resolved earlier in this transaction (:class:`fleet.store.keys.KnownKeys`),
+    for a caller writing many batches in one."""
     if batch.time_encoding != time_encoding_for(connection):
         raise ValueError(f"batch encoded as {batch.time_encoding!r} for a {connection.dialect.name} store")
     if not batch.gpu_rows and not batch.engine_rows:
         return WriteCounts()
-    gpu_keys, worker_keys = resolve_keys(
-        connection,
-        {row[0] for row in batch.gpu_rows},
-        {row[3] for row in batch.gpu_rows if row[3] is not None} | {row[0] for row in batch.engine_rows},
-    )
+    # Transposed once: the names to resolve and the lean rows both come from the columns (C speed).
+    gpu_columns, engine_columns = columns_of(batch.gpu_rows), columns_of(batch.engine_rows)
+    gpu_uuids: set[str] = set(gpu_columns[0]) if gpu_columns else set()
+    worker_ids: set[str] = set(gpu_columns[3]) if gpu_columns else set()
+    worker_ids.discard(None)  # a GPU sample without a worker
+    if engine_columns:
+        worker_ids.update(engine_columns[0])
+    gpu_keys, worker_keys = resolve_keys(connection, gpu_uuids, worker_ids, known_keys)
     postgres = not is_sqlite(connection)
-    gpu_rows = lean_gpu_rows(batch.gpu_rows, gpu_keys, worker_keys, float4_counts=postgres)
-    tables = [
-        (_GPU_TABLE, RAW_GPU_COLUMNS, gpu_rows),
-        (_ENGINE_TABLE, RAW_ENGINE_COLUMNS, lean_engine_rows(batch.engine_rows, worker_keys)),
-    ]
+    gpu_rows = lean_gpu_rows(
+        batch.gpu_rows, gpu_keys, worker_keys, float4_counts=postgres, columns=gpu_columns
+    )
+    engine_rows = lean_engine_rows(batch.engine_rows, worker_keys, columns=engine_columns)
+    tables = [(_GPU_TABLE, RAW_GPU_COLUMNS, gpu_rows), (_ENGINE_TABLE, RAW_ENGINE_COLUMNS, engine_rows)]
     stored = 0
     if postgres:
         tables, stored = _write_closed_days(connection, tables)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine
 
+from fleet import ingest
 from fleet.contract import dump_record
 from fleet.ingest import (
     ChunkReader,
@@ -206,3 +208,13 @@ def test_a_runaway_line_is_refused_without_reading_it_whole(
         ingest_file(store_engine, path, jobs=0, block_bytes=1024)
     assert caught.value.errors[0].line == 4 and "longer than" in caught.value.errors[0].message
     assert _counts(store_engine)["gpu_samples"] == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parsing processes are forked on Linux only")
+def test_parsing_processes_are_forked_unless_another_thread_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fork (the parser already imported) while ingest's process runs one thread; next to others, where a
+    fork is unsafe, a fork server."""
+    monkeypatch.setattr("threading.active_count", lambda: 1)
+    assert ingest._worker_context().get_start_method() == "fork"
+    monkeypatch.setattr("threading.active_count", lambda: 2)
+    assert ingest._worker_context().get_start_method() == "forkserver"

@@ -9,6 +9,7 @@ from sqlalchemy import Engine, select, text
 
 from fleet.contract import EngineSample, GpuSample, GpuState
 from fleet.store.engine import writing
+from fleet.store.keys import KnownKeys, resolve_keys
 from fleet.store.queries import table_counts
 from fleet.store.rows import INT64_MAX, RowValueError, TimeEncoding, batch_from_records
 from fleet.store.schema import EngineSampleRow, GpuRow, GpuSampleRow, NodeRow, WorkerRow
@@ -200,3 +201,30 @@ def test_dimensions_merged_block_by_block_equal_one_batch_of_every_record() -> N
     whole = batch_from_records([*records, late], "datetime")
     merged.finish()
     assert (merged.gpus, merged.workers, merged.nodes) == (whole.gpus, whole.workers, whole.nodes)
+
+
+def test_keys_known_in_the_transaction_are_not_looked_up_again_and_new_ones_are_learned(
+    store_engine: Engine,
+) -> None:
+    """A file's blocks name the same GPUs and workers: the keys resolved for one block serve the next ones
+    (issue 31), and a name first seen in a later block is resolved and learned."""
+    first = batch_from_records([gpu_sample(gpu, 0) for gpu in range(3)], _encoding(store_engine))
+    later = batch_from_records([gpu_sample(gpu, 1) for gpu in range(4)], _encoding(store_engine))
+    known = KnownKeys()
+    with writing(store_engine) as connection:
+        write_sample_rows(connection, first, known_keys=known)
+        assert len(known.gpus) == 3 and len(known.workers) == 2
+        learned = dict(known.gpus)
+        write_sample_rows(connection, later, known_keys=known)
+    assert len(known.gpus) == 4 and known.gpus.items() >= learned.items()
+    with store_engine.connect() as connection:
+        stored: dict[str, int] = dict(connection.execute(text("SELECT gpu_uuid, id FROM gpu_keys")).all())
+    assert stored == known.gpus
+    # Known names cost no query: a key the transaction holds is used as it is.
+    with writing(store_engine) as connection:
+        gpus, _ = resolve_keys(connection, ["not stored"], [], KnownKeys(gpus={"not stored": 7}))
+    assert gpus == {"not stored": 7}
+
+
+def _encoding(engine: Engine) -> TimeEncoding:
+    return "epoch_us" if engine.dialect.name == "sqlite" else "datetime"
