@@ -81,6 +81,8 @@ class RulesConfig:
     decode_role_regex: str = "decode"
     window: str = "5m"
     lost_tokens_share: float = 0.05
+    # A pool's latency target is missed when less than this share of its measured serving time met it.
+    latency_target_attainment: float = 0.9
     memory_bound_dram_active: float = 0.5
     compute_bound_tensor_active: float = 0.4
     min_bandwidth_ratio: float = 1.1
@@ -117,6 +119,8 @@ class RulesConfig:
             check_duration(self.for_override, "for_override")
         if not 0 < self.lost_tokens_share < 1:
             raise ValueError(f"lost tokens share {self.lost_tokens_share} must lie strictly between 0 and 1")
+        if not 0 < self.latency_target_attainment <= 1:
+            raise ValueError(f"latency target attainment {self.latency_target_attainment} must lie in (0, 1]")
         for what, ratio in (
             ("memory-bound DRAM activity", self.memory_bound_dram_active),
             ("compute-bound tensor activity", self.compute_bound_tensor_active),

@@ -206,7 +206,37 @@ def _placement_alerts(cfg: RulesConfig) -> RuleGroup:
                 """,
                 runbook_url=cfg.runbook_url("PhasefitWorkersUnjudged"),
             ),
+            _latency_target_alert(cfg),
         ),
+    )
+
+
+def _latency_target_alert(cfg: RulesConfig) -> AlertingRule:
+    """A pool whose engines' measured p90 latency met its target in too little of its serving time."""
+    c = cfg.cluster_label
+    svc = cfg.service_selector
+    fmt, args = matchers_from_labels((c, "pool", "metric"))
+    pool_fmt, pool_args = matchers_from_labels((c, "pool"))
+    target = query_value(
+        f"max(phasefit_pool_latency_target_seconds{{{join_matchers(svc, fmt)}}})", args, as_='printf "%.3g"'
+    )
+    return AlertingRule(
+        alert="PhasefitPoolLatencyTargetMissed",
+        expr=f"""
+        max by ({c}, pool, metric) (phasefit_pool_latency_target_attainment_ratio{selector(svc)})
+          < {number(cfg.latency_target_attainment)}
+        """,
+        for_=cfg.for_("1h"),
+        severity="warning",
+        summary="A pool's measured p90 latency meets its target in too little of its serving time.",
+        description=f"""
+        Pool {{{{ $labels.pool }}}}: its engines' p90 {{{{ $labels.metric }}}} (ttft: time to first token,
+        tpot: time per output token, e2e: end to end) met the target of {target} s in
+        {{{{ $value | humanizePercentage }}}} of its measured serving time over the analysed span (the floor
+        is {cfg.latency_target_attainment:.0%}). With targets set, phasefit's capacity and loss for the pool
+        count goodput: it loses {_loss("pool", pool_fmt, pool_args, svc)} to placement.
+        """,
+        runbook_url=cfg.runbook_url("PhasefitPoolLatencyTargetMissed"),
     )
 
 

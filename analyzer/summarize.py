@@ -18,6 +18,7 @@ from analyzer.findings.recommend import recommended_ratio
 from analyzer.findings.registry import FindingParams, rules_of_thumb
 from analyzer.model.efficiency import CALIBRATION_ACCURACY, CALIBRATION_PROVENANCE
 from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
+from analyzer.pools.attainment import targets_summary
 from analyzer.pools.outcomes import OutcomeParams, change_outcomes
 from analyzer.pools.pool import DeviceCounts, Inventory, Pool, device_counts
 from analyzer.pools.pool_state import PoolState
@@ -27,7 +28,6 @@ from analyzer.results.changes import ChangeOutcome
 from analyzer.results.summary import (
     SUMMARY_VERSION,
     UNKNOWN_LOSS,
-    LatencyTargets,
     LossBound,
     LossUnit,
     LostCapacity,
@@ -58,7 +58,6 @@ from analyzer.telemetry.frames import ROLES
 from analyzer.telemetry.grid import WorkerGrid
 from fleet.catalog import Catalog
 from fleet.contract import Bottleneck, Finding, FindingKind, FindingStatus, Role
-from fleet.targets import PoolTargets
 
 # Why a worker could not be judged (the keys of the fleet's ``unjudged_reasons``).
 NO_GPUS = "no GPUs attributed to the worker"
@@ -338,17 +337,7 @@ def _pool_summary(
             ],
             key=lambda c: c.at,
         ),
-        targets=_targets(analysis.targets),
-    )
-
-
-def _targets(targets: PoolTargets) -> LatencyTargets:
-    return LatencyTargets(
-        ttft_p90_s=targets.ttft_p90_s,
-        tpot_p90_s=targets.tpot_p90_s,
-        e2e_p90_s=targets.e2e_p90_s,
-        source=targets.source,
-        rule=targets.rule,
+        targets=targets_summary(analysis.targets, grid, pool.members),
     )
 
 

@@ -60,7 +60,8 @@ _COUNTERS = (
     (EngineField.GENERATION_TOKENS, "generation"),
     (EngineField.PREEMPTIONS, "preempt"),
 )
-_HISTOGRAMS = ((EngineField.TTFT, "ttft"), (EngineField.TPOT, "tpot"))
+LATENCY_COLUMNS = tuple(column for quantiles in LATENCY_QUANTILES.values() for column in quantiles)
+_HISTOGRAMS = ((EngineField.TTFT, "ttft"), (EngineField.TPOT, "tpot"), (EngineField.E2E, "e2e"))
 
 
 class EngineParseError(ValueError):
@@ -79,7 +80,8 @@ class EngineReading:
     running: float | None
     waiting: float | None
     kv_usage: float | None
-    buckets: Mapping[str, Mapping[SeriesKey, Mapping[float, float]]]  # "ttft"/"tpot" -> series -> le -> count
+    # "ttft"/"tpot"/"e2e" -> series -> le -> count
+    buckets: Mapping[str, Mapping[SeriesKey, Mapping[float, float]]]
     engine_types: frozenset[str] = frozenset()  # SGLang engine_type label values
     dynamo_components: frozenset[str] = frozenset()  # Dynamo dynamo_component label values
     dynamo_namespaces: frozenset[str] = frozenset()  # Dynamo dynamo_namespace label values (deployment)
@@ -97,10 +99,18 @@ class EngineDelta:
     generation_tokens: int
     preemptions: int | None
     restarted: bool
+    # The window's latency quantiles, one per column of fleet.vocabulary.engines.LATENCY_QUANTILES.
     ttft_p50_s: float | None = None
+    ttft_p90_s: float | None = None
     ttft_p99_s: float | None = None
     tpot_p50_s: float | None = None
+    tpot_p90_s: float | None = None
     tpot_p99_s: float | None = None
+    e2e_p90_s: float | None = None
+
+    def latencies(self) -> dict[str, float | None]:
+        """The latency quantiles by their engine_sample field names."""
+        return {column: getattr(self, column) for column in LATENCY_COLUMNS}
 
 
 def _key(logical: str, labels: Mapping[str, str], drop: tuple[str, ...] = ()) -> SeriesKey:
@@ -156,7 +166,7 @@ def _counters(engine: Engine, by_name: Rows) -> tuple[dict[SeriesKey, float], di
 
 
 def _buckets(engine: Engine, by_name: Rows) -> dict[str, dict[SeriesKey, dict[float, float]]]:
-    """Per latency histogram (``ttft``, ``tpot``): series -> cumulative count per bucket bound."""
+    """Per latency histogram (``ttft``, ``tpot``, ``e2e``): series -> cumulative count per bucket bound."""
     out: dict[str, dict[SeriesKey, dict[float, float]]] = {}
     for histogram_field, kind in _HISTOGRAMS:
         series: dict[SeriesKey, dict[float, float]] = {}
@@ -312,10 +322,7 @@ def window_delta(prev: EngineReading, cur: EngineReading) -> EngineDelta:
         generation_tokens=max(generation or 0, 0),
         preemptions=max(preemptions, 0) if preemptions is not None else None,
         restarted=r1 or r2,
-        ttft_p50_s=latency["ttft_p50_s"],
-        ttft_p99_s=latency["ttft_p99_s"],
-        tpot_p50_s=latency["tpot_p50_s"],
-        tpot_p99_s=latency["tpot_p99_s"],
+        **latency,
     )
 
 

@@ -213,6 +213,10 @@ class EngineSample(_Record):
     ttft_p99_s: NonNegFloat | None = None
     tpot_p50_s: NonNegFloat | None = None
     tpot_p99_s: NonNegFloat | None = None
+    # The window's 90th percentiles, what latency targets are stated in; end to end: arrival to last token.
+    ttft_p90_s: NonNegFloat | None = None
+    tpot_p90_s: NonNegFloat | None = None
+    e2e_p90_s: NonNegFloat | None = None
     cluster: Name | None = None
     # The serving deployment or router group: Dynamo namespace, llm-d InferencePool, KServe
     # InferenceService, else "<namespace>/<owner>". With the cluster and the served model it names the pool.

@@ -208,6 +208,21 @@ class SegmentSummary(_Model):
     notes: list[str]
 
 
+class TargetAttainment(_Model):
+    """One latency target against the engines' measured p90s over the analysed span."""
+
+    metric: Literal["ttft", "tpot", "e2e"]
+    target_s: float
+    share: float | None = Field(
+        description="Share of the measured serving time (worker-buckets weighted by engine seconds: prefill "
+        "and colocated workers for TTFT, decode and colocated for TPOT, all for end to end) whose p90 met "
+        "the target; null: unknown (reason)."
+    )
+    p90_s: float | None = Field(description="The measured p90, time-weighted over those worker-buckets.")
+    worker_buckets: int
+    reason: str | None = None
+
+
 class LatencyTargets(_Model):
     """The latency targets that applied to a pool (seconds at the 90th percentile; null: unset) and the
     rule they come from. Its TPOT target sized the decode batches and its TTFT target the prefill load (so
@@ -224,6 +239,9 @@ class LatencyTargets(_Model):
     rule: str | None = Field(
         default=None,
         description='Where the rule is written, e.g. "PHASEFIT_ANALYZER_TARGETS[0]"; null: none.',
+    )
+    attainment: list[TargetAttainment] = Field(
+        default_factory=list, description="Each target set, measured (analyzer.pools.attainment)."
     )
 
 

@@ -131,6 +131,9 @@ def aggregate_raw_engine(
             func.max(c.kv_cache_usage),
             func.avg(c.ttft_p50_s),
             func.avg(c.tpot_p50_s),
+            func.avg(c.ttft_p90_s),
+            func.avg(c.tpot_p90_s),
+            func.avg(c.e2e_p90_s),
         )
         .where(c.ts >= since, c.ts < until)
         .group_by(c.worker_id, bucket)

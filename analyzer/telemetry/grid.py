@@ -52,9 +52,21 @@ ENGINE_BUCKET_COLUMNS = (
     "kv_cache_usage_max",
     "ttft_p50_s_avg",
     "tpot_p50_s_avg",
+    "ttft_p90_s_avg",
+    "tpot_p90_s_avg",
+    "e2e_p90_s_avg",
 )
 _GPU_MEANS = ("sm_active", "tensor_active", "dram_active", "gpu_util", "gr_engine_active", "mem_copy_util")
-_ENGINE_MEANS = ("requests_running", "requests_waiting", "kv_cache_usage", "ttft_p50_s", "tpot_p50_s")
+_ENGINE_MEANS = (
+    "requests_running",
+    "requests_waiting",
+    "kv_cache_usage",
+    "ttft_p50_s",
+    "tpot_p50_s",
+    "ttft_p90_s",
+    "tpot_p90_s",
+    "e2e_p90_s",
+)
 _ENGINE_MAXIMA = ("requests_waiting", "kv_cache_usage")
 
 
@@ -194,6 +206,11 @@ class WorkerGrid:
     mem_used_bytes: FloatArray  # max over the worker's GPUs
     lost_share: FloatArray  # share of GPU samples reported lost
     degraded_share: FloatArray
+    # The windows' 90th-percentile latencies (their mean over the bucket; NaN where no engine reports one):
+    # what latency targets are measured against (analyzer.pools.attainment).
+    ttft_p90_s: FloatArray
+    tpot_p90_s: FloatArray
+    e2e_p90_s: FloatArray
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -250,7 +267,7 @@ def build_grid(
     e_keep, e_cell = _positions(list(engine_buckets["worker_id"]), e_ts, rows, start, bucket_s, n_buckets)
 
     def e_col(name: str) -> FloatArray:
-        return _floats(engine_buckets[name])[e_keep]
+        return _column(engine_buckets, name, e_ts.size)[e_keep]
 
     def e_sum(name: str) -> FloatArray:
         return grid(np.bincount(e_cell, weights=np.nan_to_num(e_col(name)), minlength=size))
@@ -334,6 +351,9 @@ def build_grid(
         kv_usage_max=e_max("kv_cache_usage_max"),
         ttft_s=e_mean("ttft_p50_s_avg"),
         tpot_s=e_mean("tpot_p50_s_avg"),
+        ttft_p90_s=e_mean("ttft_p90_s_avg"),
+        tpot_p90_s=e_mean("tpot_p90_s_avg"),
+        e2e_p90_s=e_mean("e2e_p90_s_avg"),
         role=role.reshape(shape),
         gpu_s=grid(gpu_s),
         sm_active=g_mean("sm_active_avg"),

@@ -32,7 +32,7 @@ RAW_GPU_COLUMNS = (
 RAW_ENGINE_COLUMNS = (
     "ts", "prompt_tokens", "generation_tokens", "requests_running", "requests_waiting", "preemptions",
     "worker_key", "window_s", "kv_cache_usage", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
-    "role", "role_source",
+    "role", "role_source", "ttft_p90_s", "tpot_p90_s", "e2e_p90_s",
 )  # fmt: skip
 
 # Raw column -> the batch column it comes from (the same name unless said here).

@@ -159,6 +159,9 @@ def _engine_rollup(
         "ttft_p99_s_max": func.max(c.ttft_p99_s),
         "tpot_p50_s_avg": func.avg(c.tpot_p50_s),
         "tpot_p99_s_max": func.max(c.tpot_p99_s),
+        "ttft_p90_s_avg": func.avg(c.ttft_p90_s),
+        "tpot_p90_s_avg": func.avg(c.tpot_p90_s),
+        "e2e_p90_s_avg": func.avg(c.e2e_p90_s),
     }
     source = select(*columns.values()).where(c.ts >= start, c.ts < end).group_by(c.worker_id, bucket)
     return _replace(connection, target, start=start, end=end, columns=list(columns), source=source)

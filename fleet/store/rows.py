@@ -34,7 +34,7 @@ GPU_SAMPLE_COLUMNS = (
 ENGINE_SAMPLE_COLUMNS = (
     "worker_id", "ts", "window_s", "role", "role_source", "prompt_tokens", "generation_tokens",
     "requests_running", "requests_waiting", "kv_cache_usage", "preemptions", "ttft_p50_s", "ttft_p99_s",
-    "tpot_p50_s", "tpot_p99_s",
+    "tpot_p50_s", "tpot_p99_s", "ttft_p90_s", "tpot_p90_s", "e2e_p90_s",
 )  # fmt: skip
 _GPU_BIG_INTS = ("mem_used_bytes", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes", "pcie_rx_bytes")
 _ENGINE_BIG_INTS = (
@@ -138,7 +138,7 @@ class RowBatch:
                 values["prompt_tokens"], values["generation_tokens"],
                 values["requests_running"], values["requests_waiting"], values["kv_cache_usage"],
                 values["preemptions"], values["ttft_p50_s"], values["ttft_p99_s"], values["tpot_p50_s"],
-                values["tpot_p99_s"],
+                values["tpot_p99_s"], values["ttft_p90_s"], values["tpot_p90_s"], values["e2e_p90_s"],
             ))  # fmt: skip
             if self.strict_repeats:
                 self._check_repeat(False, values["worker_id"], ts, values, tag)

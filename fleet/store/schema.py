@@ -204,6 +204,10 @@ class RawEngineSampleRow(Base):
     tpot_p99_s: Mapped[float | None] = mapped_column(REAL)
     role: Mapped[int] = mapped_column(SmallInteger)  # fleet.store.codes.ROLE
     role_source: Mapped[int] = mapped_column(SmallInteger)  # fleet.store.codes.ROLE_SOURCE
+    # Migration 0009 (added after the codes: a REAL after two SMALLINTs needs no padding).
+    ttft_p90_s: Mapped[float | None] = mapped_column(REAL)
+    tpot_p90_s: Mapped[float | None] = mapped_column(REAL)
+    e2e_p90_s: Mapped[float | None] = mapped_column(REAL)
 
 
 _VIEW = {"info": {"view": True}}
@@ -258,6 +262,9 @@ class EngineSampleRow(Base):
     ttft_p99_s: Mapped[float | None] = mapped_column(REAL)
     tpot_p50_s: Mapped[float | None] = mapped_column(REAL)
     tpot_p99_s: Mapped[float | None] = mapped_column(REAL)
+    ttft_p90_s: Mapped[float | None] = mapped_column(REAL)
+    tpot_p90_s: Mapped[float | None] = mapped_column(REAL)
+    e2e_p90_s: Mapped[float | None] = mapped_column(REAL)
 
 
 class _GpuRollup:
@@ -312,6 +319,10 @@ class _EngineRollup:
     ttft_p99_s_max: Mapped[float | None] = mapped_column(Float)
     tpot_p50_s_avg: Mapped[float | None] = mapped_column(Float)
     tpot_p99_s_max: Mapped[float | None] = mapped_column(Float)
+    # The mean of the bucket's window p90s (a bucket's own p90 is not recoverable from its windows').
+    ttft_p90_s_avg: Mapped[float | None] = mapped_column(Float)
+    tpot_p90_s_avg: Mapped[float | None] = mapped_column(Float)
+    e2e_p90_s_avg: Mapped[float | None] = mapped_column(Float)
 
 
 class GpuSample1mRow(_GpuRollup, Base):

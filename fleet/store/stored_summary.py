@@ -208,6 +208,22 @@ class StoredChange(_View):
     realized_to_predicted: Figure = None
 
 
+class StoredAttainment(_View):
+    """One latency target of a pool against its engines' p90s (``TargetAttainment``)."""
+
+    metric: Text = None
+    target_s: Figure = None
+    share: Figure = None  # None: unknown (never 0)
+    p90_s: Figure = None
+
+
+class StoredTargets(_View):
+    """A pool's latency targets and their measured attainment (``LatencyTargets``)."""
+
+    source: Text = None
+    attainment: Annotated[list[StoredAttainment], BeforeValidator(_all_objects)] = []
+
+
 class StoredPool(_WithLoss):
     """One pool (``PoolSummary``); a list or mapping the run does not hold is None (not said), not empty."""
 
@@ -226,6 +242,7 @@ class StoredPool(_WithLoss):
     drift_events: Annotated[list[StoredDrift] | None, BeforeValidator(_objects)] = None
     segments: Annotated[list[StoredSegment], BeforeValidator(_all_objects)] = []
     changes: Annotated[list[StoredChange] | None, BeforeValidator(_objects)] = None
+    targets: Annotated[StoredTargets, BeforeValidator(_object)] = StoredTargets()
 
 
 class StoredFleet(_WithLoss):

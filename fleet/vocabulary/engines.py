@@ -14,6 +14,10 @@ Sources: vLLM V1 ``vllm/v1/metrics/loggers.py`` (``kv_cache_usage_perc``, before
 request, so its ``_sum`` counts retractions; older releases call the inter-token histogram
 ``time_per_output_token_seconds``; the ``sglang_`` spelling is reported for newer releases, unverified);
 TensorRT-LLM through trtllm-serve or Dynamo, which spells its prefix ``trtllm_`` (newer) or ``trtllm:``.
+End-to-end request latency is ``e2e_request_latency_seconds`` in all three (vLLM's design/v1/metrics.md,
+SGLang's docs/references/production_metrics.md, Dynamo's backends/trtllm/prometheus.md for TensorRT-LLM
+1.1: ``trtllm_e2e_request_latency_seconds``); the real captures here hold none, so these names are from
+those documents.
 The real vLLM and SGLang captures in tests/fixtures/metrics are checked against this table.
 
 The KV cache an engine holds (engine_sample ``kv_capacity_tokens``) is a table of its own
@@ -84,7 +88,8 @@ class Engine(StrEnum):
 
 
 class EngineField(StrEnum):
-    """An engine_sample field (TTFT and TPOT: the histograms behind ``*_p50_s`` / ``*_p99_s``)."""
+    """An engine_sample field (TTFT, TPOT and E2E: the histograms behind ``*_p50_s`` / ``*_p90_s`` /
+    ``*_p99_s``)."""
 
     PROMPT_TOKENS = "prompt_tokens"
     GENERATION_TOKENS = "generation_tokens"
@@ -94,6 +99,7 @@ class EngineField(StrEnum):
     KV_CACHE_USAGE = "kv_cache_usage"
     TTFT = "ttft"
     TPOT = "tpot"
+    E2E = "e2e"  # end-to-end request latency
 
 
 FIELD_KINDS: dict[EngineField, tuple[Kind, Unit]] = {
@@ -105,11 +111,14 @@ FIELD_KINDS: dict[EngineField, tuple[Kind, Unit]] = {
     EngineField.KV_CACHE_USAGE: (Kind.GAUGE, Unit.RATIO),
     EngineField.TTFT: (Kind.HISTOGRAM, Unit.SECONDS),
     EngineField.TPOT: (Kind.HISTOGRAM, Unit.SECONDS),
+    EngineField.E2E: (Kind.HISTOGRAM, Unit.SECONDS),
 }
-# The quantiles the data contract carries for each latency histogram (engine_sample ttft_p50_s, ...).
+# The quantiles the data contract carries for each latency histogram (engine_sample ttft_p50_s, ...): the
+# p90s are what latency targets are stated in (Dynamo's SLA planner, llm-d, AI Configurator).
 LATENCY_QUANTILES: dict[EngineField, dict[str, float]] = {
-    EngineField.TTFT: {"ttft_p50_s": 0.5, "ttft_p99_s": 0.99},
-    EngineField.TPOT: {"tpot_p50_s": 0.5, "tpot_p99_s": 0.99},
+    EngineField.TTFT: {"ttft_p50_s": 0.5, "ttft_p90_s": 0.9, "ttft_p99_s": 0.99},
+    EngineField.TPOT: {"tpot_p50_s": 0.5, "tpot_p90_s": 0.9, "tpot_p99_s": 0.99},
+    EngineField.E2E: {"e2e_p90_s": 0.9},
 }
 
 # Each engine's metric-name prefixes, preferred spelling first.
@@ -161,6 +170,7 @@ ENGINE_METRICS: tuple[EngineMetric, ...] = (
     _metric(_V, _F.KV_CACHE_USAGE, ("kv_cache_usage_perc", "gpu_cache_usage_perc")),
     _metric(_V, _F.TTFT, ("time_to_first_token_seconds",)),
     _metric(_V, _F.TPOT, ("inter_token_latency_seconds", "time_per_output_token_seconds")),
+    _metric(_V, _F.E2E, ("e2e_request_latency_seconds",)),
     _metric(_S, _F.PROMPT_TOKENS, ("prompt_tokens_total",)),
     _metric(_S, _F.GENERATION_TOKENS, ("generation_tokens_total",)),
     _metric(_S, _F.PREEMPTIONS, ("num_retractions_sum",)),
@@ -175,6 +185,7 @@ ENGINE_METRICS: tuple[EngineMetric, ...] = (
     _metric(_S, _F.KV_CACHE_USAGE, ("token_usage",)),
     _metric(_S, _F.TTFT, ("time_to_first_token_seconds",)),
     _metric(_S, _F.TPOT, ("inter_token_latency_seconds", "time_per_output_token_seconds")),
+    _metric(_S, _F.E2E, ("e2e_request_latency_seconds",)),
     _metric(_T, _F.PROMPT_TOKENS, ("prompt_tokens_total",)),
     _metric(_T, _F.GENERATION_TOKENS, ("generation_tokens_total",)),
     _metric(_T, _F.REQUESTS_RUNNING, ("num_requests_running", "num_active_requests")),
@@ -182,6 +193,7 @@ ENGINE_METRICS: tuple[EngineMetric, ...] = (
     _metric(_T, _F.KV_CACHE_USAGE, ("kv_cache_utilization",)),
     _metric(_T, _F.TTFT, ("time_to_first_token_seconds",)),
     _metric(_T, _F.TPOT, ("time_per_output_token_seconds",)),
+    _metric(_T, _F.E2E, ("e2e_request_latency_seconds",)),
 )
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from analyzer.pipeline import AnalysisResult
-    from analyzer.results.summary import FleetTotals, LatencyTargets, Loss
+    from analyzer.results.summary import FleetTotals, LatencyTargets, Loss, TargetAttainment
 
 
 def _tokens(value: float | None) -> str:
@@ -98,7 +98,17 @@ def targets_phrase(targets: LatencyTargets) -> str | None:
     parts = [f"{name} p90 {value:g} s" for name, value in figures if value is not None]
     if not parts:
         return None
-    return f"latency targets: {', '.join(parts)} ({targets.source}, {targets.rule})"
+    measured = [_attained(a) for a in targets.attainment]
+    met = f"; measured: {', '.join(measured)}" if measured else ""
+    return f"latency targets: {', '.join(parts)} ({targets.source}, {targets.rule}){met}"
+
+
+def _attained(a: TargetAttainment) -> str:
+    """E.g. "TPOT p90 met 62% of serving time (p90 0.061 s)", or "TTFT unknown (why)"."""
+    name = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end-to-end"}[a.metric]
+    if a.share is None:
+        return f"{name} unknown ({a.reason})"
+    return f"{name} p90 met {a.share:.0%} of serving time (p90 {a.p90_s:.3g} s)"
 
 
 def target_notes(warnings: Sequence[str]) -> list[str]:

@@ -16,6 +16,9 @@ instead of a failed scrape.
 - ``phasefit_pool_lost_output_tokens_per_second``, ``phasefit_pool_lost_requests_per_second``, then
   ``phasefit_pool_lost_tokens_per_second`` (secondary) and the other ``phasefit_pool_*{pool}`` gauges;
   a figure the analyzer could not estimate (a capacity, a loss) has no series rather than a 0;
+- ``phasefit_pool_latency_target_seconds{pool,metric}`` and
+  ``phasefit_pool_latency_target_attainment_ratio{pool,metric}``: each latency target of the pool and the
+  share of its measured serving time whose p90 met it (no series where unknown, never 0);
 - ``phasefit_fleet_lost_output_tokens_per_second``, ``phasefit_fleet_lost_requests_per_second``,
   ``phasefit_fleet_lost_tokens_per_second`` (secondary);
 - ``phasefit_fleet_judged_workers`` and ``phasefit_fleet_unjudged_workers{reason}``: workers whose
@@ -34,6 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy import Engine
@@ -55,6 +59,7 @@ MISPLACEMENT_KINDS = frozenset({
 })  # fmt: skip
 MAX_OPEN_FINDINGS = 200_000
 WorkerKey = tuple[str, str, str, str, str]  # pool, worker, sku, role, model
+_K = TypeVar("_K")
 
 
 @dataclass
@@ -70,6 +75,9 @@ class Conclusions:
     pool_ratio: dict[str, float] = field(default_factory=dict)
     pool_recommended_ratio: dict[str, float] = field(default_factory=dict)
     pool_drift: dict[str, float] = field(default_factory=dict)
+    # (pool, metric) -> the target (seconds) and the share of serving time whose measured p90 met it
+    pool_target: dict[tuple[str, str], float] = field(default_factory=dict)
+    pool_attainment: dict[tuple[str, str], float] = field(default_factory=dict)
     # (pool, gpu_sku, tp, role, state) -> workers; state "current" or "recommended" (never applied)
     pool_workers: dict[tuple[str, str, str, str, str], float] = field(default_factory=dict)
     fleet_lost: float = 0.0
@@ -132,6 +140,10 @@ def conclude(
             if figures.ratio_drift is not None:  # unknown: no series, never 0
                 out.pool_drift[name] = 1.0 if figures.ratio_drift else 0.0
             out.pool_workers.update(_plan(name, figures.recommended or {}))
+            for measured in figures.targets.attainment:
+                if measured.metric:
+                    _put(out.pool_target, (name, measured.metric), measured.target_s)
+                    _put(out.pool_attainment, (name, measured.metric), measured.share)
     elif findings:
         out.last_run = max(s.updated_at.timestamp() for s in findings)
     for target, by_pool in fallback:
@@ -202,7 +214,7 @@ def _worker_key(
     return (pool, worker, finding.gpu_sku or "", finding.role.value, model)
 
 
-def _put(target: dict[str, float], key: str, value: float | None) -> None:
+def _put(target: dict[_K, float], key: _K, value: float | None) -> None:
     if value is not None:
         target[key] = value
 
@@ -303,6 +315,24 @@ def families(c: Conclusions) -> Iterator[Metric]:
         family = GaugeMetricFamily(name, help_text, labels=["pool"])
         for pool, value in sorted(values.items()):
             family.add_metric([pool], value)
+        yield family
+    target_gauges = (
+        (
+            "phasefit_pool_latency_target_seconds",
+            'The pool\'s latency target at the 90th percentile, per metric ("ttft", "tpot", "e2e").',
+            c.pool_target,
+        ),
+        (
+            "phasefit_pool_latency_target_attainment_ratio",
+            "Share of the pool's measured serving time whose p90 latency met its target (prefill and "
+            "colocated workers for TTFT, decode and colocated for TPOT); no series where unknown.",
+            c.pool_attainment,
+        ),
+    )
+    for name, help_text, by_metric in target_gauges:
+        family = GaugeMetricFamily(name, help_text, labels=["pool", "metric"])
+        for (pool, metric), value in sorted(by_metric.items()):
+            family.add_metric([pool, metric], value)
         yield family
     workers = GaugeMetricFamily(
         "phasefit_pool_workers",

@@ -204,6 +204,16 @@ class EnginePoint(BaseModel):
     preemptions: int | None
     ttft_p99_s: float | None
     tpot_p99_s: float | None
+    ttft_p90_s: float | None = Field(
+        default=None, description="The windows' 90th-percentile TTFT, their mean over a bucket (seconds)."
+    )
+    tpot_p90_s: float | None = Field(
+        default=None, description="The windows' 90th-percentile TPOT, their mean over a bucket (seconds)."
+    )
+    e2e_p90_s: float | None = Field(
+        default=None,
+        description="The windows' 90th-percentile end-to-end latency, their mean over a bucket (seconds).",
+    )
 
 
 class GpuPoint(BaseModel):

@@ -61,6 +61,9 @@ def rows(columns: Columns) -> Iterator[dict[str, Any]]:
         yield dict(zip(names, values, strict=True))
 
 
+P90_COLUMNS = ("ttft_p90_s", "tpot_p90_s", "e2e_p90_s")  # an engine point's: the mean of its windows'
+
+
 @dataclass
 class _Mean:
     total: float = 0.0
@@ -95,6 +98,7 @@ class _EngineBucket:
     kv: _Mean = field(default_factory=_Mean)
     ttft_p99_s: float | None = None
     tpot_p99_s: float | None = None
+    p90s: dict[str, _Mean] = field(default_factory=lambda: {c: _Mean() for c in P90_COLUMNS})
 
     def point(self) -> dict[str, Any]:
         per_s = self.window_s if self.window_s > 0 else None
@@ -106,6 +110,7 @@ class _EngineBucket:
             "requests_running": self.running.value(), "requests_waiting": self.waiting.value(),
             "kv_cache_usage": self.kv.value(), "preemptions": self.preemptions,
             "ttft_p99_s": self.ttft_p99_s, "tpot_p99_s": self.tpot_p99_s,
+            **{column: mean.value() for column, mean in self.p90s.items()},
         }  # fmt: skip
 
 
@@ -132,6 +137,8 @@ def engine_points(columns: Columns, step: float | None, *, rollup: bool) -> list
         bucket.kv.add(row[f"kv_cache_usage{suffix}"], n)
         bucket.ttft_p99_s = _max(bucket.ttft_p99_s, row["ttft_p99_s_max" if rollup else "ttft_p99_s"])
         bucket.tpot_p99_s = _max(bucket.tpot_p99_s, row["tpot_p99_s_max" if rollup else "tpot_p99_s"])
+        for column, mean in bucket.p90s.items():
+            mean.add(row.get(f"{column}{suffix}"), n)
     return [buckets[ts].point() for ts in sorted(buckets)]
 
 

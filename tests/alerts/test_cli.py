@@ -38,7 +38,7 @@ def test_render_to_a_folder_with_custom_selectors_labels_and_runbooks(tmp_path: 
     )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert len(summary["alerts"]) == 15
+    assert len(summary["alerts"]) == 16
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "phasefit-analyzer.yaml",
         "phasefit-collector.yaml",

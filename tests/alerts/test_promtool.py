@@ -58,7 +58,7 @@ def test_promtool_check_rules_on_the_prometheusrule_spec() -> None:
     assert cr is not None and cr.is_file()
     result = check.check_prometheus_rule(cr)
     assert result.ok, result.detail
-    assert "34 rules found" in result.detail
+    assert "35 rules found" in result.detail
 
 
 @pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)

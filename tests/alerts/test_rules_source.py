@@ -20,6 +20,7 @@ EXPECTED_ALERTS = {
         "PhasefitFleetLostTokensHigh",
         "PhasefitPoolRatioDrift",
         "PhasefitWorkersUnjudged",
+        "PhasefitPoolLatencyTargetMissed",
         "PhasefitServiceDown",
         "PhasefitAnalyzerStale",
     },

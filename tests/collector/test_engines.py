@@ -95,6 +95,34 @@ def test_vllm_window_counts_and_latency_quantiles() -> None:
     assert delta.tpot_p50_s is None  # no inter-token observations in this window
 
 
+def test_p90s_and_the_end_to_end_latency_come_from_the_windows_histograms() -> None:
+    """histogram_quantile over the window's increments: 90 observations in (0.25, 0.5] and 10 in (0.5, 1]
+    put the p90 at the top of the first bucket; an engine that exposes no end-to-end histogram has none."""
+
+    def e2e(*counts: int) -> str:
+        rows = (
+            f'vllm:e2e_request_latency_seconds_bucket{{le="{le}",model_name="Qwen/Qwen3-0.6B"}} {n}\n'
+            for le, n in zip(("1.0", "2.0", "4.0", "+Inf"), counts, strict=True)
+        )
+        return "# TYPE vllm:e2e_request_latency_seconds histogram\n" + "".join(rows)
+
+    base = fixture_text(VLLM_FIXTURE)
+    later = add_to_buckets(base, "vllm:time_to_first_token_seconds", 0.25, 90.0)
+    later = add_to_buckets(later, "vllm:time_to_first_token_seconds", 0.5, 10.0)
+    before = base + e2e(0, 0, 0, 0)
+    after = later + e2e(0, 50, 100, 100)  # 50 in (1, 2], 50 in (2, 4]
+    delta = window_delta(reading(before, 0.0), reading(after, 10.0))
+    assert delta.ttft_p90_s is not None and delta.ttft_p50_s is not None
+    assert 0.25 < delta.ttft_p50_s < delta.ttft_p90_s <= 0.5 + 1e-9
+    assert delta.ttft_p99_s is not None and 0.5 < delta.ttft_p99_s <= 1.0
+    assert delta.e2e_p90_s == pytest.approx(2.0 + 2.0 * (90 - 50) / 50)  # linear within (2, 4]
+    assert delta.tpot_p90_s is None  # no inter-token observations in this window
+    assert window_delta(reading(base, 0.0), reading(later, 10.0)).e2e_p90_s is None
+    assert set(delta.latencies()) == {
+        "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "e2e_p90_s"
+    }  # fmt: skip
+
+
 def test_counter_reset_counts_what_the_restarted_engine_did() -> None:
     base = fixture_text(VLLM_FIXTURE)
     restarted = set_value(base, "vllm:prompt_tokens_total", 40.0)

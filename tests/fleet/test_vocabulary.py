@@ -86,7 +86,11 @@ GRID = TimeGrid(start=1_768_264_400.0, step=60.0, n=3)
 TARGET = {"job": "engine", "instance": "10.0.0.5:8000", "namespace": "llm", "pod": "engine-0"}
 # Fields a real capture lacks, and why (a missing name otherwise means the table or the capture is wrong).
 ABSENT = {
-    (Engine.SGLANG, EngineField.PREEMPTIONS): "the capture's excerpt omits the num_retractions histogram"
+    (Engine.SGLANG, EngineField.PREEMPTIONS): "the capture's excerpt omits the num_retractions histogram",
+    # Both excerpts keep only the TTFT and inter-token histograms: the end-to-end names are the engines'
+    # documents' (fleet.vocabulary.engines).
+    (Engine.VLLM, EngineField.E2E): "the capture's excerpt omits e2e_request_latency_seconds",
+    (Engine.SGLANG, EngineField.E2E): "the capture's excerpt omits e2e_request_latency_seconds",
 }
 
 
@@ -114,7 +118,7 @@ def value_read(reading: EngineReading, field: EngineField) -> bool:
                EngineField.PREEMPTIONS: "preempt"}  # fmt: skip
     if field in logical:
         return any(name == logical[field] for name, _ in reading.counters)
-    if field in (EngineField.TTFT, EngineField.TPOT):
+    if field in (EngineField.TTFT, EngineField.TPOT, EngineField.E2E):
         return bool(reading.buckets[field.value])
     attribute = {EngineField.REQUESTS_RUNNING: "running", EngineField.REQUESTS_WAITING: "waiting",
                  EngineField.KV_CACHE_USAGE: "kv_usage"}  # fmt: skip

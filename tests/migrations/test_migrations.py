@@ -110,7 +110,8 @@ def test_ensure_schema_creates_an_empty_store_and_refuses_other_revisions(
 # --- 0005: the lean raw tables, their data moved in place ----------------------------------------------
 
 GPU_COLUMNS = GPU_SAMPLE_COLUMNS  # the views' columns: what the tables held at revision 0004
-ENGINE_COLUMNS = ENGINE_SAMPLE_COLUMNS
+P90S = ("ttft_p90_s", "tpot_p90_s", "e2e_p90_s")  # revision 0009's
+ENGINE_COLUMNS = tuple(c for c in ENGINE_SAMPLE_COLUMNS if c not in P90S)
 DAY0 = datetime(2026, 3, 2, 23, 59, tzinfo=UTC)
 LAST_HOUR = datetime(9999, 12, 31, 23, tzinfo=UTC)
 
@@ -370,3 +371,48 @@ def test_0008_makes_the_total_loss_nullable_and_its_unknown_zeros_null(engine: E
     assert _totals(engine) == before  # the 0 the older code wrote for unknown
     migrate.upgrade(engine)  # and up again
     assert _totals(engine)[1] == ("worker:w-a", None, None, None)
+
+
+# --- 0009: the windows' p90 latencies ---------------------------------------------------------------------
+
+
+def _latencies(engine: Engine, columns: str) -> list[tuple[Any, ...]]:
+    with engine.connect() as connection:
+        return [
+            tuple(r) for r in connection.execute(text(f"SELECT {columns} FROM engine_samples ORDER BY ts"))
+        ]
+
+
+def test_0009_adds_the_p90_latencies_unknown_for_stored_samples_and_its_downgrade_drops_only_them(
+    engine: Engine,
+) -> None:
+    migrate.upgrade(engine, "0008")
+    at = DAY0 if engine.dialect.name == "postgresql" else to_epoch_us(DAY0)
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO worker_keys (id, worker_id) VALUES (1, 'worker-a')"))
+        connection.execute(
+            text(
+                "INSERT INTO raw_engine_samples (ts, worker_key, window_s, prompt_tokens, generation_tokens, "
+                "ttft_p50_s, ttft_p99_s, role, role_source) VALUES (:at, 1, 60, 10, 20, 0.25, 1.5, 1, 0)"
+            ),
+            {"at": at},
+        )
+    kept = "worker_id, role, prompt_tokens, ttft_p50_s, ttft_p99_s"
+    before = _latencies(engine, kept)
+    assert before == [("worker-a", "decode", 10, 0.25, 1.5)]
+
+    migrate.upgrade(engine, "0009")
+    p90s = ", ".join(P90S)
+    assert _latencies(engine, f"{kept}, {p90s}") == [(*before[0], None, None, None)]  # unknown, not 0
+    for table in ("engine_samples_1m", "engine_samples_1h"):
+        columns = {c["name"] for c in inspect(engine).get_columns(table)}
+        assert {f"{name}_avg" for name in P90S} <= columns
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE raw_engine_samples SET tpot_p90_s = 0.0625"))
+    assert _latencies(engine, "tpot_p90_s") == [(0.0625,)]
+
+    migrate.downgrade(engine, "0008")
+    assert not set(P90S) & {c["name"] for c in inspect(engine).get_columns("raw_engine_samples")}
+    assert _latencies(engine, kept) == before
+    migrate.upgrade(engine)
+    assert _latencies(engine, "tpot_p90_s") == [(None,)]

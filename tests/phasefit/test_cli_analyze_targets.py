@@ -40,3 +40,15 @@ def test_each_pool_with_targets_says_them_and_their_rule(monkeypatch: pytest.Mon
         "default/meta-llama/Llama-3.1-70B-Instruct: latency targets: TPOT p90 0.05 s "
         "(settings, PHASEFIT_ANALYZER_TARGETS[0])" in notes
     )
+    # The synthetic engines send no p90s: its attainment is unknown, and says why.
+    unknown = "measured: TPOT unknown (no decode or colocated worker reported a p90 time per output token"
+    assert unknown in notes
+
+
+def test_measured_attainment_is_printed_with_the_targets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PHASEFIT_ANALYZER_TARGETS", '[{"tpot_p90_s": 0.05}]')
+    gpu, eng = Fleet(workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)]), hours=4).columns()
+    eng["tpot_p90_s"] = [0.04 if role == "decode" else None for role in eng["role"]]
+    result = analyze(input_from_samples(gpu, eng), load_catalog(), AnalyzerSettings().params())
+    notes = _printed(result).split("Pool notes", 1)[1]
+    assert "measured: TPOT p90 met 100% of serving time (p90 0.04 s)" in notes

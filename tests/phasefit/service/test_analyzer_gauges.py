@@ -8,12 +8,27 @@ from typing import Any
 from sqlalchemy import Engine
 
 from analyzer.pipeline import analyze, input_from_samples
-from analyzer.results.summary import FleetTotals, Loss, LostCapacity, PoolSummary
+from analyzer.results.summary import (
+    FleetTotals,
+    LatencyTargets,
+    Loss,
+    LostCapacity,
+    PoolSummary,
+    TargetAttainment,
+)
 from analyzer.results.summary import Summary as StrictSummary
 from fleet.catalog import load_catalog
 from fleet.store.analysis import AnalysisRun, latest_analysis, put_analysis
 from fleet.store.engine import writing
-from fleet.store.stored_summary import StoredFleet, StoredLoss, StoredLostCapacity, StoredPool, StoredSummary
+from fleet.store.stored_summary import (
+    StoredAttainment,
+    StoredFleet,
+    StoredLoss,
+    StoredLostCapacity,
+    StoredPool,
+    StoredSummary,
+    StoredTargets,
+)
 from phasefit.service.analyzer_gauges import conclude
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
@@ -107,3 +122,20 @@ def test_the_latest_scored_change_of_each_pool_is_its_ratio(sqlite_engine: Engin
     conclusions = conclude([], {}, summary)
     assert conclusions.change_ratio == {"c/a": 0.9} and conclusions.changes_scored == 2.0
     assert conclude([], {}, None).changes_scored is None
+
+
+def test_each_latency_target_and_its_measured_attainment_is_a_gauge(sqlite_engine: Engine) -> None:
+    def target(metric: str, target_s: object, share: object) -> dict[str, object]:
+        return {"metric": metric, "target_s": target_s, "share": share, "p90_s": 0.1, "worker_buckets": 3}
+
+    pools = [
+        {"pool": "c/a", "targets": {"source": "settings", "attainment": [target("tpot", 0.05, 0.62)]}},
+        # Unknown attainment: the target has a series, the attainment none (never 0).
+        {"pool": "c/b", "targets": {"attainment": [target("ttft", 1.0, None), target("e2e", "x", "y")]}},
+        {"pool": "c/c", "targets": "junk"},
+    ]
+    c = conclude([], {}, _stored(sqlite_engine, {"pools": pools}))
+    assert c.pool_target == {("c/a", "tpot"): 0.05, ("c/b", "ttft"): 1.0}
+    assert c.pool_attainment == {("c/a", "tpot"): 0.62}
+    assert StoredTargets.model_fields.keys() <= LatencyTargets.model_fields.keys()
+    assert StoredAttainment.model_fields.keys() <= TargetAttainment.model_fields.keys()

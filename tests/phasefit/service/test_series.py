@@ -137,3 +137,21 @@ def test_lost_output_tokens_and_requests_are_summed_only_when_every_term_is_know
     runs = [RunTotals(10, 100, None, None, {}, output=40.0, requests=0.2), RunTotals(20, 80, None, None, {})]
     (point,) = lost_from_runs(runs, 0, 100, 100)
     assert point["lost_output_tokens_per_s"] == 40.0 and point["lost_requests_per_s"] == 0.2
+
+
+def test_engine_p90s_are_the_mean_of_their_windows_and_unknown_where_none_is_reported() -> None:
+    raw = engine_rows((0, 10, 0.5), (10, 20, 0.5), (20, 30, 0.5))
+    raw["ttft_p90_s"] = [0.2, 0.4, None]
+    raw["e2e_p90_s"] = [None, None, None]
+    first, second = engine_points(raw, 20, rollup=False)
+    assert first["ttft_p90_s"] == pytest.approx(0.3) and second["ttft_p90_s"] is None
+    assert first["e2e_p90_s"] is None and first["tpot_p90_s"] is None  # not reported: unknown, never 0
+    rollup = {
+        "ts": [0.0, 60.0], "worker_id": ["w", "w"], "role": ["decode", "decode"], "samples": [1, 3],
+        "window_s_sum": [60.0, 180.0], "prompt_tokens_sum": [1, 1], "generation_tokens_sum": [1, 1],
+        "preemptions_sum": [None, None], "requests_running_avg": [1.0, 1.0], "requests_waiting_avg": [0, 0],
+        "kv_cache_usage_avg": [None, None], "ttft_p99_s_max": [None, None], "tpot_p99_s_max": [None, None],
+        "tpot_p90_s_avg": [0.02, 0.06],
+    }  # fmt: skip
+    (point,) = engine_points(rollup, 3600, rollup=True)
+    assert point["tpot_p90_s"] == pytest.approx((0.02 + 3 * 0.06) / 4)  # weighted by the samples

@@ -1,0 +1,113 @@
+"""Measured attainment of a pool's latency targets: how much of its serving time met them.
+
+Each engine reports its window's 90th-percentile TTFT, TPOT and end-to-end latency (from its histograms,
+``collector.engines``); the grid holds their mean per worker and bucket. A target is met in a worker-bucket
+when that p90 is within it. Attainment is the share of the measured worker-buckets, weighted by the seconds
+of engine windows in each, that met it:
+
+- TTFT on the workers that compute first tokens: prefill and colocated (``mixed``) workers;
+- TPOT on the workers that generate: decode and colocated workers;
+- end to end on every worker that reports it.
+
+Where no such worker reports the quantile (an engine without the histogram, a collector or simulator that
+predates the field) attainment is unknown, with the reason, never 0 or 1. A p90 averaged over a bucket's
+windows is not the bucket's own p90: attainment says how often the windows' tails met the target, which is
+what an SLO on p90 latency per window asks. Reasoning: docs/analyzer.md#goodput
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from analyzer.results.summary import LatencyTargets, TargetAttainment
+from analyzer.telemetry.frames import ROLES, FloatArray
+from analyzer.telemetry.grid import WorkerGrid
+from fleet.contract import Role
+from fleet.targets import PoolTargets
+
+Metric = Literal["ttft", "tpot", "e2e"]
+_ROLE = {role: ROLES.index(role) for role in (Role.PREFILL, Role.DECODE, Role.MIXED)}
+_WHO = {
+    "ttft": (Role.PREFILL, Role.MIXED),
+    "tpot": (Role.DECODE, Role.MIXED),
+    "e2e": (Role.PREFILL, Role.DECODE, Role.MIXED),
+}
+_WHO_TEXT = {"ttft": "prefill or colocated", "tpot": "decode or colocated", "e2e": "serving"}
+_NAME = {"ttft": "time to first token", "tpot": "time per output token", "e2e": "end-to-end latency"}
+
+
+@dataclass(frozen=True)
+class Attainment:
+    """One target of a pool against what its engines measured."""
+
+    metric: Metric
+    target_s: float
+    share: float | None  # of measured serving time whose p90 met the target; None: unknown (``reason``)
+    p90_s: float | None  # the measured p90, time-weighted mean over the worker-buckets
+    worker_buckets: int  # worker-buckets measured
+    reason: str | None = None
+
+
+def _p90(grid: WorkerGrid, metric: Metric) -> FloatArray:
+    values: FloatArray = {"ttft": grid.ttft_p90_s, "tpot": grid.tpot_p90_s, "e2e": grid.e2e_p90_s}[metric]
+    return values
+
+
+def attainment_of(
+    grid: WorkerGrid, rows: Sequence[int], first: int, last: int, metric: Metric, target_s: float
+) -> Attainment:
+    """``metric``'s attainment of ``target_s`` on the grid ``rows`` over buckets [first, last)."""
+    picked = np.asarray(rows, dtype=np.int64)
+    roles = grid.role[picked, first:last]
+    eligible = np.isin(roles, [_ROLE[r] for r in _WHO[metric]])
+    values = _p90(grid, metric)[picked, first:last]
+    weights = grid.engine_s[picked, first:last]
+    measured = eligible & ~np.isnan(values) & (weights > 0)
+    if not measured.any():
+        why = (
+            f"no {_WHO_TEXT[metric]} worker reported a p90 {_NAME[metric]} in the span (an engine without "
+            "the histogram, or a collector or simulator that does not send the quantile)"
+        )
+        return Attainment(metric, target_s, None, None, 0, why)
+    w, v = weights[measured], values[measured]
+    met = float(w[v <= target_s].sum() / w.sum())
+    return Attainment(metric, target_s, met, float(np.average(v, weights=w)), int(measured.sum()))
+
+
+def pool_attainment(
+    grid: WorkerGrid, rows: Sequence[int], first: int, last: int, targets: PoolTargets
+) -> tuple[Attainment, ...]:
+    """Every target the pool has, measured over buckets [first, last) (none: no target)."""
+    wanted: tuple[tuple[Metric, float | None], ...] = (
+        ("ttft", targets.ttft_p90_s),
+        ("tpot", targets.tpot_p90_s),
+        ("e2e", targets.e2e_p90_s),
+    )
+    return tuple(attainment_of(grid, rows, first, last, m, t) for m, t in wanted if t is not None)
+
+
+def targets_summary(targets: PoolTargets, grid: WorkerGrid, members: Sequence[int]) -> LatencyTargets:
+    """The pool's targets and their attainment over the whole span analysed."""
+    measured = pool_attainment(grid, members, 0, grid.shape[1], targets)
+    return LatencyTargets(
+        ttft_p90_s=targets.ttft_p90_s,
+        tpot_p90_s=targets.tpot_p90_s,
+        e2e_p90_s=targets.e2e_p90_s,
+        source=targets.source,
+        rule=targets.rule,
+        attainment=[
+            TargetAttainment(
+                metric=a.metric,
+                target_s=a.target_s,
+                share=a.share,
+                p90_s=a.p90_s,
+                worker_buckets=a.worker_buckets,
+                reason=a.reason,
+            )
+            for a in measured
+        ],
+    )
