@@ -82,6 +82,9 @@ class EngineColumns:
     ttft_p99_s: FloatArray
     tpot_p50_s: FloatArray
     tpot_p99_s: FloatArray
+    ttft_p90_s: FloatArray
+    tpot_p90_s: FloatArray
+    e2e_p90_s: FloatArray
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,8 @@ class FleetSimulation:
             name: np.zeros(shape_w)
             for name in (
                 "tensor", "sm", "dram", "util", "nvlink", "pcie_tx", "pcie_rx", "prompt", "generation",
-                "running", "waiting", "kv", "preempt", "ttft50", "ttft99", "tpot50", "tpot99", "did_work",
+                "running", "waiting", "kv", "preempt", "ttft50", "ttft99", "tpot50", "tpot99", "ttft90",
+                "tpot90", "e2e90", "did_work",
             )
         }  # fmt: skip
         flows = []
@@ -245,6 +249,9 @@ class FleetSimulation:
             cols["ttft99"][:, idx] = lat.ttft_p99
             cols["tpot50"][:, idx] = lat.tpot_p50
             cols["tpot99"][:, idx] = lat.tpot_p99
+            cols["ttft90"][:, idx] = lat.ttft_p90
+            cols["tpot90"][:, idx] = lat.tpot_p90
+            cols["e2e90"][:, idx] = lat.e2e_p90
             cols["did_work"][:, idx] = np.where(is_prefill, flow.prompt_rate, flow.output_rate)
         return Chunk(
             index=index,
@@ -319,10 +326,14 @@ class FleetSimulation:
             noisy = cols[name] * np.exp(_LATENCY_NOISE * rng.standard_normal(cols[name].shape))
             return np.where(worked & np.isfinite(noisy), noisy, np.nan)
 
+        # The draws keep their order (the p90s' come last): a seed's samples stay what they were before.
         ttft50, tpot50 = quantile("ttft50"), quantile("tpot50")
         kv = np.where(
             cols["kv"] > 0, np.clip(cols["kv"] + 0.005 * rng.standard_normal(cols["kv"].shape), 0, 1), 0.0
         )
+        preemptions = rng.poisson(cols["preempt"] * window).astype(np.int64)
+        ttft99 = np.fmax(quantile("ttft99"), ttft50)  # a p99 is never below its p50
+        tpot99 = np.fmax(quantile("tpot99"), tpot50)
         return EngineColumns(
             present=up & ~gap[:, self._worker_node],
             prompt_tokens=np.rint(cols["prompt"] * window).astype(np.int64),
@@ -330,9 +341,12 @@ class FleetSimulation:
             requests_running=np.rint(cols["running"]).astype(np.int64),
             requests_waiting=np.rint(cols["waiting"]).astype(np.int64),
             kv_cache_usage=kv,
-            preemptions=rng.poisson(cols["preempt"] * window).astype(np.int64),
+            preemptions=preemptions,
             ttft_p50_s=ttft50,
-            ttft_p99_s=np.fmax(quantile("ttft99"), ttft50),  # a p99 is never below its p50
+            ttft_p99_s=ttft99,
             tpot_p50_s=tpot50,
-            tpot_p99_s=np.fmax(quantile("tpot99"), tpot50),
+            tpot_p99_s=tpot99,
+            ttft_p90_s=np.fmin(np.fmax(quantile("ttft90"), ttft50), ttft99),  # a p90 lies between them
+            tpot_p90_s=np.fmin(np.fmax(quantile("tpot90"), tpot50), tpot99),
+            e2e_p90_s=quantile("e2e90"),
         )

@@ -340,6 +340,19 @@ class Latencies:
     ttft_p99: FloatArray
     tpot_p50: FloatArray
     tpot_p99: FloatArray
+    ttft_p90: FloatArray
+    tpot_p90: FloatArray
+    e2e_p90: FloatArray  # the engine's own requests: a prefill worker's end with their first token
+
+
+_Z90_OVER_Z99 = 1.2815516 / 2.3263479  # standard normal quantiles: p90 on a lognormal through p50 and p99
+
+
+def _p90(p50: FloatArray, p99: FloatArray) -> FloatArray:
+    """The 90th percentile of a lognormal latency with this median and 99th percentile."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out: FloatArray = p50 * np.power(np.maximum(p99, p50) / p50, _Z90_OVER_Z99)
+    return out
 
 
 def latencies(model: PoolModel, flow: PoolFlow, traffic: PoolTraffic) -> Latencies:
@@ -366,7 +379,10 @@ def latencies(model: PoolModel, flow: PoolFlow, traffic: PoolTraffic) -> Latenci
         p50, p99 = mix.prompt_p50[:, None], mix.prompt_p99[:, None]
         ttft50 = flow.wait_s + np.ceil(p50 / chunk) * t_chunk
         ttft99 = 2.0 * flow.wait_s + np.ceil(p99 / chunk) * t_chunk
-        return Latencies(ttft50, ttft99, t_step, np.maximum(t_chunk, t_step * 1.05))
+        tpot99 = np.maximum(t_chunk, t_step * 1.05)
+        ttft90, tpot90 = _p90(ttft50, ttft99), _p90(t_step, tpot99)
+        e2e90 = ttft90 + mix.output_p90[:, None] * t_step
+        return Latencies(ttft50, ttft99, t_step, tpot99, ttft90, tpot90, e2e90)
     roles = flow.roles
     is_p = roles == PREFILL
     full_step = step.breakdown(0.0, budget, 0.0, keys).seconds
@@ -380,9 +396,16 @@ def latencies(model: PoolModel, flow: PoolFlow, traffic: PoolTraffic) -> Latenci
     dec50 = flow.wait_s + transfer50 + t_dec
     dec99 = 2.0 * flow.wait_s + transfer99 + 1.5 * t_dec
     load_kv = mix.prompt_p50[:, None] * step.kv_bytes_token_gpu / step.bw_rate
+    ttft50, ttft99 = np.where(is_p, pre50, dec50), np.where(is_p, pre99, dec99)
+    tpot99 = t_dec * 1.05 + load_kv
+    ttft90 = _p90(ttft50, ttft99)
     return Latencies(
-        ttft_p50=np.where(is_p, pre50, dec50),
-        ttft_p99=np.where(is_p, pre99, dec99),
+        ttft_p50=ttft50,
+        ttft_p99=ttft99,
         tpot_p50=np.where(is_p, nan, t_dec),
-        tpot_p99=np.where(is_p, nan, t_dec * 1.05 + load_kv),
+        tpot_p99=np.where(is_p, nan, tpot99),
+        ttft_p90=ttft90,
+        tpot_p90=np.where(is_p, nan, _p90(t_dec, tpot99)),
+        # A prefill engine's requests end with their first token; a decode engine's run their output.
+        e2e_p90=np.where(is_p, ttft90, ttft90 + mix.output_p90[:, None] * t_dec),
     )

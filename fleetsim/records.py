@@ -44,10 +44,12 @@ _STATES = ("ok", "lost", "degraded")
 _STATE_JSON = tuple(orjson.dumps(x) for x in _STATES)
 _ENGINE_FIELDS = (
     "prompt_tokens", "generation_tokens", "requests_running", "requests_waiting", "kv_cache_usage",
-    "preemptions", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+    "preemptions", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "ttft_p90_s", "tpot_p90_s",
+    "e2e_p90_s",
 )  # fmt: skip
 _ENGINE_DECIMALS: dict[str, int | None] = {
     "kv_cache_usage": 4, "ttft_p50_s": 4, "ttft_p99_s": 4, "tpot_p50_s": 5, "tpot_p99_s": 5,
+    "ttft_p90_s": 4, "tpot_p90_s": 5, "e2e_p90_s": 3,
 }  # fmt: skip
 _ENGINE_STATIC = (
     "worker_id", "node", "engine", "model", "precision", "tp", "gpu_uuids", "gpu_join", "cluster",
@@ -66,7 +68,7 @@ _ENGINE_TEMPLATE = (
     b'"kv_capacity_tokens":%s,"max_running_requests":%s,"role":%s,"role_source":%s,'
     b'"prompt_tokens":%s,"generation_tokens":%s,"requests_running":%s,"requests_waiting":%s,'
     b'"kv_cache_usage":%s,"preemptions":%s,"ttft_p50_s":%s,"ttft_p99_s":%s,"tpot_p50_s":%s,'
-    b'"tpot_p99_s":%s}\n'
+    b'"tpot_p99_s":%s,"ttft_p90_s":%s,"tpot_p90_s":%s,"e2e_p90_s":%s}\n'
 )
 
 

@@ -133,6 +133,7 @@ class MixStats:
     prompt_p99: FloatArray
     output_p50: FloatArray
     output_p99: FloatArray
+    output_p90: FloatArray
 
 
 def mix_stats(code_share: FloatArray, prompt_scale: float = 1.0, output_scale: float = 1.0) -> MixStats:
@@ -159,6 +160,7 @@ def mix_stats(code_share: FloatArray, prompt_scale: float = 1.0, output_scale: f
         prompt_p99=np.interp(s, _SHARE_GRID, _mixture_quantiles("prompt", 0.99)) * sp,
         output_p50=np.interp(s, _SHARE_GRID, _mixture_quantiles("output", 0.5)) * so,
         output_p99=np.interp(s, _SHARE_GRID, _mixture_quantiles("output", 0.99)) * so,
+        output_p90=np.interp(s, _SHARE_GRID, _mixture_quantiles("output", 0.9)) * so,
     )
 
 

@@ -172,6 +172,17 @@ def test_engine_counters_follow_the_engines_conventions(catalog: Catalog) -> Non
         r.ttft_p99_s is not None and r.ttft_p50_s is not None and r.ttft_p99_s >= r.ttft_p50_s
         for r in prefill
     )
+    # The p90s lie between the p50s and the p99s; a prefill engine's requests end with their first token,
+    # a decode engine's after their output, so its end-to-end p90 is many TPOTs past its TTFT.
+    assert all(r.tpot_p90_s is None and r.e2e_p90_s == pytest.approx(r.ttft_p90_s, rel=0.3) for r in prefill)
+    for r in decode:
+        assert r.tpot_p50_s is not None and r.tpot_p90_s is not None and r.tpot_p99_s is not None
+        assert r.tpot_p50_s <= r.tpot_p90_s <= r.tpot_p99_s
+        assert r.ttft_p90_s is not None and r.e2e_p90_s is not None
+        assert r.e2e_p90_s > r.ttft_p90_s + 10 * r.tpot_p50_s
+    for r in prefill:
+        assert r.ttft_p50_s is not None and r.ttft_p90_s is not None and r.ttft_p99_s is not None
+        assert r.ttft_p50_s <= r.ttft_p90_s <= r.ttft_p99_s
 
 
 def test_restarts_gaps_and_lost_gpus_show_in_the_records(catalog: Catalog) -> None:

@@ -11,6 +11,7 @@ import pytest
 from analyzer.pipeline import AnalysisInput, analyze, input_from_samples
 from analyzer.settings import AnalyzerSettings
 from fleet.catalog import load_catalog
+from fleetsim.examine import simulate
 from tests.analyzer.synthetic import H100, Fleet, workers
 
 CATALOG = load_catalog()
@@ -71,3 +72,17 @@ def test_no_target_no_attainment(monkeypatch: pytest.MonkeyPatch) -> None:
     (pool,) = result.summary["pools"]
     assert pool["targets"]["attainment"] == [] and pool["targets"]["source"] == "none"
     assert not np.isnan(result.grid.tpot_p90_s).all()  # measured, kept on the grid all the same
+
+
+def test_a_simulated_fleets_engines_give_the_attainment_of_its_own_tpot_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The simulator's decode engines size their batches to the scenario's TPOT target (80 ms): measured
+    against a looser target they meet it almost always, against a much tighter one almost never."""
+    run = simulate("balanced", CATALOG, days=0.5, window_s=300.0, truth=False)
+    data = input_from_samples(run.gpu_columns, run.engine_columns)
+    (loose,) = _attainment(data, monkeypatch, json.dumps([{"tpot_p90_s": 0.5}]))
+    (tight,) = _attainment(data, monkeypatch, json.dumps([{"tpot_p90_s": 0.005}]))
+    assert loose["share"] is not None and loose["share"] > 0.95
+    assert tight["share"] is not None and tight["share"] < 0.05
+    assert loose["p90_s"] == tight["p90_s"] and 0.005 < loose["p90_s"] < 0.5
