@@ -14,7 +14,7 @@ from typing import Any
 from analyzer.planning.standing import WhatIfRow
 from analyzer.report.change_record import SCORED_KEY, Accuracy, PoolChange, scored_records
 from analyzer.report.fleet_roofline import Roof, WorkerPoint
-from analyzer.results.summary import GroupRecommendation, ModelInfo, RuleCheck
+from analyzer.results.summary import GroupRecommendation, LatencyTargets, ModelInfo, RuleCheck
 
 PRICE_NOT_SET = "price not set (PHASEFIT_CATALOG_PATH)"
 
@@ -117,6 +117,7 @@ class PoolRow:
     lost_output_tokens_per_s: float | None = None
     lost_requests_per_s: float | None = None
     demand_limited: bool | None = None
+    targets: LatencyTargets | None = None  # its latency targets and their measured attainment
 
 
 @dataclass(frozen=True)

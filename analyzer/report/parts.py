@@ -281,6 +281,7 @@ def pool_blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
                 note="Recommended: the best split of the same GPUs for the latest traffic mix.",
             )
         )
+    out.extend(_target_blocks(report))
     if "ratio" in charts:
         out.append(Figure(charts["ratio"]))
     checks = [
@@ -293,6 +294,34 @@ def pool_blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
             Table(["pool", "check", "result", "detail"], checks, note="Does disaggregation pay off here?")
         )
     return out
+
+
+def _target_blocks(report: AuditReport) -> list[Block]:
+    """Each pool's latency targets against what its engines measured (none: no block)."""
+    names = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end to end"}
+    rows = [
+        [
+            p.pool,
+            names.get(a.metric, a.metric),
+            f"{a.target_s:.3g} s",
+            percent(a.share) if a.share is not None else f"unknown: {a.reason}",
+            f"{a.p90_s:.3g} s" if a.p90_s is not None else "unknown",
+            f"{p.targets.source} ({p.targets.rule})",
+        ]
+        for p in report.pools
+        if p.targets is not None
+        for a in p.targets.attainment
+    ]
+    if not rows:
+        return []
+    return [
+        Table(
+            ["pool", "latency", "target (p90)", "serving time within it", "measured p90", "rule"],
+            rows,
+            note="From the engines' own histograms (each window's p90; prefill and colocated workers for "
+            "TTFT, decode and colocated for TPOT). With targets set, capacity and loss count goodput.",
+        )
+    ]
 
 
 def quality_blocks(report: AuditReport) -> list[Block]:

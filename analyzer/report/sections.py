@@ -112,6 +112,7 @@ def pool_rows(pools: Sequence[PoolSummary]) -> list[PoolRow]:
             lost_output_tokens_per_s=p.lost.output_tokens_per_s.value,
             lost_requests_per_s=p.lost.requests_per_s.value,
             demand_limited=p.demand_limited,
+            targets=p.targets,
         )
         for p in pools
     ]

@@ -24,7 +24,7 @@ from analyzer.report.model import PRICE_NOT_SET, AuditReport, PoolRow, WeekFigur
 from analyzer.report.parts import pool_blocks, tiles, week_table
 from analyzer.report.publish import Rendered, render, store_report, write_files
 from analyzer.report.sections import actions_of, pool_rows, verdict
-from analyzer.results.summary import UNKNOWN_LOSS
+from analyzer.results.summary import UNKNOWN_LOSS, LatencyTargets, TargetAttainment
 from fleet.catalog import load_catalog
 from fleet.contract import Finding, FindingKind, Recommendation, Role
 from fleet.store.engine import make_engine, writing
@@ -409,3 +409,24 @@ def test_pool_rows_keep_unknown_losses_unknown() -> None:
         0.01,
         10.0,
     )
+
+
+def test_the_pools_latency_targets_and_their_attainment_are_a_table_unknown_said_so() -> None:
+    measured = TargetAttainment(metric="tpot", target_s=0.05, share=0.625, p90_s=0.061, worker_buckets=12)
+    unknown = TargetAttainment(
+        metric="ttft", target_s=1.0, share=None, p90_s=None, worker_buckets=0, reason="no engine said"
+    )
+    targets = LatencyTargets(
+        tpot_p90_s=0.05, ttft_p90_s=1.0, source="settings", rule="S[0]", attainment=[measured, unknown]
+    )
+    table = next(
+        b
+        for b in pool_blocks(_report_with(_pool_row(targets=targets)), {})
+        if isinstance(b, Table) and "latency" in b.columns
+    )
+    assert table.rows == [
+        ["c/m", "TPOT", "0.05 s", "62%", "0.061 s", "settings (S[0])"],
+        ["c/m", "TTFT", "1 s", "unknown: no engine said", "unknown", "settings (S[0])"],
+    ]
+    plain = pool_blocks(_report_with(_pool_row()), {})
+    assert not any(isinstance(b, Table) and "latency" in b.columns for b in plain)  # no targets: no table

@@ -68,6 +68,8 @@ ALWAYS_KNOWN: dict[str, str] = {
     "Summary.version": "the summary version, a constant",
     "Summary.bucket_s": "the analysis's own bucket width, a parameter of the run",
     "ChangeOutcome.hours_after": "hours between two segment boundaries, both timestamps of the run",
+    "TargetAttainment.target_s": "the operator's target: an attainment exists only for a target that is set",
+    "TargetAttainment.worker_buckets": _COUNT + " (0 where none was measured: share null, with the reason)",
 }
 
 
