@@ -8,6 +8,7 @@ import streamlit as st
 
 from analyzer.report.style import percent, si
 from dashboard import charts, compute, widgets
+from dashboard.plain import plain
 
 
 def _yes_no(passed: bool) -> str:
@@ -107,6 +108,33 @@ if pool_view is not None:
         st.caption("Changes unknown: this analyzer run does not record them (an older summary version).")
     else:
         st.caption("No change of this pool's prefill/decode split in the analyzed range.")
+    st.subheader("Latency targets")
+    if pool_view.targets.attainment:
+        widgets.table(
+            [
+                {
+                    "latency (p90)": {"ttft": "TTFT", "tpot": "TPOT", "e2e": "end to end"}.get(
+                        a.metric or "", widgets.known(a.metric)
+                    ),
+                    "target": widgets.known(a.target_s, lambda s: f"{s:.3g} s"),
+                    "serving time within it": widgets.known(a.share, percent),
+                    "measured p90": widgets.known(a.p90_s, lambda s: f"{s:.3g} s"),
+                }
+                for a in pool_view.targets.attainment
+            ]
+        )
+        st.caption(
+            f"Rule: {plain(widgets.known(pool_view.targets.source))} "
+            f"({plain(widgets.known(pool_view.targets.rule))}). "
+            "From the engines' own histograms: the share of serving time whose window p90 met the target "
+            "(prefill and colocated workers for TTFT, decode and colocated for TPOT); unknown where no "
+            "engine reports it. With targets set, capacity and loss count goodput."
+        )
+    else:
+        st.caption(
+            "No latency target applies to this pool (PHASEFIT_ANALYZER_TARGETS, the catalog's targets:): "
+            "its capacity is raw throughput."
+        )
     if pool_view.recommended:
         st.subheader("Recommended split per SKU group")
         widgets.table(

@@ -221,6 +221,7 @@ class StoredTargets(_View):
     """A pool's latency targets and their measured attainment (``LatencyTargets``)."""
 
     source: Text = None
+    rule: Text = None
     attainment: Annotated[list[StoredAttainment], BeforeValidator(_all_objects)] = []
 
 

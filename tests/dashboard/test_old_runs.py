@@ -16,6 +16,7 @@ from sqlalchemy import select
 
 from analyzer.report.style import si
 from analyzer.results.summary import Summary
+from dashboard.plain import plain
 from dashboard.store_source import StoreSource
 from dashboard.views import Scope
 from fleet.store.analysis import put_analysis
@@ -242,3 +243,32 @@ def test_the_drift_page_shows_whether_a_change_paid_off(
     assert list(changes["realized / predicted"]) == ["-20%"]
     fleet_captions = " ".join(c.value for c in run_page("fleet").caption)
     assert "1 change(s) of a split scored" in fleet_captions and "120%" in fleet_captions
+
+
+def test_the_drift_page_shows_the_pools_latency_targets_and_their_attainment(
+    seeded: Seeded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    targets = {
+        "tpot_p90_s": 0.05,
+        "ttft_p90_s": 1.0,
+        "source": "catalog",
+        "rule": "/etc/[x](https://e.example)/catalog.yaml: targets[0]",  # shown as the text it is
+        "attainment": [
+            {"metric": "tpot", "target_s": 0.05, "share": 0.625, "p90_s": 0.061, "worker_buckets": 40},
+            {"metric": "ttft", "target_s": 1.0, "share": None, "p90_s": None, "worker_buckets": 0},
+            "junk",
+        ],
+    }
+
+    def with_targets(raw: dict[str, Any]) -> dict[str, Any]:
+        raw["pools"][0]["targets"] = targets
+        return raw
+
+    _store_with_run(seeded, tmp_path, monkeypatch, with_targets)
+    app = run_page("drift")
+    (table,) = [t.value for t in app.table if "latency (p90)" in t.value.columns]
+    assert list(table["latency (p90)"]) == ["TPOT", "TTFT"]
+    assert list(table["serving time within it"]) == ["62%", "unknown"]  # never 0
+    assert list(table["measured p90"]) == ["0.061 s", "unknown"]
+    caption = next(c.value for c in app.caption if c.value.startswith("Rule:"))
+    assert plain(str(targets["rule"])) in caption  # escaped: shown as text, never a link

@@ -173,6 +173,8 @@ def test_drift_shows_the_analyzers_ratio_and_change_points(store_env: Seeded) ->
     assert series == {"provisioned", "traffic needs", "recommended (analyzer)"}
     traffic = [row for row in inline_values(specs[0]) if row["series"] == "prompt tokens/s"]
     assert len(traffic) >= 70 and min(row["value"] for row in traffic) > 0  # no partial-hour dip at the end
+    assert "Latency targets" in [h.value for h in app.subheader]
+    assert any("No latency target applies to this pool" in c.value for c in app.caption)  # none seeded
 
 
 def test_alerts_lists_firing_and_resolved(store_env: Seeded) -> None:

@@ -46,6 +46,8 @@ VIEWS: dict[type[BaseModel], type[BaseModel]] = {
     views.StoredDrift: strict.TrafficDrift,
     views.StoredCheck: strict.RuleCheck,
     views.StoredGroupPlan: strict.GroupRecommendation,
+    views.StoredTargets: strict.LatencyTargets,
+    views.StoredAttainment: strict.TargetAttainment,
 }
 
 
