@@ -131,6 +131,8 @@ def capacity_of(segment: SegmentAnalysis | None) -> tuple[float | None, str | No
         return None, "mean prompt and output lengths unknown"
     if not segment.roles:
         return None, "no worker serving"
+    if segment.notes:
+        return None, "; ".join(segment.notes)
     return None, "the GPU or model lacks catalog figures and telemetry did not measure it"
 
 

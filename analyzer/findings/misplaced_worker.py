@@ -28,6 +28,7 @@ from analyzer.findings.loss import (
 )
 from analyzer.findings.recommend import RecommendParams, pair_swaps, worker_recommendation
 from analyzer.pools.analysis import PoolAnalysis
+from analyzer.pools.attainment import worker_target_evidence
 from analyzer.pools.split_search import PlacementResult
 from analyzer.pools.worker_choice import Change
 from analyzer.telemetry.bottleneck import BottleneckGrid
@@ -175,6 +176,11 @@ def _finding(
         recommendation = recommendation.model_copy(
             update={"detail": f"Weak evidence ({UTILISATION_CAVEAT}). {recommendation.detail}"[:2000]}
         )
+    slo, missed = worker_target_evidence(grid, episode.row, last.first, last.last, role_now, analysis.targets)
+    evidence.update(slo)
+    if missed is not None:
+        detail = f"{missed} {recommendation.detail}"[:2000]
+        recommendation = recommendation.model_copy(update={"detail": detail})
     latest = len(analysis.segments) - 1
     return Finding(
         kind=episode.kind,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from analyzer.pools.calibration import CapacityParams, PoolCalibration, busy_share, calibrate, limits
-from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv
+from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv, ttft_unmet
 from analyzer.pools.pool import Pool
 from analyzer.pools.pool_state import (
     NOT_MODELLED,
@@ -257,6 +257,13 @@ def _segment(
                 f"{pool.model_id} with room for its KV cache in either role: kept as they are, and no role "
                 "is ever recommended onto it"
             )
+    unmet, none_can = ttft_unmet(pool.groups, capacities, p.capacity.ttft_slo_s)
+    notes += unmet
+    if none_can and kind == "disaggregated":  # a goodput of 0 is no capacity to place: unknown, with why
+        return SegmentAnalysis(
+            first, last, start, end, mix, roles, capacities, None, math.nan, tuple(notes), waiting,
+            (None, None), growth,
+        )  # fmt: skip
     if kind != "disaggregated" or any(g.deployment is None for g in pool.groups):
         colocated = colocated_tokens_per_s(pool, capacities, roles, mix)
         if kind == "disaggregated":
@@ -470,9 +477,12 @@ def colocated_tokens_per_s(
     proportion (prompt tokens at prefill speed, output tokens at decode speed)."""
     total = 0.0
     for group, cap in zip(pool.groups, capacities, strict=True):
-        if cap.prefill.tokens_per_s <= 0 or cap.decode.tokens_per_s <= 0:
+        # A TTFT objective's queueing bound is a disaggregated prefill worker's: not applied here (a colocated
+        # instance's goodput is not modelled, docs/analyzer.md#goodput).
+        prefill = cap.prefill.unbounded_tokens_per_s or cap.prefill.tokens_per_s
+        if prefill <= 0 or cap.decode.tokens_per_s <= 0:
             continue
-        seconds_per_request = mix.isl / cap.prefill.tokens_per_s + mix.osl / cap.decode.tokens_per_s
+        seconds_per_request = mix.isl / prefill + mix.osl / cap.decode.tokens_per_s
         serving = sum(1 for row in group.members if row in roles)
         total += serving * (mix.isl + mix.osl) / seconds_per_request
     return total

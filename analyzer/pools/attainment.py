@@ -7,7 +7,11 @@ of engine windows in each, that met it:
 
 - TTFT on the workers that compute first tokens: prefill and colocated (``mixed``) workers;
 - TPOT on the workers that generate: decode and colocated workers;
-- end to end on every worker that reports it.
+- end to end on decode and colocated workers: a prefill engine's requests end with their first token, so
+  its end-to-end latency is its TTFT and would pass for the whole request's.
+
+TTFT as a prefill engine measures it leaves out the KV transfer to the decode worker and that worker's first
+step (Dynamo's frontend measures what the client sees); the figure errs on the short side.
 
 Where no such worker reports the quantile (an engine without the histogram, a collector or simulator that
 predates the field) attainment is unknown, with the reason, never 0 or 1. A p90 averaged over a bucket's
@@ -34,9 +38,9 @@ _ROLE = {role: ROLES.index(role) for role in (Role.PREFILL, Role.DECODE, Role.MI
 _WHO = {
     "ttft": (Role.PREFILL, Role.MIXED),
     "tpot": (Role.DECODE, Role.MIXED),
-    "e2e": (Role.PREFILL, Role.DECODE, Role.MIXED),
+    "e2e": (Role.DECODE, Role.MIXED),
 }
-_WHO_TEXT = {"ttft": "prefill or colocated", "tpot": "decode or colocated", "e2e": "serving"}
+_WHO_TEXT = {"ttft": "prefill or colocated", "tpot": "decode or colocated", "e2e": "decode or colocated"}
 _NAME = {"ttft": "time to first token", "tpot": "time per output token", "e2e": "end-to-end latency"}
 
 
@@ -110,4 +114,32 @@ def targets_summary(targets: PoolTargets, grid: WorkerGrid, members: Sequence[in
             )
             for a in measured
         ],
+    )
+
+
+def worker_target_evidence(
+    grid: WorkerGrid, row: int, first: int, last: int, role: Role, targets: PoolTargets
+) -> tuple[dict[str, float | str | None], str | None]:
+    """A worker's own latency against its pool's target for the phase it serves now (TPOT for decode, TTFT
+    for prefill), over buckets [first, last): finding evidence, and a sentence where it missed the target
+    in more than a tenth of its serving time (None otherwise: met, unknown, or no target)."""
+    metric: Metric = "tpot" if role is Role.DECODE else "ttft"
+    target = targets.tpot_p90_s if metric == "tpot" else targets.ttft_p90_s
+    if target is None or role not in (Role.DECODE, Role.PREFILL):
+        return {}, None
+    a = attainment_of(grid, [row], first, last, metric, target)
+    evidence: dict[str, float | str | None] = {
+        f"{metric}_target_s": target,
+        f"{metric}_p90_s": None if a.p90_s is None else round(a.p90_s, 6),
+        f"{metric}_target_met_share": None if a.share is None else round(a.share, 4),
+    }
+    if a.share is None:
+        evidence[f"{metric}_target_met_reason"] = a.reason
+        return evidence, None
+    if a.share >= 0.9 or a.p90_s is None:
+        return evidence, None
+    name = {"tpot": "TPOT", "ttft": "TTFT"}[metric]
+    return evidence, (
+        f"Its {name} p90 ({a.p90_s * 1e3:,.0f} ms) met the pool's target ({target * 1e3:,.0f} ms) in "
+        f"{a.share:.0%} of its serving time: this placement costs latency as well as throughput."
     )

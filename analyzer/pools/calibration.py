@@ -39,11 +39,10 @@ class CapacityParams:
     tpot_slo_s: float | None = tunable(
         None, "The operator's TPOT objective in seconds: decode batches are sized to meet it (null: none)."
     )
-    ttft_slo_s: float | None = tunable(
-        None,
-        "The pool's TTFT objective (p90, seconds): each prefill worker is loaded only as far as its queue "
-        "keeps the 90th-percentile time to first token within it (null: none).",
-    )
+    # The pool's TTFT objective (p90, seconds), set from its latency-target rule (analyzer.pools.targets),
+    # never a threshold of its own: each prefill worker is loaded only as far as its queue keeps the p90 time
+    # to first token within it (None: none).
+    ttft_slo_s: float | None = None
     max_decode_batch: int | None = tunable(
         None, "The engines' cap on concurrent sequences (vLLM --max-num-seqs; null: the model's own)."
     )

@@ -8,6 +8,7 @@ it shared with the pool's other groups (``RoleCapacity.shared``). Reasoning: doc
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -55,6 +56,7 @@ class RoleCapacity:
     batch: float | None = None  # decode: the saturated batch
     tpot_s: float | None = None
     ttft_s: float | None = None  # prefill under a TTFT objective: a prompt alone (the queue's floor)
+    unbounded_tokens_per_s: float | None = None  # prefill under a TTFT objective: before it applied
     # The part of ``uncertainty`` the pool's other groups share in this role (the calibration they borrow,
     # the same model extrapolated to larger batches); the rest is this group's alone.
     shared: float = 0.0
@@ -216,9 +218,26 @@ def _within_ttft(cap: RoleCapacity, d: Deployment, isl: float, osl: float, p: Ca
     alone = predict(d, Workload(max(1, round(isl)), max(1, round(osl))), with_range=False)
     if alone.prefill_tokens_per_s <= 0:
         return cap
+    target = p.ttft_slo_s
+
+    def within(speed: float) -> float:
+        """Prompt tokens/s held to the target on a worker ``speed`` times this one's prompt rate."""
+        tokens = cap.tokens_per_s * speed
+        idle = alone.ttft_s * alone.prefill_tokens_per_s / tokens
+        return rate_meeting_ttft(idle, tokens / isl, target) * isl
+
     idle = alone.ttft_s * alone.prefill_tokens_per_s / cap.tokens_per_s
-    rate = rate_meeting_ttft(idle, cap.tokens_per_s / isl, p.ttft_slo_s)
-    return replace(cap, tokens_per_s=rate * isl, ttft_s=idle)
+    central = within(1.0)
+    bounded = replace(cap, tokens_per_s=central, ttft_s=idle, unbounded_tokens_per_s=cap.tokens_per_s)
+    if central <= 0:
+        return bounded  # no load meets the target: the pool says so (analysis.ttft_unmet)
+    # The bounded rate moves more than the worker's speed does: its band is the search rerun at the band's
+    # ends, not the raw band carried over.
+    u = cap.uncertainty
+    low, high = within(max(1.0 - u, 1e-6)), within(1.0 + u)
+    band = max(1.0 - low / central, high / central - 1.0, u)
+    shared = cap.shared * band / u if u > 0 else cap.shared
+    return replace(bounded, uncertainty=min(band, 1.0), shared=min(shared, band, 1.0))
 
 
 def _model_band(d: Deployment, p: CapacityParams) -> float:
@@ -404,3 +423,28 @@ def lengths_from_kv(
     context = float(np.median(contexts))
     osl = context / (ratio + 0.5)
     return ratio * osl, osl
+
+
+def ttft_unmet(
+    groups: Sequence[SkuGroup], capacities: Sequence[GroupCapacity], target: float | None
+) -> tuple[list[str], bool]:
+    """Notes for the groups on which a prompt alone already takes longer than the TTFT objective (they
+    cannot prefill within it), and whether that is every group that could prefill at all."""
+    if target is None:
+        return [], False
+    able = [
+        (g, c) for g, c in zip(groups, capacities, strict=True) if (c.prefill.unbounded_tokens_per_s or 0) > 0
+    ]
+    unmet = [(g, c) for g, c in able if c.prefill.tokens_per_s <= 0]
+    notes = [
+        f"TTFT target {target * 1e3:,.0f} ms is below a prompt alone on {g.tp} x {g.sku.name} (modelled "
+        f"{(c.prefill.ttft_s or math.nan) * 1e3:,.0f} ms): it cannot prefill within the target"
+        for g, c in unmet
+    ]
+    none_can = bool(able) and len(unmet) == len(able)
+    if none_can:
+        notes.append(
+            "no worker of the pool can prefill within its TTFT target: no split meets it, so its goodput "
+            "capacity and loss are unknown (relax the target or see phasefit predict --ttft-slo)"
+        )
+    return notes, none_can

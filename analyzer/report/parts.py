@@ -319,7 +319,8 @@ def _target_blocks(report: AuditReport) -> list[Block]:
             ["pool", "latency", "target (p90)", "serving time within it", "measured p90", "rule"],
             rows,
             note="From the engines' own histograms (each window's p90; prefill and colocated workers for "
-            "TTFT, decode and colocated for TPOT). With targets set, capacity and loss count goodput.",
+            "TTFT, decode and colocated for TPOT and end to end). With targets set, capacity and loss count "
+            "goodput.",
         )
     ]
 

@@ -215,7 +215,7 @@ class TargetAttainment(_Model):
     target_s: float
     share: float | None = Field(
         description="Share of the measured serving time (worker-buckets weighted by engine seconds: prefill "
-        "and colocated workers for TTFT, decode and colocated for TPOT, all for end to end) whose p90 met "
+        "and colocated workers for TTFT, decode and colocated for TPOT and end to end) whose p90 met "
         "the target; null: unknown (reason)."
     )
     p90_s: float | None = Field(description="The measured p90, time-weighted over those worker-buckets.")

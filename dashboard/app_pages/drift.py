@@ -127,7 +127,8 @@ if pool_view is not None:
             f"Rule: {plain(widgets.known(pool_view.targets.source))} "
             f"({plain(widgets.known(pool_view.targets.rule))}). "
             "From the engines' own histograms: the share of serving time whose window p90 met the target "
-            "(prefill and colocated workers for TTFT, decode and colocated for TPOT); unknown where no "
+            "(prefill and colocated workers for TTFT, decode and colocated for TPOT and end to end); unknown "
+            "where no "
             "engine reports it. With targets set, capacity and loss count goodput."
         )
     else:

@@ -325,7 +325,8 @@ def families(c: Conclusions) -> Iterator[Metric]:
         (
             "phasefit_pool_latency_target_attainment_ratio",
             "Share of the pool's measured serving time whose p90 latency met its target (prefill and "
-            "colocated workers for TTFT, decode and colocated for TPOT); no series where unknown.",
+            "colocated workers for TTFT, decode and colocated for TPOT and end to end); no series where "
+            "unknown.",
             c.pool_attainment,
         ),
     )

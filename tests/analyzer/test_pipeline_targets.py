@@ -41,8 +41,14 @@ def _decode(result: AnalysisResult, key: str) -> float:
 
 
 def _targets(result: AnalysisResult, key: str) -> dict[str, Any]:
+    """The pool's targets and rule (its measured attainment: :func:`_attained`)."""
     pool: dict[str, Any] = next(p for p in result.summary["pools"] if p["pool"] == key)
-    return dict(pool["targets"])
+    return {k: v for k, v in pool["targets"].items() if k != "attainment"}
+
+
+def _attained(result: AnalysisResult, key: str) -> list[tuple[str, float | None]]:
+    pool: dict[str, Any] = next(p for p in result.summary["pools"] if p["pool"] == key)
+    return [(a["metric"], a["share"]) for a in pool["targets"]["attainment"]]
 
 
 def test_settings_rules_are_named_by_their_place(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,6 +78,7 @@ def test_with_no_target_the_analysis_says_so_once(
             "source": "none",
             "rule": None,
         }
+        assert _attained(result, key) == []  # no target, nothing to attain
     assert _decode(result, EAST) == pytest.approx(_decode(result, WEST))
 
 
@@ -87,6 +94,7 @@ def test_a_pool_with_a_tight_tpot_has_less_decode_capacity(
         "rule": "PHASEFIT_ANALYZER_TARGETS[0]",
     }
     assert _targets(result, WEST)["source"] == "none"
+    assert _attained(result, EAST) == [("ttft", None), ("tpot", None)]  # the synthetic engines send no p90s
     assert 0 < _decode(result, EAST) < 0.8 * _decode(result, WEST)
     east = next(a for a in result.pools if a.pool.key == EAST)
     assert all(
@@ -156,3 +164,32 @@ def test_a_tie_is_said_in_the_pools_notes(data: AnalysisInput, monkeypatch: pyte
         f"{EAST}: latency targets: PHASEFIT_ANALYZER_TARGETS[0] and PHASEFIT_ANALYZER_TARGETS[1] match "
         "equally; the first listed applies"
     ]
+
+
+def test_a_ttft_target_no_prompt_can_meet_leaves_capacity_and_loss_unknown_with_why(
+    data: AnalysisInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _run(data, monkeypatch, targets='[{"cluster": "east", "ttft_p90_s": 0.001}]')
+    east = next(p for p in result.summary["pools"] if p["pool"] == EAST)
+    west = next(p for p in result.summary["pools"] if p["pool"] == WEST)
+    assert east["capacity_tokens_per_s"] is None and "TTFT target 1 ms is below a prompt alone" in (
+        east["capacity_reason"] or ""
+    )
+    assert east["lost"]["output_tokens_per_s"]["value"] is None  # unknown, never "loses nothing"
+    assert "no worker of the pool can prefill within its TTFT target" in (east["lost_reason"] or "")
+    assert west["capacity_tokens_per_s"] and west["capacity_reason"] is None  # the other pool as before
+
+
+def test_the_bounded_prefill_band_is_wider_than_the_raw_one(
+    data: AnalysisInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = next(a for a in _run(data, monkeypatch).pools if a.pool.key == EAST).segments[-1].capacities
+    loose = _run(data, monkeypatch, targets='[{"cluster": "east", "ttft_p90_s": 100}]')
+    alone = next(a for a in loose.pools if a.pool.key == EAST).segments[-1].capacities[0].prefill.ttft_s
+    assert alone is not None
+    tight = _run(data, monkeypatch, targets=f'[{{"cluster": "east", "ttft_p90_s": {2 * alone}}}]')
+    bounded = next(a for a in tight.pools if a.pool.key == EAST).segments[-1].capacities
+    for before, after in zip(raw, bounded, strict=True):
+        assert 0 < after.prefill.tokens_per_s < before.prefill.tokens_per_s
+        assert after.prefill.uncertainty > before.prefill.uncertainty
+        assert after.prefill.unbounded_tokens_per_s == before.prefill.tokens_per_s

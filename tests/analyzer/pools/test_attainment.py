@@ -12,7 +12,7 @@ from analyzer.pipeline import AnalysisInput, analyze, input_from_samples
 from analyzer.settings import AnalyzerSettings
 from fleet.catalog import load_catalog
 from fleetsim.examine import simulate
-from tests.analyzer.synthetic import H100, Fleet, workers
+from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
 CATALOG = load_catalog()
 
@@ -63,7 +63,7 @@ def test_attainment_is_the_share_of_serving_time_whose_p90_met_the_target(
 def test_attainment_is_unknown_where_no_engine_reports_the_quantile(monkeypatch: pytest.MonkeyPatch) -> None:
     (e2e,) = _attainment(_input(None), monkeypatch, json.dumps([{"e2e_p90_s": 10}]))
     assert e2e["share"] is None and e2e["p90_s"] is None and e2e["worker_buckets"] == 0
-    assert "no serving worker reported a p90 end-to-end latency" in e2e["reason"]
+    assert "no decode or colocated worker reported a p90 end-to-end latency" in e2e["reason"]
 
 
 def test_no_target_no_attainment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -86,3 +86,30 @@ def test_a_simulated_fleets_engines_give_the_attainment_of_its_own_tpot_target(
     assert loose["share"] is not None and loose["share"] > 0.95
     assert tight["share"] is not None and tight["share"] < 0.05
     assert loose["p90_s"] == tight["p90_s"] and 0.005 < loose["p90_s"] < 0.5
+
+
+def test_a_misplaced_decode_worker_missing_the_tpot_target_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode on the H100s, prefill on the H200s (the demo's misplacement), the H100 decode engines' TPOT p90
+    at 70 ms against a 50 ms target: the finding carries it and says what the placement costs."""
+    fleet = Fleet(
+        workers([("node00", H100, 0, 2), ("node01", H200, 2, 0)]),
+        hours=8,
+        window_s=900.0,
+        rate_rps=lambda h: 12.0,
+        osl=lambda h: 900.0,
+    )
+    gpu, engine = fleet.columns()
+    engine["tpot_p90_s"] = [0.07 if role == "decode" else None for role in engine["role"]]
+    monkeypatch.setenv("PHASEFIT_ANALYZER_TARGETS", json.dumps([{"tpot_p90_s": 0.05}]))
+    result = analyze(input_from_samples(gpu, engine), CATALOG, AnalyzerSettings().params())
+    decode = [f for f in result.findings if f.kind.value == "decode-on-low-bandwidth"]
+    assert decode, [f.kind for f in result.findings]
+    for finding in decode:
+        assert finding.evidence["tpot_target_s"] == 0.05
+        assert finding.evidence["tpot_p90_s"] == pytest.approx(0.07)
+        assert finding.evidence["tpot_target_met_share"] == 0.0
+        assert finding.recommendation is not None
+        assert "costs latency as well as throughput" in finding.recommendation.detail
+    monkeypatch.delenv("PHASEFIT_ANALYZER_TARGETS")
+    plain = analyze(input_from_samples(gpu, engine), CATALOG, AnalyzerSettings().params())
+    assert all("tpot_target_s" not in f.evidence for f in plain.findings)  # no target, no such evidence
