@@ -34,13 +34,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
+from analyzer.pipeline import AnalysisResult, AnalyzerParams, analyze, input_from_samples
 from analyzer.sources.store import read_input
 from fleet.catalog import Catalog, load_catalog
 from fleet.ingest import catalog_sku_resolver, ingest_file
 from fleet.store.engine import make_engine
 from fleet.store.migrate import upgrade
 from fleet.store.retention import apply_retention
+from fleet.targets import parse_rules
 from fleetsim.examine import Score, SimRun, score, simulate, summarise, write_jsonl
 from fleetsim.examine_pools import RATIO_BAND, PoolTotals, decisions_agree
 from fleetsim.physics_choice import PHYSICS, draw_seed, resolve_physics
@@ -49,7 +50,23 @@ from fleetsim.scenario import builtin_scenarios, load_scenario
 DAYS = 3.0  # default span: every scenario x 5 seeds stays within about 10 minutes on 2 shared cores
 
 
-def _store_result(run: SimRun, catalog: Catalog) -> AnalysisResult:
+def scenario_targets(name: str) -> AnalyzerParams:
+    """The analyzer's parameters with each pool's TPOT target as its operator would state it: the target its
+    simulated engines size their decode batches to (``PoolSpec.tpot_target_s``), one rule per pool matched
+    by its deployment and served model (and cluster where the records carry one). Facts an operator knows
+    about their own SLOs, never the simulator's physics."""
+    rules = []
+    for spec in load_scenario(name).pools:
+        if spec.tpot_target_s is None:
+            continue
+        rule: dict[str, Any] = {"deployment": spec.deployment or spec.name, "model": spec.model}
+        if spec.cluster is not None:
+            rule["cluster"] = spec.cluster
+        rules.append({**rule, "tpot_p90_s": spec.tpot_target_s})
+    return AnalyzerParams(targets=parse_rules(rules, "settings", f"scenario {name}"))
+
+
+def _store_result(run: SimRun, catalog: Catalog, params: AnalyzerParams | None = None) -> AnalysisResult:
     start = load_scenario(run.scenario).start
     with tempfile.TemporaryDirectory(prefix="pf-accuracy-") as folder:
         jsonl = Path(folder) / f"{run.scenario}.jsonl"
@@ -64,7 +81,7 @@ def _store_result(run: SimRun, catalog: Catalog) -> AnalysisResult:
         apply_retention(engine, now=end + timedelta(hours=1), retention_days=3650)
         with engine.connect() as connection:
             data = read_input(connection, start, end + timedelta(microseconds=1))
-        result = analyze(data, catalog)
+        result = analyze(data, catalog, params)
         engine.dispose()
     return result
 
@@ -216,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--physics", choices=PHYSICS, default="model", help="the fleet's physics (default model)"
     )
+    parser.add_argument(
+        "--targets",
+        action="store_true",
+        help="give the analyzer each pool's TPOT target (the one its simulated engines batch to): capacity "
+        "and loss then count goodput",
+    )
     args = parser.parse_args(argv)
     catalog = load_catalog()
     names = args.scenarios or sorted(builtin_scenarios())
@@ -227,10 +250,11 @@ def main(argv: list[str] | None = None) -> int:
             run = simulate(
                 name, catalog, days=args.days, window_s=args.window_s, seed=seed, physics=args.physics
             )
+            params = scenario_targets(name) if args.targets else None
             if args.pure:
-                result = analyze(input_from_samples(run.gpu_columns, run.engine_columns), catalog)
+                result = analyze(input_from_samples(run.gpu_columns, run.engine_columns), catalog, params)
             else:
-                result = _store_result(run, catalog)
+                result = _store_result(run, catalog, params)
             scores.append(score(result, run))
             print(f"{name} seed {seed}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     rows = [_row(s) for s in scores]
@@ -247,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             "seeds": args.seeds,
             "pure": args.pure,
             "physics": args.physics,
+            "targets": args.targets,
             "pool_measures": measures,
         }
         args.json.write_text(json.dumps({**payload, "kinds": kinds, "rows": rows, "wall_s": wall}, indent=2))
