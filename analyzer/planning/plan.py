@@ -15,6 +15,7 @@ from typing import Any
 from analyzer.findings.recommend import pair_swaps
 from analyzer.pools.analysis import PoolAnalysis
 from analyzer.pools.split_search import PlacementResult
+from fleet.targets import PoolTargets
 
 PLAN_VERSION = 1
 
@@ -202,12 +203,31 @@ def loss_gain(placement: PlacementResult) -> Gain:
     return gain_from_tokens(tokens, placement.isl, placement.osl)
 
 
+def _basis(targets: PoolTargets) -> tuple[str, ...]:
+    """What the plan's figures count where the pool has latency targets that size its capacity."""
+    applied = [
+        f"{name} p90 {value:g} s"
+        for name, value in (("TTFT", targets.ttft_p90_s), ("TPOT", targets.tpot_p90_s))
+        if value is not None
+    ]
+    if not applied:
+        return ()
+    return (
+        f"capacities and gains count goodput within the pool's latency targets ({', '.join(applied)}; "
+        f"{targets.source} rule {targets.rule})",
+    )
+
+
 def pool_plan(analysis: PoolAnalysis, worker_ids: Sequence[str]) -> PoolPlan:
     """The plan for one pool (``worker_ids``: the grid's worker ids, by row)."""
     pool = analysis.pool
     segment = analysis.latest
     placement = segment.placement if segment is not None else None
-    notes = tuple(analysis.notes) + (tuple(segment.notes) if segment is not None else ())
+    notes = (
+        tuple(analysis.notes)
+        + (tuple(segment.notes) if segment is not None else ())
+        + _basis(analysis.targets)
+    )
     if segment is None or placement is None:
         reason = (
             f"the pool serves {analysis.serving}: no prefill/decode placement to search"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer.pipeline import AnalysisResult, input_from_samples
+from analyzer.pipeline import AnalysisResult, AnalyzerParams, input_from_samples
 from analyzer.pipeline import analyze as run_pipeline
 from analyzer.planning.plan import fleet_plan
 from analyzer.planning.what_if import (
@@ -13,16 +13,17 @@ from analyzer.planning.what_if import (
     resolve_skus,
     what_if,
 )
+from analyzer.settings import AnalyzerSettings
 from fleet.catalog import load_catalog
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
 CATALOG = load_catalog()
 
 
-def _analysis(spec: list[tuple[str, str, int, int]]) -> AnalysisResult:
+def _analysis(spec: list[tuple[str, str, int, int]], params: AnalyzerParams | None = None) -> AnalysisResult:
     fleet = Fleet(workers(spec), hours=8, window_s=900.0, rate_rps=lambda h: 12.0, osl=lambda h: 900.0)
     gpu, eng = fleet.columns()
-    return run_pipeline(input_from_samples(gpu, eng), CATALOG)
+    return run_pipeline(input_from_samples(gpu, eng), CATALOG, params)
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +89,17 @@ def test_choose_pool_needs_a_name_among_several(misplaced: AnalysisResult) -> No
         choose_pool(pools, None)
     with pytest.raises(WhatIfError, match="no pool 'x'"):
         choose_pool(pools, "x")
+
+
+def test_a_plan_under_latency_targets_says_it_counts_goodput(
+    misplaced: AnalysisResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plans = fleet_plan(misplaced.pools, misplaced.grid.workers)
+    assert not any("goodput" in n for p in plans for n in p.notes)
+    monkeypatch.setenv("PHASEFIT_ANALYZER_TARGETS", '[{"tpot_p90_s": 0.05, "ttft_p90_s": 2}]')
+    result = _analysis([("node00", H100, 0, 2), ("node01", H200, 2, 0)], AnalyzerSettings().params())
+    (plan,) = fleet_plan(result.pools, result.grid.workers)
+    assert (
+        "capacities and gains count goodput within the pool's latency targets (TTFT p90 2 s, TPOT p90 "
+        "0.05 s; settings rule PHASEFIT_ANALYZER_TARGETS[0])" in plan.notes
+    )
