@@ -441,7 +441,17 @@ def ttft_unmet(
         f"{(c.prefill.ttft_s or math.nan) * 1e3:,.0f} ms): it cannot prefill within the target"
         for g, c in unmet
     ]
-    none_can = bool(able) and len(unmet) == len(able)
+    unmodelled = [
+        g
+        for g, c in zip(groups, capacities, strict=True)
+        if g.deployment is None and c.prefill.tokens_per_s > 0
+    ]
+    notes += [
+        f"TTFT target not applied on {g.tp} x {g.sku.name}: the model or GPU lacks catalog figures, so its "
+        "prefill figure is raw throughput"
+        for g in unmodelled
+    ]
+    none_can = bool(able) and len(unmet) == len(able) and not unmodelled
     if none_can:
         notes.append(
             "no worker of the pool can prefill within its TTFT target: no split meets it, so its goodput "

@@ -119,3 +119,33 @@ def test_the_fleet_is_told_once_when_no_target_applies() -> None:
     assert fleet_notes({east: ttft}, rules) == []
     e2e = PoolTargets(e2e_p90_s=2.0, source="settings", rule="S[0]")
     assert fleet_notes({east: e2e}, rules) == [UNAPPLIED_NOTE]
+
+
+def test_groups_that_cannot_meet_a_ttft_target_or_have_no_model_are_named() -> None:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from analyzer.pools.capacity import GroupCapacity, RoleCapacity, ttft_unmet
+    from analyzer.pools.pool import SkuGroup
+
+    def group(name: str, modelled: bool) -> SkuGroup:
+        deployment = object() if modelled else None
+        return cast(SkuGroup, SimpleNamespace(tp=2, sku=SimpleNamespace(name=name), deployment=deployment))
+
+    def capacity(tokens: float, unbounded: float | None, alone: float | None) -> GroupCapacity:
+        prefill = RoleCapacity(tokens, 0.1, "calibrated", ttft_s=alone, unbounded_tokens_per_s=unbounded)
+        return cast(GroupCapacity, SimpleNamespace(prefill=prefill))
+
+    h100, h200, odd = group("H100 SXM", True), group("H200 SXM", True), group("X1", False)
+    missed, met = capacity(0.0, 9000.0, 0.3), capacity(5000.0, 9500.0, 0.28)
+    notes, none_can = ttft_unmet([h100, h200], [missed, met], 0.25)
+    assert not none_can and notes == [
+        "TTFT target 250 ms is below a prompt alone on 2 x H100 SXM (modelled 300 ms): it cannot prefill "
+        "within the target"
+    ]
+    notes, none_can = ttft_unmet([h100, h200], [missed, capacity(0.0, 9500.0, 0.28)], 0.25)
+    assert none_can and "no worker of the pool can prefill within its TTFT target" in notes[-1]
+    # A group without catalog figures prefills at its raw figure: the target is not applied there, said so.
+    notes, none_can = ttft_unmet([h100, odd], [missed, capacity(7000.0, None, None)], 0.25)
+    assert not none_can and any("TTFT target not applied on 2 x X1" in n for n in notes)
+    assert ttft_unmet([h100], [missed], None) == ([], False)
