@@ -203,6 +203,9 @@ def loss_gain(placement: PlacementResult) -> Gain:
     return gain_from_tokens(tokens, placement.isl, placement.osl)
 
 
+GOODPUT_BASIS = "capacities and gains count goodput within the pool's latency targets"
+
+
 def _basis(targets: PoolTargets) -> tuple[str, ...]:
     """What the plan's figures count where the pool has latency targets that size its capacity."""
     applied = [
@@ -212,10 +215,7 @@ def _basis(targets: PoolTargets) -> tuple[str, ...]:
     ]
     if not applied:
         return ()
-    return (
-        f"capacities and gains count goodput within the pool's latency targets ({', '.join(applied)}; "
-        f"{targets.source} rule {targets.rule})",
-    )
+    return (f"{GOODPUT_BASIS} ({', '.join(applied)}; {targets.source} rule {targets.rule})",)
 
 
 def pool_plan(analysis: PoolAnalysis, worker_ids: Sequence[str]) -> PoolPlan:

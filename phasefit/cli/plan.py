@@ -159,6 +159,8 @@ def print_plan(plans: list[PoolPlan], console: Console) -> None:
     """Per pool: the replicas table, the role changes and the expected gain."""
     from rich.table import Table
 
+    from analyzer.planning.plan import GOODPUT_BASIS
+
     console.print("[bold]phasefit plan[/]: recommended changes; nothing is applied")
     for p in plans:
         console.print(f"\n[bold]{escape(p.pool)}[/] ({escape(str(p.status))})")
@@ -173,6 +175,9 @@ def print_plan(plans: list[PoolPlan], console: Console) -> None:
             )
         if p.reason and p.gain is not None:
             console.print(p.reason, markup=False)
+        for note in p.notes:
+            if note.startswith(GOODPUT_BASIS):
+                console.print(note[:1].upper() + note[1:], markup=False)
         if p.replicas:
             table = Table(title="Replicas per SKU and role", title_justify="left")
             for column in ("SKU", "TP", "role", "now", "recommended", "change"):

@@ -58,6 +58,13 @@ def test_human_plan_prints_tables_on_stderr_and_nothing_on_stdout(store: str) ->
     text = result.stderr
     assert "nothing is applied" in text and "Replicas per SKU and role" in text and "Role changes" in text
     assert "decode -> prefill" in text and "expected gain: output tokens/s +" in text
+    assert "goodput" not in text  # no latency target: raw throughput, nothing said about goodput
+    targets = {"COLUMNS": "250", "PHASEFIT_ANALYZER_TARGETS": '[{"tpot_p90_s": 0.05}]'}
+    text = CliRunner().invoke(app, ["--database-url", store], env=targets).stderr
+    assert (
+        "Capacities and gains count goodput within the pool's latency targets (TPOT p90 0.05 s; settings "
+        "rule PHASEFIT_ANALYZER_TARGETS[0])" in text
+    )
 
 
 def test_adding_h200s_to_a_decode_bound_pool_adds_capacity(tmp_path: Path) -> None:
