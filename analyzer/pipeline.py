@@ -22,7 +22,7 @@ from analyzer.pools.pool import Inventory, build_pools, inventory_from_samples
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.pools.saturation import SaturationParams
 from analyzer.pools.selection import PoolSelection, select
-from analyzer.pools.targets import all_rules, fleet_notes, pool_targets, with_targets
+from analyzer.pools.targets import all_rules, fleet_notes, pool_targets, with_link, with_targets
 from analyzer.results.summary import Scope, Summary
 from analyzer.summarize import build_summary
 from analyzer.telemetry.bottleneck import BottleneckGrid, BottleneckThresholds, classify
@@ -37,7 +37,7 @@ from analyzer.telemetry.grid import (
 )
 from fleet.catalog import Catalog
 from fleet.contract import Finding, TelemetrySource
-from fleet.targets import PlacedRule
+from fleet.targets import PlacedRule, PoolTargets
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,15 @@ def _sources(inventory: Inventory) -> dict[str, TelemetrySource]:
     return out
 
 
+def params_of_pool(p: AnalyzerParams, key: str, targets: PoolTargets) -> PoolParams:
+    """One pool's parameters as its analysis, its moves and its what-ifs use them: its own (or the
+    fleet's), its latency targets, and the operator's KV-link figure (one figure for the KV-fabric check
+    and for the prefill capacity)."""
+    return with_link(
+        with_targets(p.pool_params.get(key, p.pool), targets), p.findings.kv_fabric.link_bytes_per_s
+    )
+
+
 def analyze(
     data: AnalysisInput,
     catalog: Catalog,
@@ -176,9 +185,7 @@ def analyze(
     budgets = ReportedBudgets.from_workers(pools, dict(enumerate(inventory.workers)), catalog)
     rules = all_rules(p.targets, catalog, p.pool.capacity.tpot_slo_s)
     targets = pool_targets(pools, rules)
-    pool_params = {
-        pool.key: with_targets(p.pool_params.get(pool.key, p.pool), targets[pool.key]) for pool in pools
-    }
+    pool_params = {pool.key: params_of_pool(p, pool.key, targets[pool.key]) for pool in pools}
     analyses = [
         replace(a, targets=targets[a.pool.key], notes=(*a.notes, *targets[a.pool.key].notes))
         for a in analyze_pools(pools, grid, lambda pool: pool_params[pool.key], nodes, budgets, processes)

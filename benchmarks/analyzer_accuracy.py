@@ -8,6 +8,10 @@ re-simulated truth's equivalent best splits, per finding kind (precision and rec
 spread = population standard deviation over seeds), lost capacity in output tokens/s and requests/s,
 and critical findings on pools the truth finds demand-limited.
 
+The analyzer gets what each scenario's operator states (``operator_params``): its KV-link figure per
+prefill worker where the scenario gives one (``kv-fabric``'s 1 GB/s, as ``PHASEFIT_ANALYZER_KV_LINK_GB_S``),
+and with ``--targets`` each pool's TPOT target (the one its simulated engines batch to).
+
 Under ``--physics`` (``model``, ``measured`` or ``perturbed``: ``fleetsim.physics_choice``) the fleet and
 its truth run on that physics; the analyzer never knows which. Per physics it also reports, over
 pool-runs (``fleetsim.examine_pools``): pool state (supply- or demand-limited) accuracy, lost output
@@ -27,7 +31,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -50,20 +54,29 @@ from fleetsim.scenario import builtin_scenarios, load_scenario
 DAYS = 3.0  # default span: every scenario x 5 seeds stays within about 10 minutes on 2 shared cores
 
 
-def scenario_targets(name: str) -> AnalyzerParams:
-    """The analyzer's parameters with each pool's TPOT target as its operator would state it: the target its
-    simulated engines size their decode batches to (``PoolSpec.tpot_target_s``), one rule per pool matched
-    by its deployment and served model (and cluster where the records carry one). Facts an operator knows
-    about their own SLOs, never the simulator's physics."""
+def operator_params(name: str, targets: bool = False) -> AnalyzerParams:
+    """The analyzer's parameters with what the scenario's operator states: its KV-link figure per prefill
+    worker where the scenario gives one (``Scenario.kv_link_gb_s``, as ``PHASEFIT_ANALYZER_KV_LINK_GB_S``)
+    and, with ``targets``, each pool's TPOT target: the one its simulated engines size their decode batches
+    to (``PoolSpec.tpot_target_s``), one rule per pool matched by its deployment and served model (and
+    cluster where the records carry one). Facts an operator knows about their own network and SLOs, never
+    the simulator's physics."""
+    scenario = load_scenario(name)
+    params = AnalyzerParams()
+    if scenario.kv_link_gb_s is not None:
+        kv_fabric = replace(params.findings.kv_fabric, link_bytes_per_s=scenario.kv_link_gb_s * 1e9)
+        params = replace(params, findings=replace(params.findings, kv_fabric=kv_fabric))
+    if not targets:
+        return params
     rules = []
-    for spec in load_scenario(name).pools:
+    for spec in scenario.pools:
         if spec.tpot_target_s is None:
             continue
         rule: dict[str, Any] = {"deployment": spec.deployment or spec.name, "model": spec.model}
         if spec.cluster is not None:
             rule["cluster"] = spec.cluster
         rules.append({**rule, "tpot_p90_s": spec.tpot_target_s})
-    return AnalyzerParams(targets=parse_rules(rules, "settings", f"scenario {name}"))
+    return replace(params, targets=parse_rules(rules, "settings", f"scenario {name}"))
 
 
 def _store_result(run: SimRun, catalog: Catalog, params: AnalyzerParams | None = None) -> AnalysisResult:
@@ -250,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             run = simulate(
                 name, catalog, days=args.days, window_s=args.window_s, seed=seed, physics=args.physics
             )
-            params = scenario_targets(name) if args.targets else None
+            params = operator_params(name, args.targets)
             if args.pure:
                 result = analyze(input_from_samples(run.gpu_columns, run.engine_columns), catalog, params)
             else:

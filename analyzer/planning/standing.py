@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from analyzer.pipeline import AnalyzerParams, params_of_pool
 from analyzer.planning.what_if import WhatIfError, choose_pool, parse_changes, resolve_skus, what_if
-from analyzer.pools.analysis import PoolAnalysis, PoolParams
-from analyzer.pools.targets import with_targets
+from analyzer.pools.analysis import PoolAnalysis
 from fleet.catalog import Catalog
 
 
@@ -58,16 +58,19 @@ class WhatIfRow:
 
 
 def evaluate(
-    asked: Sequence[StandingWhatIf], analyses: Sequence[PoolAnalysis], catalog: Catalog, params: PoolParams
+    asked: Sequence[StandingWhatIf],
+    analyses: Sequence[PoolAnalysis],
+    catalog: Catalog,
+    params: AnalyzerParams,
 ) -> list[WhatIfRow]:
     rows = []
     for spec in asked:
         try:
             changes = parse_changes(spec.add, spec.remove, spec.replace)
             analysis = choose_pool(analyses, spec.pool)
-            capacity = with_targets(params, analysis.targets).capacity  # the pool's own TPOT target
+            pool = params_of_pool(params, analysis.pool.key, analysis.targets)  # as its analysis had them
             skus = resolve_skus(changes, catalog.gpus)
-            result = what_if(analysis, changes, skus, capacity, params.tolerance)
+            result = what_if(analysis, changes, skus, pool.capacity, pool.tolerance)
         except WhatIfError as error:
             rows.append(WhatIfRow(spec.describe(), spec.pool, None, None, None, None, None, str(error)))
             continue

@@ -43,6 +43,10 @@ class CapacityParams:
     # never a threshold of its own: each prefill worker is loaded only as far as its queue keeps the p90 time
     # to first token within it (None: none).
     ttft_slo_s: float | None = None
+    # The KV-transfer bandwidth of a prefill worker in bytes/s (findings.kv_fabric.link_bytes_per_s, the
+    # operator's PHASEFIT_ANALYZER_KV_LINK_GB_S): a disaggregated prefill worker hands off no more prompt
+    # tokens than its link carries (None: not known, not bounded).
+    kv_link_bytes_per_s: float | None = None
     max_decode_batch: int | None = tunable(
         None, "The engines' cap on concurrent sequences (vLLM --max-num-seqs; null: the model's own)."
     )

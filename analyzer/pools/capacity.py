@@ -25,6 +25,7 @@ from analyzer.model.kv_budget import (
 )
 from analyzer.model.moe import kv_bytes_per_sequence, routing_experts, step_time
 from analyzer.model.perf_model import Workload, default_budget, predict
+from analyzer.model.roofline import kv_bytes_per_sequence as roofline_kv_bytes
 from analyzer.pools.calibration import (
     CapacityParams,
     PoolCalibration,
@@ -56,7 +57,8 @@ class RoleCapacity:
     batch: float | None = None  # decode: the saturated batch
     tpot_s: float | None = None
     ttft_s: float | None = None  # prefill under a TTFT objective: a prompt alone (the queue's floor)
-    unbounded_tokens_per_s: float | None = None  # prefill under a TTFT objective: before it applied
+    unbounded_tokens_per_s: float | None = None  # prefill: before the KV link or a TTFT objective bounded it
+    kv_link_bound: bool = False  # prefill: held to what the worker's KV link carries
     # The part of ``uncertainty`` the pool's other groups share in this role (the calibration they borrow,
     # the same model extrapolated to larger batches); the rest is this group's alone.
     shared: float = 0.0
@@ -165,7 +167,7 @@ def group_capacity(
     budget = kv_budget_of(group, cal, p)
     return GroupCapacity(
         group,
-        _within_ttft(_prefill(group, d, cal, isl, osl, budget, p), d, isl, osl, p),
+        _within_ttft(_within_link(_prefill(group, d, cal, isl, osl, budget, p), d, isl, p), d, isl, osl, p),
         _decode(group, d, cal, isl, osl, budget, p),
         budget.bytes,
         budget,
@@ -209,6 +211,27 @@ def _prefill(
     return RoleCapacity(model, _model_band(d, p), "model", fits, shared=_model_shared(p))
 
 
+def _within_link(cap: RoleCapacity, d: Deployment, isl: float, p: CapacityParams) -> RoleCapacity:
+    """The prefill capacity the KV link allows: a disaggregated prefill worker hands each prompt token's KV
+    cache to a decode worker, so it prefills no faster than its link carries that KV (the operator's link
+    figure, known: the bound's own uncertainty is the measured floor). Unchanged without a link figure."""
+    if p.kv_link_bytes_per_s is None or cap.tokens_per_s <= 0 or isl <= 0:
+        return cap
+    per_token = roofline_kv_bytes(d, max(1, round(isl))) / max(1.0, isl)
+    limit = p.kv_link_bytes_per_s / per_token if per_token > 0 else math.inf
+    if cap.tokens_per_s <= limit:
+        return cap
+    band = min(cap.uncertainty, p.measured_uncertainty)
+    return replace(
+        cap,
+        tokens_per_s=limit,
+        uncertainty=band,
+        shared=min(cap.shared, band),
+        unbounded_tokens_per_s=cap.tokens_per_s,
+        kv_link_bound=True,
+    )
+
+
 def _within_ttft(cap: RoleCapacity, d: Deployment, isl: float, osl: float, p: CapacityParams) -> RoleCapacity:
     """The prefill capacity a TTFT objective allows: the load at which the worker's queue keeps the p90
     time to first token within it (:func:`analyzer.model.goodput.rate_meeting_ttft`), a prompt alone
@@ -228,7 +251,8 @@ def _within_ttft(cap: RoleCapacity, d: Deployment, isl: float, osl: float, p: Ca
 
     idle = alone.ttft_s * alone.prefill_tokens_per_s / cap.tokens_per_s
     central = within(1.0)
-    bounded = replace(cap, tokens_per_s=central, ttft_s=idle, unbounded_tokens_per_s=cap.tokens_per_s)
+    raw = cap.unbounded_tokens_per_s or cap.tokens_per_s  # before the link or the target bounded it
+    bounded = replace(cap, tokens_per_s=central, ttft_s=idle, unbounded_tokens_per_s=raw)
     if central <= 0:
         return bounded  # no load meets the target: the pool says so (analysis.ttft_unmet)
     # The bounded rate moves more than the worker's speed does: its band is the search rerun at the band's

@@ -52,6 +52,13 @@ def with_targets(params: PoolParams, targets: PoolTargets) -> PoolParams:
     return replace(params, capacity=capacity)
 
 
+def with_link(params: PoolParams, link_bytes_per_s: float | None) -> PoolParams:
+    """The pool's parameters with the operator's KV-link figure bounding its prefill workers."""
+    if link_bytes_per_s is None:
+        return params
+    return replace(params, capacity=replace(params.capacity, kv_link_bytes_per_s=link_bytes_per_s))
+
+
 def fleet_notes(targets: Mapping[str, PoolTargets], rules: Sequence[PlacedRule]) -> list[str]:
     """What the analysis says once about targets: that none applies anywhere, or that some are only
     reported."""

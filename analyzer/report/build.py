@@ -443,8 +443,6 @@ def build_audit(
         appendix=appendix,
         changes=changes,
         accuracy=running_accuracy(changes, stored),
-        what_ifs=evaluate(
-            what_ifs, result.pools if result else [], catalog, (params or AnalyzerParams()).pool
-        ),
+        what_ifs=evaluate(what_ifs, result.pools if result else [], catalog, params or AnalyzerParams()),
         sharded=shards is not None,
     )

@@ -72,14 +72,14 @@ def plan(
     plans = fleet_plan(result.pools, result.grid.workers)
     hypothetical = None
     if changes:
-        from analyzer.pools.targets import with_targets
+        from analyzer.pipeline import params_of_pool
         from analyzer.settings import AnalyzerSettings
 
         try:
             chosen = choose_pool(result.pools, pool)
             params = AnalyzerSettings().params()
             # The pool's own latency targets (its TPOT sizes decode batches), as in the analysis.
-            pool_params = with_targets(params.pool_params.get(chosen.pool.key, params.pool), chosen.targets)
+            pool_params = params_of_pool(params, chosen.pool.key, chosen.targets)
             hypothetical = what_if(chosen, changes, skus, pool_params.capacity, pool_params.tolerance)
         except WhatIfError as exc:
             refuse(str(exc))

@@ -193,3 +193,22 @@ def test_the_bounded_prefill_band_is_wider_than_the_raw_one(
         assert 0 < after.prefill.tokens_per_s < before.prefill.tokens_per_s
         assert after.prefill.uncertainty > before.prefill.uncertainty
         assert after.prefill.unbounded_tokens_per_s == before.prefill.tokens_per_s
+
+
+def test_the_operators_kv_link_bounds_each_prefill_worker_to_what_it_carries(
+    data: AnalysisInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from analyzer.model.roofline import kv_bytes_per_sequence
+
+    raw = next(a for a in _run(data, monkeypatch).pools if a.pool.key == EAST)
+    linked = next(a for a in _run(data, monkeypatch, kv_link_gb_s="0.2").pools if a.pool.key == EAST)
+    (before,), (after,) = raw.segments[-1].capacities[:1], linked.segments[-1].capacities[:1]
+    d = before.group.deployment
+    assert d is not None
+    isl = linked.segments[-1].mix.isl
+    carried = 0.2e9 / (kv_bytes_per_sequence(d, round(isl)) / isl)  # prompt tokens/s the link hands off
+    assert before.prefill.tokens_per_s > carried  # the link binds here
+    assert after.prefill.tokens_per_s == pytest.approx(carried) and after.prefill.kv_link_bound
+    assert after.prefill.unbounded_tokens_per_s == pytest.approx(before.prefill.tokens_per_s)
+    loose = next(a for a in _run(data, monkeypatch, kv_link_gb_s="1000").pools if a.pool.key == EAST)
+    assert loose.segments[-1].capacities[0].prefill.tokens_per_s == before.prefill.tokens_per_s

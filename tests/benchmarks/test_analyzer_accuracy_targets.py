@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analyzer.pipeline import analyze, input_from_samples
-from benchmarks.analyzer_accuracy import scenario_targets
+from benchmarks.analyzer_accuracy import operator_params
 from fleet.catalog import load_catalog
 from fleetsim.examine import simulate
 from fleetsim.scenario import load_scenario
@@ -16,9 +16,16 @@ CATALOG = load_catalog()
 @pytest.mark.parametrize("name", ["demo", "gke-two-pools", "eks-inverted"])
 def test_every_pool_gets_the_target_its_engines_batch_to(name: str) -> None:
     run = simulate(name, CATALOG, days=0.25, window_s=300.0, truth=False)
-    result = analyze(input_from_samples(run.gpu_columns, run.engine_columns), CATALOG, scenario_targets(name))
+    params = operator_params(name, targets=True)
+    result = analyze(input_from_samples(run.gpu_columns, run.engine_columns), CATALOG, params)
     targets = {spec.tpot_target_s for spec in load_scenario(name).pools}
     pools = result.summary["pools"]
     assert pools and all(p["targets"]["source"] == "settings" for p in pools)
     assert {p["targets"]["tpot_p90_s"] for p in pools} == targets
     assert all(a["share"] is not None for p in pools for a in p["targets"]["attainment"])  # measured
+
+
+def test_the_operators_kv_link_reaches_the_analyzer_where_the_scenario_states_it() -> None:
+    assert operator_params("kv-fabric").findings.kv_fabric.link_bytes_per_s == 1e9  # its 40 GbE front end
+    assert operator_params("demo").findings.kv_fabric.link_bytes_per_s is None  # not stated: not known
+    assert operator_params("demo").targets == ()  # targets only when asked

@@ -24,10 +24,11 @@ def test_a_new_sku_is_sized_to_the_pools_tpot_target() -> None:
     analyses = analyze(data, CATALOG, tight).pools
     assert analyses[0].targets.tpot_p90_s == 0.02
     asked = [StandingWhatIf(add=["H200-SXM:8"])]
-    (held,) = evaluate(asked, analyses, CATALOG, PoolParams())  # the pool's own target, none fleet-wide
+    (held,) = evaluate(asked, analyses, CATALOG, AnalyzerParams())  # the pool's own target, none fleet-wide
     stripped = [replace(a, targets=NO_TARGETS) for a in analyses]
-    (as_params,) = evaluate(asked, stripped, CATALOG, PoolParams(capacity=CapacityParams(tpot_slo_s=0.02)))
-    (unheld,) = evaluate(asked, stripped, CATALOG, PoolParams())
+    fleet_wide = AnalyzerParams(pool=PoolParams(capacity=CapacityParams(tpot_slo_s=0.02)))
+    (as_params,) = evaluate(asked, stripped, CATALOG, fleet_wide)
+    (unheld,) = evaluate(asked, stripped, CATALOG, AnalyzerParams())
     assert held == as_params
     assert held.output_gain is not None and unheld.output_gain is not None
     assert 0 < held.output_gain < unheld.output_gain
