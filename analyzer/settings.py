@@ -52,8 +52,10 @@ class AnalyzerSettings(BaseSettings):
     kv_link_gb_s: float | None = Field(
         default=None,
         gt=0,
-        description="KV-transfer bandwidth per prefill worker in GB/s (its share of the RDMA NICs); "
-        "unset: the KV-fabric check reports the need without a verdict.",
+        description="KV-transfer bandwidth per prefill worker in GB/s (its share of the RDMA NICs): the "
+        "KV-fabric check's verdict, and a bound on each disaggregated prefill worker's capacity (it hands "
+        "off no more prompt tokens than its link carries); unset: the check reports the need without a "
+        "verdict and capacity is not bounded.",
     )
     tolerance: float = Field(
         default=0.0,

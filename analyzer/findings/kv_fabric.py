@@ -21,7 +21,8 @@ class KvFabricParams:
     link_bytes_per_s: float | None = tunable(
         None,
         "KV-transfer bandwidth per prefill worker in bytes/s (PHASEFIT_ANALYZER_KV_LINK_GB_S sets it in "
-        "GB/s); null: the check reports the need without a verdict.",
+        "GB/s); it also bounds each disaggregated prefill worker's capacity; null: the check reports the "
+        "need without a verdict.",
     )
     alert_share: float = tunable(0.8, "The share of that link the KV handoff may use at peak.")
 
