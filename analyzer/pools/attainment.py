@@ -22,7 +22,7 @@ what an SLO on p90 latency per window asks. Reasoning: docs/analyzer.md#goodput
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 import numpy as np
@@ -103,17 +103,7 @@ def targets_summary(targets: PoolTargets, grid: WorkerGrid, members: Sequence[in
         e2e_p90_s=targets.e2e_p90_s,
         source=targets.source,
         rule=targets.rule,
-        attainment=[
-            TargetAttainment(
-                metric=a.metric,
-                target_s=a.target_s,
-                share=a.share,
-                p90_s=a.p90_s,
-                worker_buckets=a.worker_buckets,
-                reason=a.reason,
-            )
-            for a in measured
-        ],
+        attainment=[TargetAttainment(**asdict(a)) for a in measured],
     )
 
 
