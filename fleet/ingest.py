@@ -16,69 +16,57 @@ window, naming the line); the same values again are duplicates, stored once.
 
 from __future__ import annotations
 
-import gc
-import gzip
-import json
-import multiprocessing
-import os
-import re
-import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import lru_cache, partial
-from itertools import chain
 from pathlib import Path
-from typing import Any, Protocol
 
-from pydantic import ValidationError
 from sqlalchemy import Engine
 
-from fleet.contract import RECORD_ADAPTER, RECORD_KINDS, error_message
-from fleet.fast_records import fast_block
+from fleet.ingest_blocks import (
+    BLOCK_BYTES,
+    MAX_ERRORS,
+    LineError,
+    LineTooLongError,
+    Parsed,
+    ParsedBlocks,
+    ProgressCallback,
+    Reader,
+    blocks,
+    default_jobs,
+    file_source,
+    gc_paused,
+    parse_block,
+)
 from fleet.repeats import SuspectKey, attribute_repeat, suspects
 from fleet.store.engine import writing
 from fleet.store.keys import KnownKeys
 from fleet.store.resend import Conflicts
-from fleet.store.rows import RowBatch, RowValueError, TimeEncoding
+from fleet.store.rows import RowBatch, RowValueError, time_encoding_of
 from fleet.store.writer import (
     DuplicateKeyError,
     SkuResolver,
     WriteCounts,
-    time_encoding_for,
     write_dimensions,
     write_sample_rows,
 )
 
-MAX_LINE_BYTES = 8 * 1024 * 1024  # an engine_sample naming 1,024 GPUs is ~270 kB; a runaway line is an error
-BLOCK_BYTES = 4 * 1024 * 1024  # ~7,500 gpu_sample lines: big enough to amortise a round trip, small in memory
-MAX_ERRORS = 20
-ProgressCallback = Callable[[int], None]  # bytes read so far
-
-
-class _Reader(Protocol):
-    def read(self, size: int = -1, /) -> bytes: ...
-
-
-@dataclass(frozen=True)
-class LineError:
-    line: int | None  # None for a sample key sent with other values than stored (the key is named instead)
-    field: str | None  # None when the line is not a JSON object at all
-    message: str
-
-    def __str__(self) -> str:
-        where = f"line {self.line}: " if self.line is not None else ""
-        return f"{where}{self.field}: {self.message}" if self.field else f"{where}{self.message}"
-
-
-class _LineTooLongError(Exception):
-    def __init__(self, line: int) -> None:
-        super().__init__(line)
-        self.line = line
+__all__ = [
+    "BLOCK_BYTES",
+    "ChunkReader",
+    "IngestError",
+    "IngestResult",
+    "LineError",
+    "ParsedBlocks",
+    "catalog_sku_resolver",
+    "default_jobs",
+    "file_source",
+    "ingest_file",
+    "ingest_stream",
+    "parse_block",
+]
 
 
 class IngestError(Exception):
@@ -104,146 +92,6 @@ class IngestResult:
     seconds: float
 
 
-def parse_block(block: bytes, first_line: int, time_encoding: TimeEncoding) -> RowBatch | list[LineError]:
-    """Validate the lines of ``block`` (``first_line`` is the number of its first line) into a RowBatch, or
-    return the errors found (at most ``MAX_ERRORS``). Runs in worker processes: module-level and pure.
-
-    :mod:`fleet.fast_records` first; pydantic when it declines (a bad line: pydantic names it)."""
-    with gc_paused():
-        fast = fast_block(block, first_line, time_encoding)
-        return fast if fast is not None else _validated_block(block, first_line, time_encoding)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused (as it was after): a block's many new objects, none in a cycle,
-    would set it off over and over (the fast parser took 1.4-1.8x as long with it running, the lean
-    transform of the rows for the store twice as long). Cycles made meanwhile wait for the next collection."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _validated_block(
-    block: bytes, first_line: int, time_encoding: TimeEncoding
-) -> RowBatch | list[LineError]:
-    """:func:`parse_block` through pydantic, line by line: the authority, and the errors' source."""
-    batch = RowBatch(time_encoding, strict_repeats=True)
-    errors: list[LineError] = []
-    for offset, raw in enumerate(block.split(b"\n")):
-        line = raw.strip()
-        if not line:
-            continue
-        if first_line == 1 and offset == 0 and line.startswith(b"\xef\xbb\xbf"):
-            line = line[3:]  # a UTF-8 byte order mark some editors write
-        try:
-            record = RECORD_ADAPTER.validate_json(line)
-            repeated = _repeated_key(line, len(record.model_fields_set))
-            if repeated is not None:
-                errors.append(LineError(first_line + offset, repeated, _REPEATED))
-            else:
-                batch.add(record, first_line + offset)
-        except ValidationError as exc:
-            errors.extend(_line_errors(first_line + offset, exc))
-        except RowValueError as exc:
-            errors.append(LineError(first_line + offset, exc.field, exc.message))
-        if len(errors) >= MAX_ERRORS:
-            break
-    if not errors:
-        try:
-            return batch.finish()
-        except RowValueError as exc:
-            errors.append(LineError(exc.tag if exc.tag is not None else first_line, exc.field, exc.message))
-    return errors[:MAX_ERRORS]
-
-
-_REPEATED = "the key appears more than once in the object: send each field once"
-_LOOSE = re.compile(rb'"[ \t\r\n]')  # a string followed by whitespace: maybe a key before a spaced colon
-
-
-class _RepeatedKeyError(Exception):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _refuse_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise _RepeatedKeyError(key)
-        seen[key] = value
-    return seen
-
-
-def _repeated_key(line: bytes, distinct: int) -> str | None:
-    """The first key that the object of ``line`` (a valid record of ``distinct`` distinct keys) repeats, or
-    None. Without a backslash and a string followed by whitespace, every ``":`` ends a key: as many as the
-    distinct keys proves no repeat; else Python's parser looks at each object's pairs."""
-    if line.find(b"\\") < 0 and _LOOSE.search(line) is None and line.count(b'":') == distinct:
-        return None
-    try:
-        json.loads(line, object_pairs_hook=_refuse_repeats)
-    except _RepeatedKeyError as exc:
-        return exc.key
-    except (ValueError, RecursionError):
-        return None  # pydantic read it: not expected
-    return None
-
-
-def _line_errors(line: int, exc: ValidationError) -> list[LineError]:
-    found = []
-    for error in exc.errors(include_url=False):
-        loc = [str(part) for part in error["loc"]]
-        if loc and loc[0] in RECORD_KINDS:
-            loc = loc[1:]  # the union's tag, not a field
-        field: str | None = ".".join(loc) if loc else None
-        message = error_message(error)
-        if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
-            field = "kind"
-        elif error["type"] == "json_invalid":
-            message = f"not valid JSON ({error.get('ctx', {}).get('error', message)})"
-        elif error["type"] in ("model_type", "dict_type") and not loc:
-            message = "not a JSON object"
-        elif "input" in error and error["type"] != "missing":
-            message = f"{message} (got {_short(error['input'])})"
-        found.append(LineError(line, field, message))
-    return found
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _blocks(stream: _Reader, block_bytes: int) -> Iterator[tuple[bytes, int, int]]:
-    """Yield (block of whole lines, number of its first line, bytes read so far)."""
-    carry = b""
-    line = 1
-    read = 0
-    while True:
-        data = stream.read(block_bytes)
-        read += len(data)
-        if not data:
-            if carry:
-                yield carry, line, read
-            return
-        data = carry + data
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            if len(data) > MAX_LINE_BYTES:
-                raise _LineTooLongError(line)
-            carry = data
-            continue
-        block, carry = data[:cut], data[cut:]
-        yield block, line, read
-        line += block.count(b"\n")
-
-
 def catalog_sku_resolver(catalog_path: Path | None = None) -> SkuResolver:
     """``(gpu_name, mig_profile) -> SKU key`` through the GPU catalog (built-in data merged with
     ``catalog_path``; a MIG instance gets its own SKU), cached so an unknown name is warned about once;
@@ -259,16 +107,6 @@ def catalog_sku_resolver(catalog_path: Path | None = None) -> SkuResolver:
     return resolve
 
 
-def default_jobs() -> int:
-    """Parsing processes: one per CPU, at most four; 0 (parse in this process) on a single CPU. Parsing
-    is most of ingest's work, so it pays even on busy CPUs: on 2 shared cores at a load average of 1,
-    two parsing processes stored a million samples 1.8x (SQLite) and 1.15x (PostgreSQL) as fast as one
-    process (``benchmarks/ingest_bench.py``). ``--jobs 0`` keeps ingest to one CPU, e.g. beside a busy
-    database server."""
-    cpus = os.cpu_count() or 1
-    return 0 if cpus < 2 else min(4, cpus)
-
-
 def ingest_file(
     engine: Engine,
     path: Path,
@@ -277,6 +115,7 @@ def ingest_file(
     jobs: int | None = None,
     block_bytes: int = BLOCK_BYTES,
     on_progress: ProgressCallback | None = None,
+    parsed: ParsedBlocks | None = None,
 ) -> IngestResult:
     """Store every record of one JSONL file (``.gz`` accepted) in one transaction, or nothing: raises
     :class:`IngestError` naming the bad lines. ``jobs`` = parsing processes (0: parse in this process).
@@ -284,41 +123,49 @@ def ingest_file(
     On PostgreSQL the file is first loaded as new data (COPY straight into the sample tables); if any of
     its keys is already stored, that transaction is rolled back and the file is loaded again the
     idempotent way (staging table, ``ON CONFLICT DO NOTHING``). Worker processes (``jobs`` > 0) need the
-    calling program's main module to be importable (the usual ``if __name__ == "__main__"`` guard)."""
-    opener = gzip.open if path.suffix == ".gz" else open
+    calling program's main module to be importable (the usual ``if __name__ == "__main__"`` guard).
+    ``parsed``: this file's blocks, parsing already (see :func:`ingest_stream`)."""
     return ingest_stream(
-        engine, lambda: opener(path, "rb"), path, sku_resolver=sku_resolver, jobs=jobs,
-        block_bytes=block_bytes, on_progress=on_progress,
+        engine, file_source(path), path, sku_resolver=sku_resolver, jobs=jobs, block_bytes=block_bytes,
+        on_progress=on_progress, parsed=parsed,
     )  # fmt: skip
 
 
 def ingest_stream(
     engine: Engine,
-    open_source: Callable[[], AbstractContextManager[_Reader]],
+    open_source: Callable[[], AbstractContextManager[Reader]],
     name: Path,
     *,
     sku_resolver: SkuResolver | None = None,
     jobs: int | None = None,
     block_bytes: int = BLOCK_BYTES,
     on_progress: ProgressCallback | None = None,
+    parsed: ParsedBlocks | None = None,
 ) -> IngestResult:
     """:func:`ingest_file` over any byte stream of JSON lines (``name`` labels it in errors and results).
 
     ``open_source`` is called once per load, and twice on PostgreSQL when the fast load meets stored keys:
     each call must give the same records from the start (a file reopened, a seeded simulation rerun); it is
-    also called once more when a key repeated in the file may differ in its GPU's or worker's attributes."""
+    also called once more when a key repeated in the file may differ in its GPU's or worker's attributes.
+    ``parsed``, when given, is the first load's blocks of the same source, started early by the caller
+    (:meth:`ParsedBlocks.start`) so that parsing overlapped its own start-up; it is closed here."""
     started = time.perf_counter()
     jobs = default_jobs() if jobs is None else jobs
+    encoding = time_encoding_of(engine.dialect.name)
+    if parsed is not None and parsed.encoding != encoding:
+        parsed.close()  # started for another kind of store: parsed again, for this one
+        parsed = None
+    first = parsed if parsed is not None else ParsedBlocks(open_source, encoding, jobs, block_bytes)
     load = partial(
-        _ingest_once, engine, open_source, name, started, sku_resolver=sku_resolver, jobs=jobs,
-        block_bytes=block_bytes, on_progress=on_progress,
+        _ingest_once, engine, open_source, name, started, sku_resolver=sku_resolver, block_bytes=block_bytes,
+        on_progress=on_progress,
     )  # fmt: skip
     if engine.dialect.name == "postgresql":
         try:
-            return load(assume_new=True)
+            return load(first, assume_new=True)
         except DuplicateKeyError:
-            pass  # rolled back: some keys are stored already
-    return load(assume_new=False)
+            first = ParsedBlocks(open_source, encoding, jobs, block_bytes)  # rolled back: keys are stored
+    return load(first, assume_new=False)
 
 
 class ChunkReader:
@@ -349,13 +196,13 @@ class ChunkReader:
 
 def _ingest_once(
     engine: Engine,
-    open_source: Callable[[], AbstractContextManager[_Reader]],
+    open_source: Callable[[], AbstractContextManager[Reader]],
     path: Path,
     started: float,
+    parsed_blocks: ParsedBlocks,
     *,
     assume_new: bool,
     sku_resolver: SkuResolver | None,
-    jobs: int,
     block_bytes: int,
     on_progress: ProgressCallback | None,
 ) -> IngestResult:
@@ -367,12 +214,10 @@ def _ingest_once(
     # rows (~5% of a load). The rows hold no cycles and are freed as each block is written; cycles made
     # meanwhile (a few per statement) wait for the collection after the load. Forked parsing processes
     # start paused too (parse_block pauses it anyway).
-    with gc_paused(), open_source() as stream, writing(engine) as connection:
-        encoding = time_encoding_for(connection)
-        dimensions = RowBatch(encoding)
+    with gc_paused(), parsed_blocks.start(), writing(engine) as connection:
+        dimensions = RowBatch(parsed_blocks.encoding)
         known_keys = KnownKeys()  # this transaction's
-        parsed_blocks = _parsed_blocks(stream, encoding, jobs, block_bytes, on_progress)
-        for parsed in _line_length_checked(parsed_blocks, path):
+        for parsed in _line_length_checked(parsed_blocks.results(on_progress), path):
             if isinstance(parsed, list):
                 raise IngestError(path, parsed, more=True)  # leaving the block rolls the transaction back
             written = write_sample_rows(connection, parsed, assume_new=assume_new, known_keys=known_keys)
@@ -401,7 +246,7 @@ def _ingest_once(
 
 
 def _refuse_attribute_repeats(
-    open_source: Callable[[], AbstractContextManager[_Reader]],
+    open_source: Callable[[], AbstractContextManager[Reader]],
     path: Path,
     block_bytes: int,
     wanted: set[SuspectKey],
@@ -410,7 +255,7 @@ def _refuse_attribute_repeats(
     if not wanted:
         return
     with open_source() as stream:
-        found = attribute_repeat(_blocks(stream, block_bytes), wanted)
+        found = attribute_repeat(blocks(stream, block_bytes), wanted)
     if found is not None:
         line, error = found
         raise IngestError(path, [LineError(line, error.field, error.message)])
@@ -424,71 +269,9 @@ def _raise_conflicts(path: Path, conflicts: Conflicts) -> None:
         raise IngestError(path, errors[:MAX_ERRORS], more=True)
 
 
-def _line_length_checked(
-    parsed: Iterator[RowBatch | list[LineError]], path: Path
-) -> Iterator[RowBatch | list[LineError]]:
+def _line_length_checked(parsed: Iterator[Parsed], path: Path) -> Iterator[Parsed]:
     try:
         yield from parsed
-    except _LineTooLongError as exc:
-        message = f"line longer than {MAX_LINE_BYTES // 2**20} MiB without a line end"
+    except LineTooLongError as exc:
+        message = f"line longer than {exc.limit // 2**20} MiB without a line end"
         raise IngestError(path, [LineError(exc.line, None, message)], more=True) from None
-
-
-def _parsed_blocks(
-    stream: _Reader,
-    encoding: TimeEncoding,
-    jobs: int,
-    block_bytes: int,
-    on_progress: ProgressCallback | None,
-) -> Iterator[RowBatch | list[LineError]]:
-    """Parsed blocks in file order: inline for small files or ``jobs=0``, else through a process pool that
-    keeps at most two blocks per worker in flight (bounded memory)."""
-    blocks = _blocks(stream, block_bytes)
-    first = next(blocks, None)
-    if first is None:
-        return
-    second = next(blocks, None)
-    if jobs <= 0 or second is None:
-        for block, line, read in chain((first,), () if second is None else (second,), blocks):
-            yield parse_block(block, line, encoding)
-            if on_progress is not None:
-                on_progress(read)
-        return
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_worker_context()) as pool:
-        pending: deque[tuple[Future[RowBatch | list[LineError]], int]] = deque()
-        try:
-            for block, line, read in chain((first, second), blocks):
-                pending.append((pool.submit(parse_block, block, line, encoding), read))
-                if len(pending) >= 2 * jobs:
-                    yield from _drain_one(pending, on_progress)
-            while pending:
-                yield from _drain_one(pending, on_progress)
-        finally:
-            for future, _ in pending:
-                future.cancel()
-
-
-def _worker_context() -> multiprocessing.context.BaseContext:
-    """Plain fork on Linux while this process runs no other thread (the CLI's case): the workers start with
-    the parser already imported, where a fork server is a new interpreter importing it first (~0.5-1 s of
-    CPU before the first block is parsed, on 2 shared cores). Next to other threads fork is unsafe (a lock
-    one of them holds stays held in the child), and on macOS system libraries may not survive it: then a
-    fork server that has imported the parser once."""
-    methods = multiprocessing.get_all_start_methods()
-    if sys.platform.startswith("linux") and "fork" in methods and threading.active_count() == 1:
-        return multiprocessing.get_context("fork")
-    if "forkserver" not in methods:
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["fleet.ingest"])
-    return context
-
-
-def _drain_one(
-    pending: deque[tuple[Future[RowBatch | list[LineError]], int]], on_progress: ProgressCallback | None
-) -> Iterator[RowBatch | list[LineError]]:
-    future, read = pending.popleft()
-    result = future.result()
-    if on_progress is not None:
-        on_progress(read)
-    yield result

@@ -23,6 +23,14 @@ from fleet.store import codes, variants
 from fleet.store.variants import Attributes, Fingerprint
 
 TimeEncoding = Literal["epoch_us", "datetime"]
+
+
+def time_encoding_of(dialect: str) -> TimeEncoding:
+    """How rows encode ``ts`` for a store of this SQLAlchemy dialect name: SQLite keeps integer epoch
+    microseconds, the others timestamps."""
+    return "epoch_us" if dialect == "sqlite" else "datetime"
+
+
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 

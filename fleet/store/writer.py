@@ -49,7 +49,7 @@ from fleet.store.lean import (
     lean_gpu_rows,
 )
 from fleet.store.partitions import KEY_COLUMNS, floor_day
-from fleet.store.rows import RowBatch, TimeEncoding, batch_from_records
+from fleet.store.rows import RowBatch, TimeEncoding, batch_from_records, time_encoding_of
 from fleet.store.schema import Base
 
 SkuResolver = Callable[[str, str | None], str | None]  # (reported name, MIG profile) -> catalog key
@@ -88,7 +88,7 @@ class WriteCounts:
 
 def time_encoding_for(bind: Connection) -> TimeEncoding:
     """How :mod:`fleet.store.rows` must encode ``ts`` for this connection's dialect."""
-    return "epoch_us" if is_sqlite(bind) else "datetime"
+    return time_encoding_of(bind.dialect.name)
 
 
 def write_samples(

@@ -30,7 +30,7 @@ from fleet.contract import (
     parse_record,
 )
 from fleet.fast_records import KINDS, UNMIRRORED, NotMirroredError, fast_block, mirror
-from fleet.ingest import _validated_block, parse_block
+from fleet.ingest_blocks import _validated_block, parse_block
 from fleet.store.rows import GPU_SAMPLE_COLUMNS, RowBatch, TimeEncoding
 from fleetsim.scenario import load_scenario
 from fleetsim.source import jsonl_batches
@@ -156,12 +156,12 @@ def test_parse_block_takes_the_fast_path_and_restores_the_garbage_collector(
     expected = _validated_block(block, 1, "datetime")
     assert gc.isenabled()
     with monkeypatch.context() as patch:
-        patch.setattr("fleet.ingest._validated_block", lambda *_: pytest.fail("pydantic path taken"))
+        patch.setattr("fleet.ingest_blocks._validated_block", lambda *_: pytest.fail("pydantic path taken"))
         assert parse_block(block, 1, "datetime") == expected
     assert gc.isenabled()
     gc.disable()
     try:
-        monkeypatch.setattr("fleet.ingest.fast_block", lambda *_: None)
+        monkeypatch.setattr("fleet.ingest_blocks.fast_block", lambda *_: None)
         assert parse_block(block, 1, "datetime") == expected
         assert not gc.isenabled()
     finally:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet import ingest
+from fleet import ingest, ingest_blocks
 from fleet.contract import dump_record
 from fleet.ingest import (
     ChunkReader,
@@ -201,7 +201,7 @@ def test_parsing_processes_follow_the_cpus(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_runaway_line_is_refused_without_reading_it_whole(
     store_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("fleet.ingest.MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr("fleet.ingest_blocks.MAX_LINE_BYTES", 4096)
     path = tmp_path / "runaway.jsonl"
     path.write_text("\n".join(_lines(3)) + "\n" + "x" * 10_000)
     with pytest.raises(IngestError) as caught:
@@ -215,6 +215,6 @@ def test_parsing_processes_are_forked_unless_another_thread_runs(monkeypatch: py
     """Fork (the parser already imported) while ingest's process runs one thread; next to others, where a
     fork is unsafe, a fork server."""
     monkeypatch.setattr("threading.active_count", lambda: 1)
-    assert ingest._worker_context().get_start_method() == "fork"
+    assert ingest_blocks._worker_context().get_start_method() == "fork"
     monkeypatch.setattr("threading.active_count", lambda: 2)
-    assert ingest._worker_context().get_start_method() == "forkserver"
+    assert ingest_blocks._worker_context().get_start_method() == "forkserver"

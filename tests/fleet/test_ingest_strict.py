@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, select
 
-from fleet import ingest as ingest_module
+from fleet import ingest_blocks as ingest_module
 from fleet.contract import MIN_WINDOW_S, dump_record
 from fleet.fast_records import fast_block
 from fleet.ingest import IngestError, ingest_file, parse_block

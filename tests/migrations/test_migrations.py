@@ -7,6 +7,7 @@ compares: the views are checked by name and columns, the partitions by :mod:`fle
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -416,3 +417,42 @@ def test_0009_adds_the_p90_latencies_unknown_for_stored_samples_and_its_downgrad
     assert _latencies(engine, kept) == before
     migrate.upgrade(engine)
     assert _latencies(engine, "tpot_p90_s") == [(None,)]
+
+
+def test_the_head_is_read_from_the_scripts_as_alembic_reads_it() -> None:
+    from alembic.script import ScriptDirectory
+
+    alembic_head = ScriptDirectory.from_config(migrate.alembic_config()).get_current_head()
+    assert migrate._head_from_scripts() == alembic_head
+
+
+_ROOT = 'revision = "1"\ndown_revision = None\n'
+
+
+@pytest.mark.parametrize(
+    ("scripts", "head"),
+    [
+        ([_ROOT, 'revision: str = "2"\ndown_revision = "1"\n'], "2"),
+        ([_ROOT, "revision = '2'\ndown_revision = '1'\n"], "2"),
+        # two heads, a revision stated another way, a parent no script holds: left to Alembic
+        ([_ROOT, 'revision = "2"\ndown_revision = None\n'], None),
+        ([_ROOT, 'revision = make_id()\ndown_revision = "1"\n'], None),
+        (['revision = "2"\ndown_revision = "1"\n'], None),
+    ],
+)
+def test_a_history_the_scripts_do_not_state_plainly_is_left_to_alembic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scripts: list[str], head: str | None
+) -> None:
+    (tmp_path / "versions").mkdir()
+    for number, source in enumerate(scripts):
+        (tmp_path / "versions" / f"{number:04d}_step.py").write_text(source)
+    monkeypatch.setattr(migrate, "_script_location", lambda: str(tmp_path))
+    assert migrate._head_from_scripts() == head
+
+
+def test_the_migration_error_is_alembics_imported_on_first_use() -> None:
+    from alembic.util import CommandError
+
+    assert migrate.CommandError is CommandError
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        migrate.Nothing  # noqa: B018

@@ -102,3 +102,30 @@ def test_help_states_all_or_nothing_and_bad_arguments_fail(tmp_path: Path) -> No
         cli(), ["ingest", str(_file(tmp_path / "a.jsonl")), "--database-url", "mysql://x/y"]
     )
     assert wrong_url.exit_code == 1 and "unsupported database URL" in wrong_url.stderr
+
+
+def test_a_first_file_that_cannot_be_read_is_reported_and_the_next_one_stored(
+    store_url: str, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(b"\x1f\x8b\x08\x00 not gzip at all")
+    good = _file(tmp_path / "good.jsonl")
+    result = runner.invoke(cli(), ["ingest", str(broken), str(good), "--database-url", store_url])
+    assert result.exit_code == 1, result.output
+    assert f"{broken}: nothing stored" in result.stderr
+    assert f"{good}: 11 records (10 gpu, 1 engine): 11 stored" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "encoding"),
+    [("sqlite:////tmp/x.db", "epoch_us"), ("sqlite+pysqlite:///x.db", "epoch_us"),
+     ("postgresql+psycopg://u@h/db", "datetime")],
+)  # fmt: skip
+def test_the_first_file_is_parsed_for_the_store_the_url_names(
+    tmp_path: Path, url: str, encoding: str
+) -> None:
+    from phasefit.cli.ingest import _parsing_early
+
+    with _parsing_early(_file(tmp_path / "a.jsonl"), url, 0) as parsed:
+        assert parsed is not None and parsed.encoding == encoding
+        assert sum(len(batch.gpu_rows) for batch in parsed.results() if not isinstance(batch, list)) == 10

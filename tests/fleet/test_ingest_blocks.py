@@ -1,0 +1,82 @@
+"""The parsing half of ingest: blocks parsed in order, started early, closed cleanly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from fleet import ingest_blocks
+from fleet.contract import dump_record
+from fleet.ingest import IngestError, ingest_file
+from fleet.ingest_blocks import ParsedBlocks, blocks, file_source, parse_block
+from fleet.store.queries import table_counts
+from fleet.store.rows import RowBatch, TimeEncoding
+from tests.fleet.store_factories import engine_sample, gpu_sample
+
+
+def _file(path: Path, count: int) -> Path:
+    lines = [
+        dump_record(engine_sample(i % 3, i) if i % 4 == 3 else gpu_sample(i % 5, i)) for i in range(count)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _inline(path: Path, block_bytes: int) -> list[RowBatch | list[ingest_blocks.LineError]]:
+    with file_source(path)() as stream:
+        return [parse_block(block, line, "epoch_us") for block, line, _ in blocks(stream, block_bytes)]
+
+
+@pytest.mark.parametrize("jobs", [0, 2])
+def test_blocks_come_back_parsed_and_in_file_order(tmp_path: Path, jobs: int) -> None:
+    path = _file(tmp_path / "samples.jsonl", 200)
+    progress: list[int] = []
+    with ParsedBlocks(file_source(path), "epoch_us", jobs, block_bytes=2048) as parsed:
+        got = list(parsed.start().start().results(progress.append))  # starting twice starts once
+    assert got == _inline(path, 2048) and len(got) > 2 * ingest_blocks.AHEAD_PER_JOB * max(jobs, 1)
+    assert progress == sorted(progress) and progress[-1] == path.stat().st_size
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forked parsing processes: Linux only")
+def test_blocks_started_early_are_parsed_before_they_are_asked_for(tmp_path: Path) -> None:
+    path = _file(tmp_path / "samples.jsonl", 200)
+    with ParsedBlocks(file_source(path), "epoch_us", 2, block_bytes=2048) as parsed:
+        parsed.start()
+        pending = list(parsed._pending)
+        assert len(pending) == 2 * ingest_blocks.AHEAD_PER_JOB
+        for future, _ in pending:
+            future.result(timeout=60)  # parsed with no one reading the results yet
+        assert list(parsed.results()) == _inline(path, 2048)
+
+
+def test_closing_unread_blocks_cancels_them(tmp_path: Path) -> None:
+    path = _file(tmp_path / "samples.jsonl", 200)
+    parsed = ParsedBlocks(file_source(path), "epoch_us", 2, block_bytes=2048).start()
+    parsed.close()
+    assert not parsed._pending
+    parsed.close()  # twice is harmless
+
+
+def test_a_runaway_line_in_the_first_blocks_is_an_error_of_the_load(
+    store_engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_blocks, "MAX_LINE_BYTES", 4096)
+    path = tmp_path / "runaway.jsonl"
+    path.write_text(dump_record(gpu_sample(0, 0)) + "\n" + "x" * 10_000)
+    parsed = ParsedBlocks(file_source(path), "epoch_us", 2, block_bytes=1024).start()
+    with pytest.raises(IngestError, match="line 2: line longer than 0 MiB"):
+        ingest_file(store_engine, path, jobs=2, block_bytes=1024, parsed=parsed)
+    assert table_counts(store_engine.connect())["gpu_samples"] == 0
+
+
+def test_blocks_parsed_for_another_kind_of_store_are_parsed_again(
+    store_engine: Engine, tmp_path: Path
+) -> None:
+    path = _file(tmp_path / "samples.jsonl", 40)
+    other: TimeEncoding = "datetime" if store_engine.dialect.name == "sqlite" else "epoch_us"
+    parsed = ParsedBlocks(file_source(path), other, 0, block_bytes=2048).start()
+    result = ingest_file(store_engine, path, jobs=0, block_bytes=2048, parsed=parsed)
+    assert (result.stored, result.duplicates) == (40, 0)
