@@ -151,7 +151,7 @@ def print_heldout(cv: HeldOutReport, inside: HeldOutReport) -> None:
     )
 
 
-def _string_literal(text: str, indent: str) -> str:
+def string_literal(text: str, indent: str) -> str:
     """A double-quoted literal, split into implicitly concatenated pieces that fit the line length."""
     pieces = textwrap.wrap(text, 80, drop_whitespace=False, break_on_hyphens=False) or [""]
     quoted = [json.dumps(p) for p in pieces]
@@ -171,7 +171,7 @@ def constants_block(
     ]
     lines.append(")")
     lines.append("CALIBRATION_PROVENANCE: dict[str, str] = {")
-    lines += [f"    {json.dumps(k)}: {_string_literal(v, '    ')}," for k, v in provenance.items()]
+    lines += [f"    {json.dumps(k)}: {string_literal(v, '    ')}," for k, v in provenance.items()]
     lines.append("}")
     lines.append("CALIBRATION_ACCURACY = CalibrationAccuracy(")
     for f in fields(accuracy):
@@ -184,25 +184,34 @@ def constants_block(
     return "\n".join(lines)
 
 
+def replace_generated_block(path: Path, begin: str, end: str, block: str) -> None:
+    """Replace the generated block of ``path`` (from the line starting ``begin`` through ``end``) with
+    ``block``; exit naming the file where it has none."""
+    text = path.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.DOTALL)
+    if not pattern.search(text):
+        sys.exit(f"cannot find the generated block {begin!r} in {path}")
+    path.write_text(pattern.sub(lambda _: block, text), encoding="utf-8")
+
+
 def write_constants(
     params: EfficiencyParams, provenance: dict[str, str], accuracy: CalibrationAccuracy
 ) -> None:
-    text = EFFICIENCY_FILE.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
-    if not pattern.search(text):
-        sys.exit(f"cannot find the fitted-constants block in {EFFICIENCY_FILE}")
-    EFFICIENCY_FILE.write_text(
-        pattern.sub(lambda _: constants_block(params, provenance, accuracy), text), encoding="utf-8"
-    )
+    replace_generated_block(EFFICIENCY_FILE, BEGIN, END, constants_block(params, provenance, accuracy))
     print(f"\nwrote the fitted constants to {EFFICIENCY_FILE}")
 
 
-def _band_entry(name: str, s: ErrorSummary) -> str:
+def regime_error_literal(s: ErrorSummary) -> str:
+    """``RegimeError(count=..., median=..., p90=...)`` as analyzer/model/uncertainty.py spells it."""
+
     def number(x: float) -> str:
         return repr(round(x, 4)) if math.isfinite(x) else 'float("inf")'
 
-    figures = f"count={s.count}, median={number(s.median)}, p90={number(s.p90)}"
-    return f"    {json.dumps(name)}: RegimeError({figures}),"
+    return f"RegimeError(count={s.count}, median={number(s.median)}, p90={number(s.p90)})"
+
+
+def _band_entry(name: str, s: ErrorSummary) -> str:
+    return f"    {json.dumps(name)}: {regime_error_literal(s)},"
 
 
 def bands_block(cv: HeldOutReport) -> str:
@@ -222,11 +231,7 @@ def bands_block(cv: HeldOutReport) -> str:
 
 
 def write_bands(cv: HeldOutReport) -> None:
-    text = UNCERTAINTY_FILE.read_text(encoding="utf-8")
-    pattern = re.compile(re.escape(BANDS_BEGIN) + r".*?" + re.escape(BANDS_END), re.DOTALL)
-    if not pattern.search(text):
-        sys.exit(f"cannot find the held-out block in {UNCERTAINTY_FILE}")
-    UNCERTAINTY_FILE.write_text(pattern.sub(lambda _: bands_block(cv), text), encoding="utf-8")
+    replace_generated_block(UNCERTAINTY_FILE, BANDS_BEGIN, BANDS_END, bands_block(cv))
     print(
         f"wrote the held-out errors per regime to {UNCERTAINTY_FILE} (bands: regimes with n >= {MIN_COUNT})"
     )

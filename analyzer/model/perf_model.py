@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-from analyzer.model import uncertainty
+from analyzer.model import uncertainty, validation
 from analyzer.model.deployment import Deployment
 from analyzer.model.efficiency import CALIBRATED, DEFAULT_LIMITS, EfficiencyParams, EngineLimits
 from analyzer.model.kv_budget import KvBudget, modelled_budget, trtllm_bench_settings
@@ -98,10 +98,18 @@ class ThroughputPrediction:
     kv_budget: KvBudget | None = None
     regime: str = ""
     # Low/high of each throughput (output, prefill, decode) and the parts of the band, as relative
-    # half-widths in log space ("model": the regime's held-out error; "kv_budget": the budget's range;
-    # "routing": the MoE routing band).
+    # half-widths in log space ("model": the regime's held-out error; "validation": the measured-kernel
+    # p90 that replaces it where wider, else 0; "kv_budget": the budget's range; "routing": the MoE
+    # routing band).
     ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     uncertainty_parts: Mapping[str, float] = field(default_factory=dict)
+    # Why a throughput's band is wider than the held-out one, per range name (widened ones only).
+    widenings: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def widened(self) -> str | None:
+        """Why the output throughput's band (:attr:`uncertainty`) is wider than the held-out one, if it is."""
+        return self.widenings.get("output")
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
@@ -312,23 +320,35 @@ def _log_ratio(a: float, b: float) -> float:
     return abs(math.log(a / b))
 
 
+def model_bands(d: Deployment, held_out: float) -> dict[str, validation.Widening]:
+    """The model's band per throughput: the held-out one, widened where the measured-kernel validation of
+    the phase is wider (the colocated output takes the wider of its decode and prefill steps)."""
+    return {
+        "output": validation.widest(d.tp, d.is_moe, held_out),
+        "prefill": validation.widen(d.tp, d.is_moe, "prefill", held_out),
+        "decode": validation.widen(d.tp, d.is_moe, "decode", held_out),
+    }
+
+
 def _ranges(
     central: _Core,
     low: _Core,
     high: _Core,
     routed: _Core | None,
     model_band: float,
+    bands: Mapping[str, validation.Widening],
 ) -> tuple[dict[str, tuple[float, float]], dict[str, float]]:
-    """Low/high per throughput: the regime's band, the budget's two ends and the routing band combined in
-    log space; a budget whose low end holds no sequence takes the low end to 0."""
-    s_model = math.log1p(model_band)
+    """Low/high per throughput: its model band (``bands``; the regime's held-out ``model_band`` where not
+    widened), the budget's two ends and the routing band combined in log space; a budget whose low end
+    holds no sequence takes the low end to 0."""
     out: dict[str, tuple[float, float]] = {}
-    parts = {"model": model_band, "kv_budget": 0.0, "routing": 0.0}
+    parts = {"model": model_band, "validation": 0.0, "kv_budget": 0.0, "routing": 0.0}
     for name in ("output", "prefill", "decode"):
         value = getattr(central, name)
         if value <= 0:
             out[name] = (0.0, 0.0)
             continue
+        s_model = math.log1p(bands[name].band)
         s_low = _log_ratio(value, getattr(low, name)) if getattr(low, name) < value else 0.0
         s_high = _log_ratio(getattr(high, name), value) if getattr(high, name) > value else 0.0
         s_route = _log_ratio(getattr(routed, name), value) if routed is not None else 0.0
@@ -336,6 +356,7 @@ def _ranges(
         up = math.sqrt(s_model**2 + s_high**2 + s_route**2)
         out[name] = (0.0 if math.isinf(down) else value * math.exp(-down), value * math.exp(up))
         if name == "output":
+            parts["validation"] = bands[name].band if bands[name].reason else 0.0
             parts["kv_budget"] = math.expm1(max(s_low, s_high)) if math.isfinite(max(s_low, s_high)) else 1.0
             parts["routing"] = math.expm1(s_route) if math.isfinite(s_route) else 1.0
     return out, parts
@@ -363,12 +384,16 @@ def predict(
     regime = regime_of(d, core.bottleneck)
     ranges: dict[str, tuple[float, float]] = {}
     parts: dict[str, float] = {}
+    widenings: dict[str, str] = {}
     if with_range:
         low = _evaluate(d, w, params, limits, kv.low_bytes) if kv.low_bytes < kv.bytes else core
         high = _evaluate(d, w, params, limits, kv.high_bytes) if kv.high_bytes > kv.bytes else core
         alternative = routing_experts(d)
         routed = _evaluate(d, w, params, limits, kv.bytes, alternative) if alternative is not None else None
-        ranges, parts = _ranges(core, low, high, routed, uncertainty.band(regime))
+        held_out = uncertainty.band(regime)
+        bands = model_bands(d, held_out)
+        ranges, parts = _ranges(core, low, high, routed, held_out, bands)
+        widenings = {name: b.reason for name, b in bands.items() if b.reason is not None and core.fits}
     if not core.fits:
         return ThroughputPrediction(
             deployment=d,
@@ -436,6 +461,7 @@ def predict(
         regime=regime,
         ranges=MappingProxyType(ranges),
         uncertainty_parts=MappingProxyType(parts),
+        widenings=MappingProxyType(widenings),
     )
 
 

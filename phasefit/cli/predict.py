@@ -4,7 +4,9 @@ The KV budget is the one ``--kv-budget-tokens`` states (what the engine reports:
 ``num_gpu_blocks x block_size``, SGLang's ``max_total_num_tokens``), else the engine's memory rule
 (``--engine``, ``--gpu-memory-utilization``; the catalog's ``engines:``), else the rule of the trtllm-bench
 measurements the model is calibrated on. Every throughput comes with a low/high range that widens where
-the model is weakest (KV-starved, MoE, a modelled budget), and the JSON names the budget's assumptions.
+the model is weakest (KV-starved, MoE, a modelled budget, and where AI Configurator's measured kernels
+disagree beyond the held-out band: ``uncertainty_widened`` and each range's ``widened`` say why), and the
+JSON names the budget's assumptions.
 
 A plain command function; the lead registers it with ``app.command()(predict)``.
 """
@@ -59,7 +61,11 @@ def prediction_payload(p: ThroughputPrediction) -> dict[str, Any]:
         "regime": p.regime,
         "uncertainty": p.uncertainty,
         "uncertainty_parts": dict(p.uncertainty_parts),
-        "ranges": {name: {"low": low, "high": high} for name, (low, high) in p.ranges.items()},
+        "uncertainty_widened": p.widened,
+        "ranges": {
+            name: {"low": low, "high": high, "widened": p.widenings.get(name)}
+            for name, (low, high) in p.ranges.items()
+        },
         "kv_budget": None
         if budget is None
         else {
@@ -134,6 +140,17 @@ def _range(p: ThroughputPrediction, name: str, value: float) -> str:
     return f"{value:,.0f} ({low:,.0f}-{high:,.0f})"
 
 
+def widened_lines(p: ThroughputPrediction) -> list[str]:
+    """One line per distinct widening, naming the ranges it widens."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in p.widenings.items():
+        by_reason.setdefault(reason, []).append(name)
+    return [
+        f"{' and '.join(names)} range{'s' if len(names) > 1 else ''} {reason}"
+        for reason, names in by_reason.items()
+    ]
+
+
 def _print_human(p: ThroughputPrediction, g: Goodput | None = None) -> None:
     from rich.table import Table
 
@@ -168,6 +185,8 @@ def _print_human(p: ThroughputPrediction, g: Goodput | None = None) -> None:
         add_row(table, name, value)
     console = human()
     console.print(table)
+    for line in widened_lines(p):
+        console.print(plain(f"uncertainty: {line}"))
     for note in (*p.notes, *(() if g is None else g.notes)):
         console.print(f"[yellow]note:[/] {escape(note)}")
 

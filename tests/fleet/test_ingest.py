@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from fleet import ingest, ingest_blocks
+from fleet import ingest_blocks
 from fleet.contract import dump_record
 from fleet.ingest import (
     ChunkReader,

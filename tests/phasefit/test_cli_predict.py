@@ -204,3 +204,35 @@ def test_a_latency_target_must_be_positive() -> None:
     args = ["--model", "llama-3.1-8b", "--gpu", "H100-SXM", *BASE, "--tpot-slo", "0"]
     result = runner.invoke(app, args)
     assert result.exit_code != 0
+
+
+TP8_DENSE = ["--model", "llama-3.1-70b", "--gpu", "H200-SXM", "--tp", "8", "--precision", "fp8"]
+
+
+def test_a_band_widened_by_the_measured_kernels_says_so() -> None:
+    from analyzer.model.validation import MEASURED
+
+    payload = json.loads(runner.invoke(app, [*TP8_DENSE, *LENGTHS]).stdout)
+    p90 = MEASURED[("TP 4-8 dense", "decode")].absolute.p90
+    reason = payload["uncertainty_widened"]
+    assert reason.startswith(f"widened to {p90:.0%}: against AI Configurator's measured kernels, TP 4-8")
+    assert payload["uncertainty"] >= p90
+    assert payload["uncertainty_parts"]["validation"] == pytest.approx(p90)
+    assert payload["ranges"]["output"]["widened"] == payload["ranges"]["decode"]["widened"] == reason
+    assert "TP 4-8 dense prefill steps" in payload["ranges"]["prefill"]["widened"]
+    human = runner.invoke(app, [*TP8_DENSE, "--isl", "1000", "--osl", "1000"])
+    text = " ".join(human.stderr.split())
+    assert f"uncertainty: output and decode ranges widened to {p90:.0%}: against" in text
+    assert "uncertainty: prefill range widened to" in text
+
+
+def test_a_band_within_the_validation_is_not_widened(monkeypatch: pytest.MonkeyPatch) -> None:
+    from analyzer.model import validation
+
+    monkeypatch.setattr(validation, "MEASURED", {})  # no measured-kernel figures: the held-out band stands
+    payload = json.loads(runner.invoke(app, [*TP8_DENSE, *LENGTHS]).stdout)
+    assert payload["uncertainty_widened"] is None
+    assert all(r["widened"] is None for r in payload["ranges"].values())
+    assert payload["uncertainty_parts"]["validation"] == 0.0
+    human = runner.invoke(app, [*TP8_DENSE, "--isl", "1000", "--osl", "1000"])
+    assert human.exit_code == 0 and "widened" not in human.stderr

@@ -233,7 +233,8 @@ def test_a_stated_budget_replaces_the_modelled_one(catalog: Catalog) -> None:
 def test_the_band_widens_where_the_model_is_weakest(catalog: Catalog) -> None:
     w = Workload(1000, 1000)
     starved = predict(instance(catalog, "H100-SXM", 1), w)  # weights nearly fill the GPU
-    roomy = predict(instance(catalog, "H200-SXM", 8), w)
+    # TP 2: at TP 4-8 the measured-kernel validation widens the band far more (test_validation.py).
+    roomy = predict(instance(catalog, "H200-SXM", 2), w)
     assert starved.regime == "kv-starved"
     assert roomy.regime in ("compute-bound", "bandwidth-bound")
     for p in (starved, roomy):
