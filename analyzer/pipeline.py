@@ -76,6 +76,8 @@ class AnalyzerParams:
     pool_params: Mapping[str, PoolParams] = field(default_factory=dict)  # per pool key
     # Latency-target rules of the settings (PHASEFIT_ANALYZER_TARGETS); the catalog's join them in analyze.
     targets: tuple[PlacedRule, ...] = ()
+    # Where ``pool.capacity.tpot_slo_s`` was set, named by the global rule it makes (settings name it).
+    tpot_slo_where: str = "pool.capacity.tpot_slo_s"
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ def analyze(
     nodes = {row: inventory.workers[row].node for row in range(len(inventory.workers))}
     # KV budgets the engines report come before any modelled one (a peer's for a counterfactual SKU).
     budgets = ReportedBudgets.from_workers(pools, dict(enumerate(inventory.workers)), catalog)
-    rules = all_rules(p.targets, catalog, p.pool.capacity.tpot_slo_s)
+    rules = all_rules(p.targets, catalog, p.pool.capacity.tpot_slo_s, p.tpot_slo_where)
     targets = pool_targets(pools, rules)
     pool_params = {pool.key: params_of_pool(p, pool.key, targets[pool.key]) for pool in pools}
     analyses = [

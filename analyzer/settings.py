@@ -180,5 +180,10 @@ class AnalyzerSettings(BaseSettings):
             findings=replace(base.findings, recommend=recommend, kv_fabric=kv_fabric),
             clusters=self.clusters or None,
             targets=self.target_rules(),
+            tpot_slo_where=(
+                "threshold pool.capacity.tpot_slo_s"
+                if "pool.capacity.tpot_slo_s" in self.thresholds
+                else "PHASEFIT_ANALYZER_TPOT_SLO_S"
+            ),
         )
         return with_overrides(named, self.thresholds)

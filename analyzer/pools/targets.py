@@ -32,10 +32,14 @@ def pool_identity(pool: Pool) -> PoolIdentity:
 
 
 def all_rules(
-    settings: Sequence[PlacedRule], catalog: Catalog, global_tpot_s: float | None
+    settings: Sequence[PlacedRule],
+    catalog: Catalog,
+    global_tpot_s: float | None,
+    global_where: str = "pool.capacity.tpot_slo_s",
 ) -> tuple[PlacedRule, ...]:
-    """Every rule in the order ties resolve: the settings', the catalog's, then the global default."""
-    return (*settings, *catalog.targets, *global_rule(global_tpot_s))
+    """Every rule in the order ties resolve: the settings', the catalog's, then the global default
+    (``global_where``: what set it, as the rule's label)."""
+    return (*settings, *catalog.targets, *global_rule(global_tpot_s, global_where))
 
 
 def pool_targets(pools: Sequence[Pool], rules: Sequence[PlacedRule]) -> dict[str, PoolTargets]:

@@ -234,7 +234,8 @@ class LatencyTargets(_Model):
     source: TargetSourceName = Field(
         default="none",
         description="settings (PHASEFIT_ANALYZER_TARGETS), catalog (the operator catalog's targets), global "
-        "(PHASEFIT_ANALYZER_TPOT_SLO_S) or none (no rule matches: capacity is raw throughput).",
+        "(PHASEFIT_ANALYZER_TPOT_SLO_S or the threshold pool.capacity.tpot_slo_s; the rule names which) or "
+        "none (no rule matches: capacity is raw throughput).",
     )
     rule: str | None = Field(
         default=None,

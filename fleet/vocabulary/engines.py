@@ -16,8 +16,12 @@ request, so its ``_sum`` counts retractions; older releases call the inter-token
 TensorRT-LLM through trtllm-serve or Dynamo, which spells its prefix ``trtllm_`` (newer) or ``trtllm:``.
 End-to-end request latency is ``e2e_request_latency_seconds`` in all three (vLLM's design/v1/metrics.md,
 SGLang's docs/references/production_metrics.md, Dynamo's backends/trtllm/prometheus.md for TensorRT-LLM
-1.1: ``trtllm_e2e_request_latency_seconds``); the real captures here hold none, so these names are from
-those documents.
+1.1: ``trtllm_e2e_request_latency_seconds``); the real captures here hold none, so these names were checked
+against the engines' own code instead (2026-12-06): vLLM's ``tests/entrypoints/openai/test_metrics.py``
+lists ``vllm:e2e_request_latency_seconds`` among the request histograms it asserts; SGLang's
+``python/sglang/srt/metrics/collector.py`` creates ``sglang:e2e_request_latency_seconds``; TensorRT-LLM's
+``tensorrt_llm/metrics/collector.py`` creates ``trtllm_`` + ``e2e_request_latency_seconds`` (buckets 0.3 s
+to 7,680 s).
 The real vLLM and SGLang captures in tests/fixtures/metrics are checked against this table.
 
 The KV cache an engine holds (engine_sample ``kv_capacity_tokens``) is a table of its own

@@ -134,6 +134,14 @@ def test_the_global_tpot_is_the_default_and_a_rule_replaces_it(
     assert _decode(result, EAST) < 0.8 * _decode(result, WEST)
 
 
+def test_the_global_rule_names_the_threshold_that_set_it(
+    data: AnalysisInput, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _run(data, monkeypatch, tpot_slo_s="0.5", thresholds='{"pool.capacity.tpot_slo_s": 0.025}')
+    assert _targets(result, EAST)["rule"] == "threshold pool.capacity.tpot_slo_s"
+    assert _targets(result, EAST)["tpot_p90_s"] == 0.025
+
+
 def test_catalog_rules_apply_below_settings_rules_of_equal_specificity(
     data: AnalysisInput, monkeypatch: pytest.MonkeyPatch
 ) -> None:
