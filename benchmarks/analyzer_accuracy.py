@@ -57,8 +57,9 @@ DAYS = 3.0  # default span: every scenario x 5 seeds stays within about 10 minut
 def operator_params(name: str, targets: bool = False) -> AnalyzerParams:
     """The analyzer's parameters with what the scenario's operator states: its KV-link figure per prefill
     worker where the scenario gives one (``Scenario.kv_link_gb_s``, as ``PHASEFIT_ANALYZER_KV_LINK_GB_S``)
-    and, with ``targets``, each pool's TPOT target: the one its simulated engines size their decode batches
-    to (``PoolSpec.tpot_target_s``), one rule per pool matched by its deployment and served model (and
+    and, with ``targets``, each pool's TPOT target (the one its simulated engines size their decode
+    batches to, ``PoolSpec.tpot_target_s``) and TTFT target where it states one (``ttft_target_s``, which
+    the truth counts goodput by), one rule per pool matched by its deployment and served model (and
     cluster where the records carry one). Facts an operator knows about their own network and SLOs, never
     the simulator's physics."""
     scenario = load_scenario(name)
@@ -70,12 +71,13 @@ def operator_params(name: str, targets: bool = False) -> AnalyzerParams:
         return params
     rules = []
     for spec in scenario.pools:
-        if spec.tpot_target_s is None:
+        stated = {"tpot_p90_s": spec.tpot_target_s, "ttft_p90_s": spec.ttft_target_s}
+        if all(value is None for value in stated.values()):
             continue
         rule: dict[str, Any] = {"deployment": spec.deployment or spec.name, "model": spec.model}
         if spec.cluster is not None:
             rule["cluster"] = spec.cluster
-        rules.append({**rule, "tpot_p90_s": spec.tpot_target_s})
+        rules.append(rule | {key: value for key, value in stated.items() if value is not None})
     return replace(params, targets=parse_rules(rules, "settings", f"scenario {name}"))
 
 

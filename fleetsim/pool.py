@@ -278,9 +278,7 @@ class PoolModel:
             d_full = (d_queue > 1e-6) & is_d
             d_batch = np.where(d_full, caps.decode_batch, d_batch)
             budget = float(self.step.engine.token_budget)
-            tokens_per_step = np.clip(p_rate * self._prefill_step_s(keys), np.minimum(mean_p, budget), budget)
-            p_steps = np.divide(p_rate, tokens_per_step, out=np.zeros(up.shape), where=tokens_per_step > 0)
-            p_busy = np.minimum(p_steps * self.step.breakdown(0.0, tokens_per_step, 0.0, keys).seconds, 1.0)
+            tokens_per_step, p_steps, p_busy = self.prefill_load(p_rate, mean_p, keys)
             prompt_rate = p_rate
             output_rate = d_rate
             received = d_rate * mean_p / mean_o
@@ -327,6 +325,18 @@ class PoolModel:
             capacity_requests=capacity_requests,
         )
 
+    def prefill_load(
+        self, p_rate: FloatArray, mean_p: FloatArray, keys: FloatArray
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Prompt tokens per step, steps per second and busy share of prefill workers taking ``p_rate``
+        prompt tokens/s each: a step takes what arrived during the last one, at least a prompt, at most
+        the token budget."""
+        budget = float(self.step.engine.token_budget)
+        tokens_per_step = np.clip(p_rate * self._prefill_step_s(keys), np.minimum(mean_p, budget), budget)
+        p_steps = np.divide(p_rate, tokens_per_step, out=np.zeros(p_rate.shape), where=tokens_per_step > 0)
+        p_busy = np.minimum(p_steps * self.step.breakdown(0.0, tokens_per_step, 0.0, keys).seconds, 1.0)
+        return tokens_per_step, p_steps, p_busy
+
     def _prefill_step_s(self, keys: FloatArray) -> FloatArray:
         """Time of a full prefill step (the token budget) per worker."""
         return np.asarray(self.step.breakdown(0.0, float(self.step.engine.token_budget), 0.0, keys).seconds)
@@ -348,7 +358,7 @@ class Latencies:
 _Z90_OVER_Z99 = 1.2815516 / 2.3263479  # standard normal quantiles: p90 on a lognormal through p50 and p99
 
 
-def _p90(p50: FloatArray, p99: FloatArray) -> FloatArray:
+def lognormal_p90(p50: FloatArray, p99: FloatArray) -> FloatArray:
     """The 90th percentile of a lognormal latency with this median and 99th percentile."""
     with np.errstate(invalid="ignore", divide="ignore"):
         out: FloatArray = p50 * np.power(np.maximum(p99, p50) / p50, _Z90_OVER_Z99)
@@ -380,7 +390,7 @@ def latencies(model: PoolModel, flow: PoolFlow, traffic: PoolTraffic) -> Latenci
         ttft50 = flow.wait_s + np.ceil(p50 / chunk) * t_chunk
         ttft99 = 2.0 * flow.wait_s + np.ceil(p99 / chunk) * t_chunk
         tpot99 = np.maximum(t_chunk, t_step * 1.05)
-        ttft90, tpot90 = _p90(ttft50, ttft99), _p90(t_step, tpot99)
+        ttft90, tpot90 = lognormal_p90(ttft50, ttft99), lognormal_p90(t_step, tpot99)
         e2e90 = ttft90 + mix.output_p90[:, None] * t_step
         return Latencies(ttft50, ttft99, t_step, tpot99, ttft90, tpot90, e2e90)
     roles = flow.roles
@@ -398,14 +408,14 @@ def latencies(model: PoolModel, flow: PoolFlow, traffic: PoolTraffic) -> Latenci
     load_kv = mix.prompt_p50[:, None] * step.kv_bytes_token_gpu / step.bw_rate
     ttft50, ttft99 = np.where(is_p, pre50, dec50), np.where(is_p, pre99, dec99)
     tpot99 = t_dec * 1.05 + load_kv
-    ttft90 = _p90(ttft50, ttft99)
+    ttft90 = lognormal_p90(ttft50, ttft99)
     return Latencies(
         ttft_p50=ttft50,
         ttft_p99=ttft99,
         tpot_p50=np.where(is_p, nan, t_dec),
         tpot_p99=np.where(is_p, nan, tpot99),
         ttft_p90=ttft90,
-        tpot_p90=np.where(is_p, nan, _p90(t_dec, tpot99)),
+        tpot_p90=np.where(is_p, nan, lognormal_p90(t_dec, tpot99)),
         # A prefill engine's requests end with their first token; a decode engine's run their output.
         e2e_p90=np.where(is_p, ttft90, ttft90 + mix.output_p90[:, None] * t_dec),
     )

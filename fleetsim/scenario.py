@@ -97,6 +97,9 @@ class PoolSpec(_Spec):
     serving: Literal["disaggregated", "colocated"] = "disaggregated"
     routing: Literal["capacity", "round-robin"] = "capacity"
     tpot_target_s: Positive | None = 0.08
+    # The operator's TTFT p90 objective: engines do nothing about it (they admit every request), but the
+    # truth counts only the prefill load that meets it (fleetsim/ttft_goodput.py). None: no target.
+    ttft_target_s: Positive | None = None
     max_batch: Annotated[int, Field(ge=1, le=65536)] = 512
     token_budget: Annotated[int, Field(ge=64, le=1_048_576)] = 8192
     hbm_utilization: Annotated[float, Field(gt=0.3, le=1.0)] = 0.90

@@ -79,6 +79,7 @@ from fleetsim.placement import Groups, screen
 from fleetsim.pool import DECODE, MIXED, PREFILL, PoolModel, QueueState
 from fleetsim.scenario import Scenario
 from fleetsim.truth_changes import PlanRuns, change_events, change_report
+from fleetsim.ttft_goodput import ttft_bounded
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -250,10 +251,11 @@ class _Truth:
                 for seg, sl in self._overlaps(p, first, len(pc.up)):
                     piece = _slice(pc, sl)
                     i = index[id(seg)]
+                    caps = ttft_bounded(model, piece.traffic, piece.capacities)  # goodput under a TTFT target
                     for c, roles in enumerate(plans[i]):
                         flow = model.flow(
                             piece.traffic,
-                            piece.capacities,
+                            caps,
                             piece.up,
                             states[i][c],
                             window_s=sim.window_s,

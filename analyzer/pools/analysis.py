@@ -311,11 +311,19 @@ def _segment(
         grid, current_roles, first, last, routing, p.capacity, calibration.caps_reported
     )
     for phase, value in zip(("prefill", "decode"), measured, strict=True):
-        if value is not None:
+        if value is not None and phase == "prefill" and p.capacity.ttft_slo_s is not None:
+            notes.append(
+                "the prefill phase was seen saturated: what it delivered then missed the TTFT target, so "
+                "its capacity now is the load that meets it"
+            )
+        elif value is not None:
             notes.append(
                 f"the {phase} phase was seen saturated: its delivered throughput is its capacity now"
             )
     sizes = tuple(len(members) for members in current_roles)
+    # A saturated prefill phase queues: what it delivered then is raw throughput at a TTFT no target
+    # meets, so under a TTFT target the current plan counts its target-bounded capacity instead.
+    in_plan = (None if p.capacity.ttft_slo_s is not None else measured[0], measured[1])
     placement = place(
         capacities,
         current_roles,
@@ -329,7 +337,7 @@ def _segment(
         act=p.act,
         min_gain=p.min_gain,
         routing=routing,
-        measured=measured,
+        measured=in_plan,
         seed=DECISION_SEED,
         standing=standing[1] if standing is not None and standing[0] == sizes else None,
         loads=worker_loads(

@@ -220,3 +220,24 @@ def test_the_operators_kv_link_bounds_each_prefill_worker_to_what_it_carries(
     assert after.prefill.unbounded_tokens_per_s == pytest.approx(before.prefill.tokens_per_s)
     loose = next(a for a in _run(data, monkeypatch, kv_link_gb_s="1000").pools if a.pool.key == EAST)
     assert loose.segments[-1].capacities[0].prefill.tokens_per_s == before.prefill.tokens_per_s
+
+
+def test_a_saturated_prefill_phase_stands_for_its_capacity_only_without_a_ttft_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a queueing prefill phase delivered missed any TTFT target: under one, the current plan counts
+    the target-bounded capacity, so a pool short of prefill goodput shows the loss."""
+    from fleetsim.examine import simulate
+
+    run = simulate("ttft-target", CATALOG, days=1.0, window_s=120.0, seed=0, truth=False)
+    data = input_from_samples(run.gpu_columns, run.engine_columns)
+    raw = analyze(data, CATALOG, AnalyzerSettings().params())
+    monkeypatch.setenv("PHASEFIT_ANALYZER_TARGETS", '[{"ttft_p90_s": 0.9, "tpot_p90_s": 0.08}]')
+    bounded = analyze(data, CATALOG, AnalyzerSettings().params())
+    (segment,) = {a.pool.key: a for a in bounded.pools}.popitem()[1].segments[-1:]
+    assert segment.measured[0] is not None  # the prefill phase was seen saturated
+    assert any("missed the TTFT target" in note for note in segment.notes)
+    assert segment.placement is not None and segment.placement.lost_tokens_per_s > 0
+    (pool,) = bounded.summary["pools"]
+    (unbounded,) = raw.summary["pools"]
+    assert pool["capacity_tokens_per_s"] < 0.8 * unbounded["capacity_tokens_per_s"]

@@ -29,3 +29,11 @@ def test_the_operators_kv_link_reaches_the_analyzer_where_the_scenario_states_it
     assert operator_params("kv-fabric").findings.kv_fabric.link_bytes_per_s == 1e9  # its 40 GbE front end
     assert operator_params("demo").findings.kv_fabric.link_bytes_per_s is None  # not stated: not known
     assert operator_params("demo").targets == ()  # targets only when asked
+
+
+def test_a_stated_ttft_target_reaches_the_analyzer_with_the_tpot_one() -> None:
+    (placed,) = operator_params("ttft-target", targets=True).targets
+    spec = load_scenario("ttft-target").pools[0]
+    assert (placed.rule.ttft_p90_s, placed.rule.tpot_p90_s) == (spec.ttft_target_s, spec.tpot_target_s)
+    assert spec.ttft_target_s is not None
+    assert all(p.rule.ttft_p90_s is None for p in operator_params("demo", targets=True).targets)
