@@ -23,6 +23,7 @@ from analyzer.pools.concurrency import at_cap, group_cap, row_caps
 from analyzer.pools.decode_fit import DecodeLine, fit_decode_line
 from analyzer.pools.pool import Pool, SkuGroup
 from analyzer.pools.reported_budgets import ReportedBudgets, peer_key, reported_median
+from analyzer.pools.ttft_evidence import TtftPoints, ttft_points
 from analyzer.pools.workload import PoolTraffic
 from analyzer.telemetry.frames import ROLES, FloatArray
 from analyzer.telemetry.grid import WorkerGrid
@@ -125,6 +126,7 @@ class PoolCalibration:
     # engines, "plateau" its decode workers held with work waiting, "peer" another group's of the pool)
     concurrency_cap: dict[str, tuple[float, str]] = field(default_factory=dict)
     caps_reported: dict[int, int] = field(default_factory=dict)  # grid row -> its engine's reported cap
+    prefill_ttft: dict[str, TtftPoints] = field(default_factory=dict)  # group -> its prefill buckets' TTFT
 
     def as_dict(self) -> dict[str, float | str | None]:
         out: dict[str, float | str | None] = {
@@ -276,6 +278,8 @@ def calibrate(
         busy = busy_share(grid, rows)
         reached = limits(grid, rows, busy, p, cal.caps_reported)
         prefill = (grid.role[rows] == _PREFILL) & (busy >= p.min_busy) & (grid.engine_s[rows] > 0)
+        serving_prefill = (grid.role[rows] == _PREFILL) & (grid.engine_s[rows] > 0)
+        cal.prefill_ttft[group.key] = ttft_points(grid, rows, serving_prefill)
         if prefill.any():
             speed_per_bucket = grid.rate(grid.prompt_tokens[rows], rows) / np.where(busy > 0, busy, np.nan)
             model = _model_prefill_series(d, isl, osl, prefill.any(axis=0)) if d is not None else None

@@ -2,21 +2,21 @@
 
 Prefill from prompt tokens per busy second, decode from the TPOT engines report, the KV budget measured,
 from a peer, inferred or modelled (:func:`kv_budget_of`). Each capacity has a relative uncertainty, part of
-it shared with the pool's other groups (``RoleCapacity.shared``). Reasoning: docs/analyzer.md#capacity
+it shared with the pool's other groups (``RoleCapacity.shared``); the KV link and a TTFT objective bound
+the prefill figure (:mod:`analyzer.pools.prefill_bounds`). Reasoning: docs/analyzer.md#capacity
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from analyzer.model import uncertainty as bands
 from analyzer.model.deployment import Deployment
 from analyzer.model.efficiency import CALIBRATED
-from analyzer.model.goodput import batch_meeting_tpot, rate_meeting_ttft
+from analyzer.model.goodput import batch_meeting_tpot
 from analyzer.model.kv_budget import (
     BudgetSource,
     KvBudget,
@@ -24,8 +24,7 @@ from analyzer.model.kv_budget import (
     modelled_budget,
 )
 from analyzer.model.moe import kv_bytes_per_sequence, routing_experts, step_time
-from analyzer.model.perf_model import Workload, default_budget, predict
-from analyzer.model.roofline import kv_bytes_per_sequence as roofline_kv_bytes
+from analyzer.model.perf_model import default_budget
 from analyzer.pools.calibration import (
     CapacityParams,
     PoolCalibration,
@@ -33,61 +32,18 @@ from analyzer.pools.calibration import (
     memory_kv_bytes,
     model_prefill,
 )
+from analyzer.pools.capacity_types import GroupCapacity, RoleCapacity
 from analyzer.pools.pool import Pool, SkuGroup
+from analyzer.pools.prefill_bounds import seen_share, ttft_unmet, within_link, within_ttft
 from analyzer.pools.workload import PoolTraffic
 from analyzer.telemetry.frames import ROLES
 from analyzer.telemetry.grid import WorkerGrid
 from fleet.contract import Role
 from fleet.gpus import GpuSku
 
+__all__ = ["GroupCapacity", "RoleCapacity", "group_capacity", "kv_budget_of", "lengths_from_kv", "ttft_unmet"]
+
 _PREFILL, _DECODE = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE)
-
-
-@dataclass(frozen=True)
-class RoleCapacity:
-    """One worker's saturated throughput in a role: prompt tokens/s (prefill) or generated tokens/s
-    (decode), with a relative uncertainty and where the figure came from."""
-
-    tokens_per_s: float
-    uncertainty: float
-    # "measured" (a saturated worker's delivered throughput), "calibrated" (the model fitted to this group's
-    # unsaturated telemetry), "transferred" (another group's calibration) or "model"
-    source: str
-    fits: bool = True
-    batch: float | None = None  # decode: the saturated batch
-    tpot_s: float | None = None
-    ttft_s: float | None = None  # prefill under a TTFT objective: a prompt alone (the queue's floor)
-    unbounded_tokens_per_s: float | None = None  # prefill: before the KV link or a TTFT objective bounded it
-    kv_link_bound: bool = False  # prefill: held to what the worker's KV link carries
-    # The part of ``uncertainty`` the pool's other groups share in this role (the calibration they borrow,
-    # the same model extrapolated to larger batches); the rest is this group's alone.
-    shared: float = 0.0
-
-    @property
-    def correlation(self) -> float:
-        """Share of the uncertainty common to the pool's groups: two groups' errors in this role correlate
-        by the product of their shares."""
-        return min(1.0, max(0.0, self.shared / self.uncertainty)) if self.uncertainty > 0 else 0.0
-
-    @property
-    def low(self) -> float:
-        return self.tokens_per_s * max(0.0, 1.0 - self.uncertainty)
-
-    @property
-    def high(self) -> float:
-        return self.tokens_per_s * (1.0 + self.uncertainty)
-
-
-@dataclass(frozen=True)
-class GroupCapacity:
-    group: SkuGroup
-    prefill: RoleCapacity
-    decode: RoleCapacity
-    kv_bytes: float  # KV cache per worker (bytes)
-    kv_budget: KvBudget | None = None  # what ``kv_bytes`` rests on (None where the model is unknown)
-    # Grid rows of the group's workers whose own engines report their budget: the others' figure is their
-    # peers' (see analyzer.findings.evidence.capacity_evidence).
-    kv_reporting: tuple[int, ...] = ()
 
 
 def _inferred(figure: float, p: CapacityParams, detail: str) -> KvBudget:
@@ -167,7 +123,14 @@ def group_capacity(
     budget = kv_budget_of(group, cal, p)
     return GroupCapacity(
         group,
-        _within_ttft(_within_link(_prefill(group, d, cal, isl, osl, budget, p), d, isl, p), d, isl, osl, p),
+        within_ttft(
+            within_link(_prefill(group, d, cal, isl, osl, budget, p), d, isl, p),
+            d,
+            isl,
+            osl,
+            p,
+            seen_share(cal, group.key, p),
+        ),
         _decode(group, d, cal, isl, osl, budget, p),
         budget.bytes,
         budget,
@@ -209,59 +172,6 @@ def _prefill(
             shared=min(uncertainty, p.measured_uncertainty),
         )
     return RoleCapacity(model, _model_band(d, p), "model", fits, shared=_model_shared(p))
-
-
-def _within_link(cap: RoleCapacity, d: Deployment, isl: float, p: CapacityParams) -> RoleCapacity:
-    """The prefill capacity the KV link allows: a disaggregated prefill worker hands each prompt token's KV
-    cache to a decode worker, so it prefills no faster than its link carries that KV (the operator's link
-    figure, known: the bound's own uncertainty is the measured floor). Unchanged without a link figure."""
-    if p.kv_link_bytes_per_s is None or cap.tokens_per_s <= 0 or isl <= 0:
-        return cap
-    per_token = roofline_kv_bytes(d, max(1, round(isl))) / max(1.0, isl)
-    limit = p.kv_link_bytes_per_s / per_token if per_token > 0 else math.inf
-    if cap.tokens_per_s <= limit:
-        return cap
-    band = min(cap.uncertainty, p.measured_uncertainty)
-    return replace(
-        cap,
-        tokens_per_s=limit,
-        uncertainty=band,
-        shared=min(cap.shared, band),
-        unbounded_tokens_per_s=cap.tokens_per_s,
-        kv_link_bound=True,
-    )
-
-
-def _within_ttft(cap: RoleCapacity, d: Deployment, isl: float, osl: float, p: CapacityParams) -> RoleCapacity:
-    """The prefill capacity a TTFT objective allows: the load at which the worker's queue keeps the p90
-    time to first token within it (:func:`analyzer.model.goodput.rate_meeting_ttft`), a prompt alone
-    taking the model's time at this worker's calibrated speed. Unchanged without an objective."""
-    if p.ttft_slo_s is None or cap.tokens_per_s <= 0 or isl <= 0:
-        return cap
-    alone = predict(d, Workload(max(1, round(isl)), max(1, round(osl))), with_range=False)
-    if alone.prefill_tokens_per_s <= 0:
-        return cap
-    target = p.ttft_slo_s
-
-    def within(speed: float) -> float:
-        """Prompt tokens/s held to the target on a worker ``speed`` times this one's prompt rate."""
-        tokens = cap.tokens_per_s * speed
-        idle = alone.ttft_s * alone.prefill_tokens_per_s / tokens
-        return rate_meeting_ttft(idle, tokens / isl, target) * isl
-
-    idle = alone.ttft_s * alone.prefill_tokens_per_s / cap.tokens_per_s
-    central = within(1.0)
-    raw = cap.unbounded_tokens_per_s or cap.tokens_per_s  # before the link or the target bounded it
-    bounded = replace(cap, tokens_per_s=central, ttft_s=idle, unbounded_tokens_per_s=raw)
-    if central <= 0:
-        return bounded  # no load meets the target: the pool says so (analysis.ttft_unmet)
-    # The bounded rate moves more than the worker's speed does: its band is the search rerun at the band's
-    # ends, not the raw band carried over.
-    u = cap.uncertainty
-    low, high = within(max(1.0 - u, 1e-6)), within(1.0 + u)
-    band = max(1.0 - low / central, high / central - 1.0, u)
-    shared = cap.shared * band / u if u > 0 else cap.shared
-    return replace(bounded, uncertainty=min(band, 1.0), shared=min(shared, band, 1.0))
 
 
 def _model_band(d: Deployment, p: CapacityParams) -> float:
@@ -447,38 +357,3 @@ def lengths_from_kv(
     context = float(np.median(contexts))
     osl = context / (ratio + 0.5)
     return ratio * osl, osl
-
-
-def ttft_unmet(
-    groups: Sequence[SkuGroup], capacities: Sequence[GroupCapacity], target: float | None
-) -> tuple[list[str], bool]:
-    """Notes for the groups on which a prompt alone already takes longer than the TTFT objective (they
-    cannot prefill within it), and whether that is every group that could prefill at all."""
-    if target is None:
-        return [], False
-    able = [
-        (g, c) for g, c in zip(groups, capacities, strict=True) if (c.prefill.unbounded_tokens_per_s or 0) > 0
-    ]
-    unmet = [(g, c) for g, c in able if c.prefill.tokens_per_s <= 0]
-    notes = [
-        f"TTFT target {target * 1e3:,.0f} ms is below a prompt alone on {g.tp} x {g.sku.name} (modelled "
-        f"{(c.prefill.ttft_s or math.nan) * 1e3:,.0f} ms): it cannot prefill within the target"
-        for g, c in unmet
-    ]
-    unmodelled = [
-        g
-        for g, c in zip(groups, capacities, strict=True)
-        if g.deployment is None and c.prefill.tokens_per_s > 0
-    ]
-    notes += [
-        f"TTFT target not applied on {g.tp} x {g.sku.name}: the model or GPU lacks catalog figures, so its "
-        "prefill figure is raw throughput"
-        for g in unmodelled
-    ]
-    none_can = bool(able) and len(unmet) == len(able) and not unmodelled
-    if none_can:
-        notes.append(
-            "no worker of the pool can prefill within its TTFT target: no split meets it, so its goodput "
-            "capacity and loss are unknown (relax the target or see phasefit predict --ttft-slo)"
-        )
-    return notes, none_can
