@@ -216,7 +216,9 @@ def default_jobs() -> int:
 
 
 Parsed = RowBatch | list[LineError]  # a block's rows, or the errors found in it
-AHEAD_PER_JOB = 4  # blocks in flight per parsing process: ~16 MB of lines, or their rows awaiting the writer
+AHEAD_PER_JOB = (
+    4  # blocks in flight per parsing process (each ~4 MB of lines, or its rows awaiting the writer)
+)
 
 
 class ParsedBlocks(AbstractContextManager["ParsedBlocks"]):
@@ -248,24 +250,32 @@ class ParsedBlocks(AbstractContextManager["ParsedBlocks"]):
         if self._started:
             return self
         self._started = True
+        try:
+            self._start()
+        except BaseException:
+            self.close()  # the pool, its thread and the file: nothing left behind
+            raise
+        return self
+
+    def _start(self) -> None:
         stream = self._exits.enter_context(self._open_source())
         self._blocks = blocks(stream, self._block_bytes)
         if self._jobs <= 0:
-            return self
+            return
+        head: list[tuple[bytes, int, int]] = []
         try:
-            head = list(islice(self._blocks, 2))
+            head.extend(islice(self._blocks, 2))
         except LineTooLongError as exc:
-            self._blocks = _raising(exc)  # raised where the line is read: in :meth:`results`
-            return self
+            self._blocks = chain(head, _raising(exc))  # raised in its place, after the blocks before it
+            return
         self._blocks = chain(head, self._blocks)
         if len(head) < 2:
-            return self  # one block at most: parsed here, no process is worth starting
+            return  # one block at most: parsed here, no process is worth starting
         self._pool = self._exits.enter_context(
             ProcessPoolExecutor(max_workers=self._jobs, mp_context=_worker_context())
         )
         self._exits.callback(self._cancel_pending)
         self._submit(self._jobs * AHEAD_PER_JOB)
-        return self
 
     def results(self, on_progress: ProgressCallback | None = None) -> Iterator[Parsed]:
         """Each block's rows or errors in file order (``on_progress`` gets the bytes read so far)."""
@@ -328,5 +338,5 @@ def _worker_context() -> multiprocessing.context.BaseContext:
     if "forkserver" not in methods:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["fleet.ingest"])
+    context.set_forkserver_preload(["fleet.ingest_blocks"])
     return context

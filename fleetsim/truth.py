@@ -218,6 +218,7 @@ class _Truth:
                 flow = model.flow(
                     pc.traffic, pc.capacities, pc.up, states[p], window_s=window, roles=pc.roles
                 )
+                screened = ttft_bounded(model, pc.traffic, pc.capacities)  # candidates by their goodput
                 mix = pc.traffic.mix
                 self.saturated[p][first : first + len(pc.up)] = flow.saturated.any(axis=1)
                 for seg, sl in self._overlaps(p, first, len(pc.up)):
@@ -234,7 +235,7 @@ class _Truth:
                     stride = max(1, seg.windows // _SEARCH_WINDOWS)
                     rows = np.arange(sl.start, sl.stop)
                     rows = rows[(first + rows - seg.first) % stride == 0]
-                    seg.sample_prefill += list(pc.capacities.prefill[rows] * pc.up[rows])
+                    seg.sample_prefill += list(screened.prefill[rows] * pc.up[rows])
                     seg.sample_decode += list(pc.capacities.decode[rows] * pc.up[rows])
                     seg.sample_mean += list(
                         zip(mix.mean_prompt[rows].tolist(), mix.mean_output[rows].tolist(), strict=True)

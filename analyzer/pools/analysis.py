@@ -313,16 +313,17 @@ def _segment(
     for phase, value in zip(("prefill", "decode"), measured, strict=True):
         if value is not None and phase == "prefill" and p.capacity.ttft_slo_s is not None:
             notes.append(
-                "the prefill phase was seen saturated: what it delivered then missed the TTFT target, so "
-                "its capacity now is the load that meets it"
+                "the prefill phase was seen saturated: under the TTFT target the current plan counts the "
+                "load that meets it, not what the phase delivered while queueing"
             )
         elif value is not None:
             notes.append(
                 f"the {phase} phase was seen saturated: its delivered throughput is its capacity now"
             )
     sizes = tuple(len(members) for members in current_roles)
-    # A saturated prefill phase queues: what it delivered then is raw throughput at a TTFT no target
-    # meets, so under a TTFT target the current plan counts its target-bounded capacity instead.
+    # A saturated prefill phase queues: what it delivered then is raw throughput, whatever its TTFT, so
+    # under a TTFT target the current plan counts its target-bounded capacity instead (which the buckets
+    # seen within the target raise to what they show: a loose target that queueing met bounds little).
     in_plan = (None if p.capacity.ttft_slo_s is not None else measured[0], measured[1])
     placement = place(
         capacities,

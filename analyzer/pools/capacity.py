@@ -129,7 +129,7 @@ def group_capacity(
             isl,
             osl,
             p,
-            seen_share(cal, group.key, p),
+            seen_share(cal, group.key, d, p),
         ),
         _decode(group, d, cal, isl, osl, budget, p),
         budget.bytes,

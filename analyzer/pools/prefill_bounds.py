@@ -19,6 +19,8 @@ from analyzer.pools.calibration import CapacityParams, PoolCalibration
 from analyzer.pools.capacity_types import GroupCapacity, RoleCapacity
 from analyzer.pools.pool import SkuGroup
 
+_SAME_COMPUTE = 0.05  # peak FLOPs this close: the same compute, for prefill (H100 and H200 SXM)
+
 
 def within_link(cap: RoleCapacity, d: Deployment, isl: float, p: CapacityParams) -> RoleCapacity:
     """The prefill capacity the KV link allows: a disaggregated prefill worker hands each prompt token's KV
@@ -41,11 +43,12 @@ def within_link(cap: RoleCapacity, d: Deployment, isl: float, p: CapacityParams)
     )
 
 
-def seen_share(cal: PoolCalibration, key: str, p: CapacityParams) -> tuple[float, bool] | None:
+def seen_share(cal: PoolCalibration, key: str, d: Deployment, p: CapacityParams) -> tuple[float, bool] | None:
     """The share of its prefill speed a group's workers were seen serving within the TTFT objective
     (:mod:`analyzer.pools.ttft_evidence`), and whether it is the group's own: else the median share of
-    the pool's groups that have that evidence (prefill moves between SKUs of equal compute); None where no
-    group has it."""
+    the pool's groups of the same compute that have that evidence (prefill moves between SKUs of equal
+    compute, as H100 and H200; a slower or faster GPU's share says nothing of this one's); None where none
+    has it."""
     if p.ttft_slo_s is None:
         return None
     target = p.ttft_slo_s
@@ -58,7 +61,15 @@ def seen_share(cal: PoolCalibration, key: str, p: CapacityParams) -> tuple[float
     mine = own(key)
     if mine is not None:
         return mine, True
-    others = [share for group in cal.prefill_ttft if (share := own(group)) is not None]
+    flops = d.gpu.peak_flops(d.precision)
+
+    def same_compute(group: str) -> bool:
+        sku = cal.skus.get(group)
+        theirs = sku.peak_flops(d.precision) if sku is not None else None
+        return flops is not None and theirs is not None and math.isclose(theirs, flops, rel_tol=_SAME_COMPUTE)
+
+    alike = [group for group in cal.prefill_ttft if same_compute(group)]
+    others = [share for group in alike if (share := own(group)) is not None]
     return (float(np.median(others)), False) if others else None
 
 
@@ -81,6 +92,8 @@ def within_ttft(
     if seen is None or seen[0] * cap.tokens_per_s <= modelled.tokens_per_s:
         return modelled
     share, mine = seen
+    if not mine and modelled.tokens_per_s <= 0:
+        return modelled  # a prompt alone misses the target here: no other group's evidence says otherwise
     band = min(cap.uncertainty, p.measured_uncertainty) if mine else cap.uncertainty
     return replace(
         modelled,

@@ -120,10 +120,14 @@ def _head_from_scripts() -> str | None:
     revisions: set[str] = set()
     revised: set[str] = set()
     for script in Path(_script_location(), "versions").glob("*.py"):
-        source = script.read_text(encoding="utf-8")
-        ids = {m[1]: m[2] or m[3] or None for m in _REVISION_LINE.finditer(source)}
-        if set(ids) != {"revision", "down_revision"} or ids["revision"] is None:
-            return None
+        if script.name.startswith((".", "_")):
+            continue  # an editor's lock or backup file, or a package marker: not a migration (as Alembic)
+        found = [
+            (m[1], m[2] or m[3] or None) for m in _REVISION_LINE.finditer(script.read_text(encoding="utf-8"))
+        ]
+        ids = dict(found)
+        if len(found) != 2 or set(ids) != {"revision", "down_revision"} or ids["revision"] is None:
+            return None  # stated otherwise, or more than once: Alembic reads it
         revisions.add(ids["revision"])
         if ids["down_revision"] is not None:
             revised.add(ids["down_revision"])
@@ -141,7 +145,10 @@ def _stored_revision(connection: Connection) -> str | None:
     """The revision in Alembic's version table (one row; none while the schema is being created)."""
     rows = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
     if len(rows) > 1:
-        raise RuntimeError(f"{VERSION_TABLE} holds {len(rows)} revisions ({', '.join(rows)}): one expected")
+        raise SchemaNotCurrentError(
+            f"{VERSION_TABLE} holds {len(rows)} revisions ({', '.join(rows)}): phasefit's history is one "
+            "line, so something else migrated this store; point PHASEFIT_DATABASE_URL at a phasefit store"
+        )
     return rows[0] if rows else None
 
 

@@ -236,7 +236,7 @@ def test_a_saturated_prefill_phase_stands_for_its_capacity_only_without_a_ttft_t
     bounded = analyze(data, CATALOG, AnalyzerSettings().params())
     (segment,) = {a.pool.key: a for a in bounded.pools}.popitem()[1].segments[-1:]
     assert segment.measured[0] is not None  # the prefill phase was seen saturated
-    assert any("missed the TTFT target" in note for note in segment.notes)
+    assert any("counts the load that meets it" in note for note in segment.notes)
     assert segment.placement is not None and segment.placement.lost_tokens_per_s > 0
     (pool,) = bounded.summary["pools"]
     (unbounded,) = raw.summary["pools"]

@@ -30,7 +30,9 @@ def test_every_threshold_has_a_path_a_default_and_a_meaning() -> None:
 
 
 # Fields of the tree that are not thresholds: the operator's mappings and rules, and a bucket's length.
-UNTUNED = {"clusters", "pool_params", "targets", "tpot_slo_where", "window_s", "ttft_slo_s", "kv_link_bytes_per_s"}
+UNTUNED = {
+    "clusters", "pool_params", "targets", "tpot_slo_where", "window_s", "ttft_slo_s", "kv_link_bytes_per_s",
+}  # fmt: skip
 
 
 def test_every_parameter_field_of_the_tree_is_documented() -> None:

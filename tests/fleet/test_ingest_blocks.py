@@ -80,3 +80,49 @@ def test_blocks_parsed_for_another_kind_of_store_are_parsed_again(
     parsed = ParsedBlocks(file_source(path), other, 0, block_bytes=2048).start()
     result = ingest_file(store_engine, path, jobs=0, block_bytes=2048, parsed=parsed)
     assert (result.stored, result.duplicates) == (40, 0)
+
+
+class _Failing:
+    """A stream that fails on its ``fail_at``-th read (a corrupt gzip body found while reading ahead)."""
+
+    def __init__(self, data: bytes, fail_at: int) -> None:
+        self.data, self.fail_at, self.reads, self.closed = data, fail_at, 0, False
+
+    def read(self, size: int = -1, /) -> bytes:
+        self.reads += 1
+        if self.reads >= self.fail_at:
+            raise EOFError("compressed file ended before the end-of-stream marker was reached")
+        chunk, self.data = self.data[:size], self.data[size:]
+        return chunk
+
+    def __enter__(self) -> _Failing:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.closed = True
+
+
+def test_a_failure_while_reading_ahead_leaves_no_process_thread_or_file_behind(tmp_path: Path) -> None:
+    import multiprocessing
+    import threading
+
+    data = _file(tmp_path / "samples.jsonl", 200).read_bytes()
+    stream = _Failing(data, fail_at=6)  # after the pool started
+    threads = threading.active_count()
+    with pytest.raises(EOFError):
+        ParsedBlocks(lambda: stream, "epoch_us", 2, block_bytes=2048).start()
+    assert stream.closed and threading.active_count() == threads
+    assert multiprocessing.active_children() == []
+
+
+def test_a_runaway_line_after_good_blocks_comes_after_their_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_blocks, "MAX_LINE_BYTES", 4096)
+    bad = dump_record(gpu_sample(0, 0)).replace('"sm_active":', '"sm_active":"x","y":')
+    path = tmp_path / "late-runaway.jsonl"
+    path.write_text(bad + "\n" + "x" * 9000)  # the runaway in the second block read
+    for jobs in (0, 2):
+        with ParsedBlocks(file_source(path), "epoch_us", jobs, block_bytes=1024) as parsed:
+            first = next(parsed.results())
+        assert isinstance(first, list) and first[0].line == 1  # the first block's own error, either way

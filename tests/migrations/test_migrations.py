@@ -438,6 +438,7 @@ _ROOT = 'revision = "1"\ndown_revision = None\n'
         ([_ROOT, 'revision = "2"\ndown_revision = None\n'], None),
         ([_ROOT, 'revision = make_id()\ndown_revision = "1"\n'], None),
         (['revision = "2"\ndown_revision = "1"\n'], None),
+        ([_ROOT, 'revision = "2"\ndown_revision = "1"\nrevision = "3"\n'], None),  # stated twice
     ],
 )
 def test_a_history_the_scripts_do_not_state_plainly_is_left_to_alembic(
@@ -456,3 +457,22 @@ def test_the_migration_error_is_alembics_imported_on_first_use() -> None:
     assert migrate.CommandError is CommandError
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
         migrate.Nothing  # noqa: B018
+
+
+def test_editor_files_beside_the_scripts_are_not_migrations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "versions").mkdir()
+    (tmp_path / "versions" / "0001_a.py").write_text(_ROOT)
+    (tmp_path / "versions" / ".#0001_a.py").symlink_to(tmp_path / "gone")  # an Emacs lock: dangling
+    (tmp_path / "versions" / "__init__.py").write_text("")
+    monkeypatch.setattr(migrate, "_script_location", lambda: str(tmp_path))
+    assert migrate._head_from_scripts() == "1"
+
+
+def test_a_version_table_of_two_revisions_is_refused_with_what_to_do(engine: Engine) -> None:
+    migrate.upgrade(engine)
+    with engine.begin() as connection:
+        connection.execute(text("INSERT INTO alembic_version (version_num) VALUES ('f00d')"))
+    with pytest.raises(migrate.SchemaNotCurrentError, match="2 revisions"):
+        migrate.ensure_schema(engine)

@@ -79,3 +79,29 @@ def test_what_the_workers_served_within_the_target_outranks_a_lower_model_bound(
     assert not low.ttft_seen and low.tokens_per_s == pytest.approx(modelled.tokens_per_s)
     untargeted = group_capacity(H200, _seen(share), ISL, OSL, CapacityParams()).prefill
     assert untargeted.tokens_per_s == pytest.approx(raw.tokens_per_s)
+
+
+def _l40s() -> Any:
+    from analyzer.model.deployment import make_deployment
+    from analyzer.pools.pool import SkuGroup
+    from tests.analyzer.pools.test_capacity import CATALOG
+
+    d = make_deployment(CATALOG, model="llama-3.1-70b", gpu="L40S", precision="fp8", tp=2)
+    return SkuGroup(d.gpu, 2, tuple(range(16, 24)), d)
+
+
+def test_evidence_is_borrowed_only_from_the_same_compute_and_never_against_a_prompt_alone() -> None:
+    l40s = _l40s()
+    cal = _seen(0.9)
+    cal = replace(cal, skus={**cal.skus, l40s.key: l40s.sku})
+    loose = CapacityParams(ttft_slo_s=1.0)
+    # The H200's share says nothing of an L40S: a GPU of other compute keeps the queueing model's bound.
+    assert not group_capacity(l40s, cal, ISL, OSL, loose).prefill.ttft_seen
+    # A target a prompt alone misses on the H100 stays unmet there, whatever the H200 was seen doing.
+    alone = group_capacity(H100, _inverted_calibration(), ISL, OSL, CapacityParams(ttft_slo_s=1.0)).prefill
+    target = (alone.ttft_s or 0.0) * 0.5
+    tight = CapacityParams(ttft_slo_s=target)
+    fast = replace(cal, prefill_ttft={H200.key: TtftPoints(np.full(20, 9_000.0), np.full(20, target / 2))})
+    assert group_capacity(H200, fast, ISL, OSL, tight).prefill.ttft_seen  # its own evidence stands
+    h100 = group_capacity(H100, fast, ISL, OSL, tight).prefill
+    assert h100.tokens_per_s == 0 and not h100.ttft_seen
