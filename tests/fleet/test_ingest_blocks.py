@@ -69,7 +69,8 @@ def test_a_runaway_line_in_the_first_blocks_is_an_error_of_the_load(
     parsed = ParsedBlocks(file_source(path), "epoch_us", 2, block_bytes=1024).start()
     with pytest.raises(IngestError, match="line 2: line longer than 0 MiB"):
         ingest_file(store_engine, path, jobs=2, block_bytes=1024, parsed=parsed)
-    assert table_counts(store_engine.connect())["gpu_samples"] == 0
+    with store_engine.connect() as connection:  # closed: an open one would hold PostgreSQL's locks
+        assert table_counts(connection)["gpu_samples"] == 0
 
 
 def test_blocks_parsed_for_another_kind_of_store_are_parsed_again(
