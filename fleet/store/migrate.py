@@ -136,9 +136,14 @@ def _head_from_scripts() -> str | None:
 
 
 def current_revision(engine: Engine) -> str | None:
+    return _tables_and_revision(engine)[1]
+
+
+def _tables_and_revision(engine: Engine) -> tuple[set[str], str | None]:
+    """The store's table names, and the revision in Alembic's version table (None without one)."""
     with engine.connect() as connection:
         tables = set(inspect(connection).get_table_names())
-        return _stored_revision(connection) if VERSION_TABLE in tables else None
+        return tables, _stored_revision(connection) if VERSION_TABLE in tables else None
 
 
 def _stored_revision(connection: Connection) -> str | None:
@@ -154,9 +159,7 @@ def _stored_revision(connection: Connection) -> str | None:
 
 def schema_status(engine: Engine) -> SchemaStatus:
     head = head_revision()
-    with engine.connect() as connection:
-        tables = set(inspect(connection).get_table_names())
-        current = _stored_revision(connection) if VERSION_TABLE in tables else None
+    tables, current = _tables_and_revision(engine)
     if current is None:
         state = SchemaState.UNMANAGED if tables & set(Base.metadata.tables) else SchemaState.EMPTY
     elif current == head:
