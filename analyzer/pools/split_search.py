@@ -201,7 +201,8 @@ def spare(
 class PlanChoice:
     chosen: npt.NDArray[np.int64]  # prefill workers per group, recommended
     # The plan that would have been chosen but for ``act`` (its gain's low end is not positive) or for
-    # ``min_gain`` (its expected gain is too small to be worth the role changes); None: none.
+    # ``min_gain`` (its expected gain is too small to be worth the role changes); None: none. With a move
+    # recommended, the larger move it stops short of.
     held_back: npt.NDArray[np.int64] | None = None
     # The expected gain as a share of the current rate when ``min_gain`` held the plan back (None: ``act``).
     small_gain: float | None = None
@@ -251,6 +252,7 @@ def choose_plan(
     chosen, chosen_buffer, moved = current, 0.0, False
     chosen_rates = draw_rates(current.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r)
     current_rates = chosen_rates
+    path: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []  # each plan chosen, in order
     for k in np.unique(changes):
         if k == 0:
             continue
@@ -265,19 +267,45 @@ def choose_plan(
         if found.size:
             i = int(found[np.lexsort((-buffer[found], -wins[found], -expected[found]))[0]])
             chosen, chosen_rates, chosen_buffer, moved = plans[i], rates[i], float(buffer[i]), True
-    confident = (chosen_rates > current_rates * (1.0 + _SAME_RATE)).mean() >= act
-    share = chosen_rates.mean() / current_rates.mean() - 1.0 if current_rates.mean() > 0 else math.inf
+            path.append((chosen, chosen_rates))
     held_back, small_gain = None, None
-    if moved and current_rates.mean() > 0 and not (confident and share >= min_gain):
-        chosen, held_back = current, chosen
-        small_gain = share if confident else None
+    if moved and current_rates.mean() > 0:
+        chosen, held_back, small_gain = _act_on(path, current, current_rates, act, min_gain)
     if standing is not None and not np.array_equal(standing, current):
         chosen = _keep_standing(
             standing, chosen, current, (sizes, draws_p, draws_d, isl, osl, r), tolerance, act, min_gain
         )
     if not np.array_equal(chosen, current):
-        held_back, small_gain = None, None
+        small_gain = None
+        if held_back is not None and np.array_equal(held_back, chosen):
+            held_back = None
     return PlanChoice(np.asarray(chosen, dtype=np.int64), held_back, small_gain)
+
+
+def _act_on(
+    path: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]],
+    current: npt.NDArray[np.int64],
+    current_rates: npt.NDArray[np.float64],
+    act: float,
+    min_gain: float,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None, float | None]:
+    """(plan to recommend, the search's plan where that is not it, its expected gain share where only
+    ``min_gain`` held it back).
+
+    The search's last plan is recommended when its gain is confident (wins ``act`` of the draws against
+    the current plan) and worth its role changes (``min_gain``). Else the latest plan of the search's path
+    that is both, if any: a move with fewer role changes that surely gains, where the larger one might not
+    (which stays the held-back plan: its possible gain is the loss's high end)."""
+    last = path[-1][0]
+    last_share: float | None = None
+    for plan, rates in reversed(path):
+        confident = (rates > current_rates * (1.0 + _SAME_RATE)).mean() >= act
+        share = float(rates.mean() / current_rates.mean() - 1.0)
+        if confident and share >= min_gain:
+            return plan, (None if plan is last else last), None
+        if plan is last:
+            last_share = share if confident else None
+    return current, last, last_share
 
 
 _Draws = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64], float, float, Routing]
@@ -461,6 +489,10 @@ def place(
             low = max(0.0, min(lost, float(np.quantile(gains, 0.1))))
             if lost > 0 and low <= 0:
                 cause = range_cause(groups, gains, gain_at, draws_p, draws_d, offset)
+            if choice.held_back is not None:  # a larger move, not sure enough to recommend, may gain more
+                further = draw_rates(choice.held_back, sizes, draws_p, draws_d, isl, osl, r)
+                now = draw_rates(xc, sizes, draws_p, draws_d, isl, osl, r)
+                high = max(high, float(np.quantile((further - now) * (isl + osl) - offset, 0.9)))
         elif high > 0:
             cause = held_back_cause(gains, high, choice.small_gain, min_gain)
     gpus = int(sum(len(m) * g.group.tp for g, m in zip(groups, current_roles, strict=True)))

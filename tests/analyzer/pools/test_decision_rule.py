@@ -137,3 +137,70 @@ def test_a_move_held_back_shows_its_possible_gain_as_a_range_from_zero() -> None
         peak_demand_tokens_per_s=1.0,
     )
     assert settled.lost_high == 0.0 and range_to_zero(settled) is None
+
+
+def test_a_sure_partial_move_is_recommended_where_the_whole_one_might_not_help() -> None:
+    """Each group has two workers; now the first prefills and the second decodes. Swapping both pairs gains
+    most on average and beats swapping one pair in most draws, but beats the current split in fewer than
+    ``ACT`` of them (the first group's decode speed is uncertain); swapping one pair gains in every draw.
+    The sure move is recommended rather than none."""
+    sizes, current = np.array([2, 2], dtype=np.int64), np.array([2, 0], dtype=np.int64)
+    # The first group's decode speed (thousand tokens/s): row 0 the central estimate, then 100 draws.
+    first_decode = np.array([12.0] + [4.0] * 12 + [6.0] * 5 + [12.0] * 83) * 1e3
+    prefill = np.tile([5e3, 10e3], (first_decode.size, 1))
+    decode = np.column_stack([first_decode, np.full(first_decode.size, 10e3)])
+
+    def rates(x: list[int]) -> np.ndarray:
+        return draw_rates(np.array(x), sizes, prefill, decode, ISL, OSL, SplitRouting())
+
+    now, pair, both = rates([2, 0]), rates([1, 1]), rates([0, 2])
+    assert both.mean() > pair.mean() > now.mean() and (pair > now).all()
+    assert (both > pair).mean() >= 0.75 and (both > now).mean() < ACT
+    choice = choose_plan(sizes, prefill, decode, ISL, OSL, current)
+    assert choice.chosen.tolist() == [1, 1]
+    assert choice.held_back is not None and choice.held_back.tolist() == [0, 2]  # the larger move, kept back
+
+
+def test_a_partial_move_reports_the_larger_moves_possible_gain_as_its_high_end() -> None:
+    """Qwen3-235B at TP 8 under measured kernels: two H100 workers prefill, two H200 workers decode, the
+    H100's decode rate transferred (17%). One pair swapped is recommended; the loss's high end is what
+    swapping both might gain, since the truth may lie there."""
+    from analyzer.pools.capacity import GroupCapacity, RoleCapacity
+    from analyzer.pools.split_search import capacity_draws
+    from tests.analyzer.pools.test_split_search import H100, H200, SkuGroup, _roles
+
+    h100 = GroupCapacity(
+        SkuGroup(H100, 8, (0, 1), None),
+        RoleCapacity(30_245.0, 0.03, "measured"),
+        RoleCapacity(9_407.0, 0.172, "transferred", shared=0.1),
+        kv_bytes=60e9,
+    )
+    h200 = GroupCapacity(
+        SkuGroup(H200, 8, (2, 3), None),
+        RoleCapacity(32_197.0, 0.03, "transferred"),
+        RoleCapacity(10_595.0, 0.086, "calibrated", shared=0.03),
+        kv_bytes=60e9,
+    )
+    isl, osl = 1334.2, 349.8
+    result = place(
+        [h100, h200],
+        [_roles(range(0, 2), 2), _roles(range(2, 4), 0)],
+        isl=isl,
+        osl=osl,
+        demand_tokens_per_s=1.0,
+        peak_demand_tokens_per_s=1.0,
+    )
+    assert result.best.prefill == (1, 1)
+    sizes = np.array([2, 2])
+    cp = np.array([30_245.0, 32_197.0])
+    cd = np.array([9_407.0, 10_595.0])
+    draws_p, draws_d = capacity_draws([h100, h200], cp, cd, seed=0)
+
+    def gain_q90(x: list[int]) -> float:
+        gain = draw_rates(np.array(x), sizes, draws_p, draws_d, isl, osl, SplitRouting())
+        gain = gain - draw_rates(np.array([2, 0]), sizes, draws_p, draws_d, isl, osl, SplitRouting())
+        return float(np.quantile(gain * (isl + osl), 0.9))
+
+    assert gain_q90([0, 2]) > gain_q90([1, 1])
+    assert result.lost_high == pytest.approx(gain_q90([0, 2]))
+    assert 0.0 < result.lost_low <= result.lost_tokens_per_s < result.lost_high
