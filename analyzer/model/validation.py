@@ -4,7 +4,9 @@ prediction widens to where that is beyond the model's held-out band.
 The figures, per structural regime (:data:`STRUCTURAL_REGIMES`) and phase, are summaries written by
 ``benchmarks/perf_model_vs_measured.py --write``: the analyzer never reads the measured tables (they are
 the simulator's physics too; docs/architecture.md), and nothing here is fitted (the constants stay fitted on
-published end-to-end rows). Only ``perf_model.predict``'s ranges use them; the fleet analysis asks for none.
+published end-to-end rows). ``perf_model.predict``'s ranges use them, and so do the fleet analysis's
+capacities where they rest on the model: a capacity from the model alone widens to the absolute error, one
+transferred from another SKU to the ratio error (``analyzer.pools.capacity``).
 Reasoning: docs/analyzer.md#uncertainty
 """
 

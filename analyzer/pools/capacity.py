@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from analyzer.model import uncertainty as bands
+from analyzer.model import validation
 from analyzer.model.deployment import Deployment
 from analyzer.model.efficiency import CALIBRATED
 from analyzer.model.goodput import batch_meeting_tpot
@@ -171,11 +172,18 @@ def _prefill(
             fits,
             shared=min(uncertainty, p.measured_uncertainty),
         )
-    return RoleCapacity(model, _model_band(d, p), "model", fits, shared=_model_shared(p))
+    return RoleCapacity(model, _model_band(d, p, "prefill"), "model", fits, shared=_model_shared(p))
 
 
-def _model_band(d: Deployment, p: CapacityParams) -> float:
-    """The uncalibrated model's band: its held-out absolute error, the MoE regime's where that is wider."""
+def _model_band(d: Deployment, p: CapacityParams, phase: str) -> float:
+    """The uncalibrated model's band: its held-out absolute error (the MoE regime's where that is wider),
+    widened to the error against measured kernels of this structure and phase where that is wider still
+    (:mod:`analyzer.model.validation`, as ``phasefit predict`` widens it)."""
+    return validation.widen(d.tp, d.is_moe, phase, _held_out_band(d, p)).band
+
+
+def _held_out_band(d: Deployment, p: CapacityParams) -> float:
+    """The model's held-out absolute error on published rows, the MoE regime's where that is wider."""
     return max(p.model_uncertainty, bands.band("moe")) if d.is_moe else p.model_uncertainty
 
 
@@ -197,7 +205,8 @@ def _transfer_uncertainty(d: Deployment, sources: list[GpuSku], role: str, p: Ca
 
     nearest = min((distance(s) for s in sources), default=math.inf)
     reach = min(1.0, nearest / math.log(1.5))
-    transfer = max(p.transfer_uncertainty, bands.band("moe", "ratio")) if d.is_moe else p.transfer_uncertainty
+    held_out = max(p.transfer_uncertainty, bands.band("moe", "ratio")) if d.is_moe else p.transfer_uncertainty
+    transfer = validation.widen(d.tp, d.is_moe, role, held_out, "ratio").band  # the kernels' ratio error
     return p.measured_uncertainty + (transfer - p.measured_uncertainty) * reach
 
 
@@ -250,8 +259,9 @@ def _decode(
         sources = [cal.skus[k] for k in cal.decode if k in cal.skus]
         uncertainty, source = _transfer_uncertainty(d, sources, "decode", p) + extrapolation, "transferred"
     else:
-        uncertainty, source, shared = _model_band(d, p), "model", _model_shared(p)
-    uncertainty = min(uncertainty, _model_band(d, p))
+        uncertainty, source, shared = _model_band(d, p, "decode"), "model", _model_shared(p)
+    if source != "model":  # fitted or borrowed: at most the model's own held-out band
+        uncertainty = min(uncertainty, _held_out_band(d, p))
     # Where the model is weakest: the budget's own range (this group's), the MoE routing band (shared).
     kv_part = _budget_part(d, cal, isl, osl, budget, scale, tokens, p)
     routing_part = _routing_part(d, cal, isl, osl, kv, scale, tokens, p)

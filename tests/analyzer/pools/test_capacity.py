@@ -9,6 +9,7 @@ from analyzer.findings.evidence import capacity_evidence
 from analyzer.model.deployment import make_deployment
 from analyzer.model.kv_budget import BudgetSource
 from analyzer.model.moe import kv_bytes_per_token_slot
+from analyzer.model.validation import widen
 from analyzer.pools.calibration import CapacityParams, PoolCalibration
 from analyzer.pools.capacity import RoleCapacity, group_capacity, kv_budget_of
 from analyzer.pools.decode_fit import DecodeLine
@@ -83,6 +84,8 @@ def test_a_borrowed_figure_is_never_less_certain_than_the_uncalibrated_model() -
     p = CapacityParams(model_uncertainty=0.15)
     h200 = group_capacity(H200, _inverted_calibration(), ISL, OSL, p)
     assert h200.decode.source == "transferred"
+    # At most the model's held-out band (15% here): what is borrowed rests on the fleet's own figures, so
+    # the model-only band's widening to the measured kernels' error does not reach it.
     assert h200.decode.uncertainty == pytest.approx(0.15, rel=1e-3)
     assert h200.decode.correlation == pytest.approx(1.0)
 
@@ -91,9 +94,10 @@ def test_an_uncalibrated_model_shares_what_cancels_in_cross_sku_ratios() -> None
     p = CapacityParams()
     cal = PoolCalibration(skus={H100.key: H100.sku, H200.key: H200.sku}, kv_reported=dict(REPORTED))
     capacity = group_capacity(H200, cal, ISL, OSL, p)
-    for role in (capacity.prefill, capacity.decode):
+    for phase, role in (("prefill", capacity.prefill), ("decode", capacity.decode)):
         assert role.source == "model"
-        assert role.uncertainty == pytest.approx(p.model_uncertainty, rel=0.01)
+        # The held-out band, or the measured kernels' error of TP 1-2 dense where that is wider.
+        assert role.uncertainty == pytest.approx(widen(2, False, phase, p.model_uncertainty).band, rel=0.01)
         assert role.shared == pytest.approx(p.model_uncertainty - p.transfer_uncertainty, rel=0.05)
 
 
@@ -152,8 +156,25 @@ def test_a_modelled_budget_widens_the_band_where_the_kv_cache_starves() -> None:
     assert starved == pytest.approx(1.0)  # the low end of the range holds no batch at all
     assert roomy > p.model_uncertainty  # even the H200's modelled budget adds to the model's own error
     measured_starved, measured_roomy = _starved(20_000.0)
-    assert measured_starved == pytest.approx(p.model_uncertainty, rel=0.05)
-    assert measured_roomy == pytest.approx(p.model_uncertainty, rel=0.05)
+    model_band = widen(1, False, "decode", p.model_uncertainty).band
+    assert measured_starved == pytest.approx(model_band, rel=0.05)
+    assert measured_roomy == pytest.approx(model_band, rel=0.05)
+
+
+def test_a_model_only_capacity_widens_to_the_measured_kernels_error() -> None:
+    """Nothing measured: a TP 8 decode capacity spans the model's disagreement with measured kernels
+    (``analyzer.model.validation``), not only its error on published rows; a transferred one the kernels'
+    cross-SKU ratio error where that is wider than the held-out one."""
+    p = CapacityParams()
+    d = make_deployment(CATALOG, model="llama-3.1-405b", gpu="H200 SXM", precision="fp8", tp=8)
+    group = SkuGroup(d.gpu, 8, (0,), d)
+    cal = PoolCalibration(skus={group.key: group.sku}, kv_reported={group.key: (2_000_000.0, 0.0)})
+    capacity = group_capacity(group, cal, 1000.0, 1000.0, p)
+    assert capacity.decode.source == "model"
+    assert widen(8, False, "decode", p.model_uncertainty).band > 1.0
+    assert capacity.decode.uncertainty == pytest.approx(1.0)  # a decode band is capped at 100%
+    assert capacity.prefill.uncertainty == pytest.approx(widen(8, False, "prefill", p.model_uncertainty).band)
+    assert capacity.prefill.uncertainty > p.model_uncertainty
 
 
 def test_moe_routing_band_is_shared_by_every_group_of_the_pool() -> None:
@@ -167,8 +188,10 @@ def test_moe_routing_band_is_shared_by_every_group_of_the_pool() -> None:
         if g.deployment is not None
     }
     cal = PoolCalibration(skus={g.key: g.sku for g in groups}, kv_reported=reported)
-    dense_d = make_deployment(CATALOG, model="llama-3.1-70b", gpu="H200 SXM", precision="fp8", tp=8)
-    dense = SkuGroup(dense_d.gpu, 8, (9,), dense_d)
+    # A dense model at TP 2 (at TP 8 its model-only band, widened to the measured kernels' error, is
+    # already the widest there is).
+    dense_d = make_deployment(CATALOG, model="llama-3.1-70b", gpu="H200 SXM", precision="fp8", tp=2)
+    dense = SkuGroup(dense_d.gpu, 2, (9,), dense_d)
     dense_cal = PoolCalibration(skus={dense.key: dense.sku}, kv_reported={dense.key: (2_000_000.0, 0.0)})
     dense_decode = group_capacity(dense, dense_cal, 1000.0, 1000.0).decode
     for g in groups:
