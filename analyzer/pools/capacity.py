@@ -249,7 +249,8 @@ def _decode(
                 rate * tokens / reference, p.measured_uncertainty, "measured", fits, batch, tpot
             )
     seen = line.max_batch_seen if line else max((x.max_batch_seen for x in cal.decode.values()), default=0.0)
-    extrapolation = p.extrapolation_per_doubling * max(0.0, math.log2(batch / max(seen, 1.0)))
+    doublings = max(0.0, math.log2(batch / max(seen, 1.0)))  # of the batch beyond the largest seen
+    extrapolation = p.extrapolation_per_doubling * doublings
     # Shared with the pool's other decode groups: the fitted scale's floor (the pooled scale others borrow)
     # and the extrapolation of the same step-time model beyond the batches seen.
     shared = p.measured_uncertainty + extrapolation
@@ -265,6 +266,8 @@ def _decode(
     # Where the model is weakest: the budget's own range (this group's), the MoE routing band (shared).
     kv_part = _budget_part(d, cal, isl, osl, budget, scale, tokens, p)
     routing_part = _routing_part(d, cal, isl, osl, kv, scale, tokens, p)
+    if source != "model":  # the fitted scale holds the routing of the batches seen: modelled only beyond
+        routing_part *= min(1.0, doublings)
     uncertainty = min(1.0, bands.combine(uncertainty, kv_part, routing_part))
     shared = bands.combine(shared, routing_part)
     return RoleCapacity(

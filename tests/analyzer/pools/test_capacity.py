@@ -198,3 +198,25 @@ def test_moe_routing_band_is_shared_by_every_group_of_the_pool() -> None:
         decode = group_capacity(g, cal, 1000.0, 1000.0).decode
         assert decode.uncertainty > dense_decode.uncertainty  # the MoE band widens it
         assert decode.shared > dense_decode.shared  # and what widens it is common to the pool's groups
+
+
+def test_a_calibrated_moe_decode_carries_the_routing_band_only_beyond_the_batches_seen() -> None:
+    """The step times a decode line was fitted on hold the routing the engines saw: at the batches seen the
+    MoE routing band does not apply; at twice the largest it applies in full, as for the model alone."""
+    d = make_deployment(CATALOG, model="mixtral-8x7b", gpu="H100 SXM", precision="fp8", tp=2)
+    group = SkuGroup(d.gpu, 2, (0,), d)
+    reported = {group.key: (400_000.0, 0.0)}
+    p = CapacityParams(max_decode_batch=128)
+
+    def decode(seen: float | None) -> RoleCapacity:
+        lines = {} if seen is None else {group.key: DecodeLine(0.9, 0.02, seen, 200)}
+        cal = PoolCalibration(
+            skus={group.key: group.sku}, kv_reported=reported, decode=lines, pooled_decode=0.9
+        )
+        return group_capacity(group, cal, 1000.0, 200.0, p).decode
+
+    modelled, at_seen, beyond = decode(None), decode(128.0), decode(64.0)
+    assert modelled.source == "model" and at_seen.source == beyond.source == "calibrated"
+    assert at_seen.batch == pytest.approx(128.0)
+    assert at_seen.uncertainty == pytest.approx(p.measured_uncertainty)  # the fitted floor: no routing band
+    assert beyond.uncertainty > 0.2 > at_seen.uncertainty  # a doubling beyond: the routing band in full
