@@ -201,11 +201,14 @@ def spare(
 class PlanChoice:
     chosen: npt.NDArray[np.int64]  # prefill workers per group, recommended
     # The plan that would have been chosen but for ``act`` (its gain's low end is not positive) or for
-    # ``min_gain`` (its expected gain is too small to be worth the role changes); None: none. With a move
-    # recommended, the larger move it stops short of.
+    # ``min_gain`` (its expected gain is too small to be worth the role changes); with a move recommended,
+    # the larger move it stops short of; with none considered, the other plan of the highest expected rate
+    # (what the loss's range may reach). None: there is no other plan.
     held_back: npt.NDArray[np.int64] | None = None
     # The expected gain as a share of the current rate when ``min_gain`` held the plan back (None: ``act``).
     small_gain: float | None = None
+    # ``held_back`` is no move the search made, only the best other plan: its gain is the model's alone.
+    alternative: bool = False
 
 
 def choose_plan(
@@ -239,6 +242,7 @@ def choose_plan(
       a new plan wins ``act`` of them against it.
     """
     r = routing or Routing()
+    alternative = False
     plans = candidates(sizes, draws_p[0], draws_d[0], current)
     central, _, _ = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
     if len(plans) > shortlist:  # draws only for the best plans at the central capacities
@@ -279,7 +283,22 @@ def choose_plan(
         small_gain = None
         if held_back is not None and np.array_equal(held_back, chosen):
             held_back = None
-    return PlanChoice(np.asarray(chosen, dtype=np.int64), held_back, small_gain)
+    elif held_back is None and current_rates.mean() > 0:
+        held_back = _best_other(plans, expected, current)  # what the range's high end may reach
+        alternative = held_back is not None
+    return PlanChoice(np.asarray(chosen, dtype=np.int64), held_back, small_gain, alternative)
+
+
+def _best_other(
+    plans: npt.NDArray[np.int64], expected: npt.NDArray[np.float64], current: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64] | None:
+    """The plan other than the current one with the highest expected rate (None: there is none). Where no
+    move is recommended, its gain over the draws is the loss's range: 0 up to what it might add."""
+    other = np.flatnonzero((plans != current[None, :]).any(axis=1))
+    if other.size == 0:
+        return None
+    best: npt.NDArray[np.int64] = plans[int(other[np.argmax(expected[other])])]
+    return best
 
 
 def _act_on(
@@ -476,6 +495,8 @@ def place(
     other = np.array(best.prefill, dtype=np.int64) if moved else choice.held_back
     if other is not None:  # the recommended move, or the one held back by ``act``: its gain over the draws
         offset = (current.request_rate - modeled.request_rate) * (isl + osl)  # measured minus modeled now
+        if choice.alternative:  # no move the search made: the model's comparison alone, never a phantom
+            offset = 0.0
         xo, xc = other.astype(np.float64), current_x.astype(np.float64)
 
         def gain_at(dp: npt.NDArray[np.float64], dd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

@@ -136,7 +136,22 @@ def test_a_move_held_back_shows_its_possible_gain_as_a_range_from_zero() -> None
         demand_tokens_per_s=1.0,
         peak_demand_tokens_per_s=1.0,
     )
-    assert settled.lost_high == 0.0 and range_to_zero(settled) is None
+    # A pool at its best split loses nothing; its range reaches what the best other split (the swap) might
+    # add in the draws where it wins, and says so.
+    assert settled.lost_tokens_per_s == settled.lost_low == 0.0 and settled.changes == ()
+    assert settled.lost_high > 0.0
+    assert settled.range_cause.startswith("no move is recommended: the best other split might add up to")
+    # Where every other split surely loses, the range is 0 to 0.
+    sure = place(
+        [_group("H100-SXM", range(0, 2), 13_000.0, 6_500.0, uncertainty=0.01),
+         _group("H200-SXM", range(2, 4), 13_000.0, 9_000.0, uncertainty=0.01)],
+        [_roles(range(0, 2), 2), _roles(range(2, 4), 0)],
+        isl=1000.0,
+        osl=1000.0,
+        demand_tokens_per_s=1.0,
+        peak_demand_tokens_per_s=1.0,
+    )  # fmt: skip
+    assert (sure.lost_tokens_per_s, sure.lost_high) == (0.0, 0.0) and range_to_zero(sure) is None
 
 
 def test_a_sure_partial_move_is_recommended_where_the_whole_one_might_not_help() -> None:

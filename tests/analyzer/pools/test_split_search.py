@@ -262,7 +262,11 @@ def test_a_pool_at_its_best_split_loses_nothing_whatever_was_measured() -> None:
     assert measured.current.decode_tokens_per_s == 20_000.0
     assert measured.best.prefill == measured.current.prefill
     assert measured.best == measured.current
-    assert (measured.lost_tokens_per_s, measured.lost_low, measured.lost_high) == (0.0, 0.0, 0.0)
+    assert (measured.lost_tokens_per_s, measured.lost_low) == (0.0, 0.0)
+    # The range's high end is what the best other split might add by the model's own comparison: the
+    # measurement below the model's figure does not inflate it (28,783 tokens/s if it did).
+    assert measured.lost_high == pytest.approx(modeled.lost_high)
+    assert 0.0 < measured.lost_high < 1_000.0
 
 
 def _role(tokens: float, uncertainty: float, shared: float) -> RoleCapacity:
