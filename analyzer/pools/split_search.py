@@ -209,6 +209,10 @@ class PlanChoice:
     small_gain: float | None = None
     # ``held_back`` is no move the search made, only the best other plan: its gain is the model's alone.
     alternative: bool = False
+    # Per capacity draw (requests/s): the most any plan considered sustains over the current plan. The loss
+    # is the best split's rate minus the current one, and in each world the draws allow the best split may
+    # be another: this is the loss's own spread, whichever plan is recommended.
+    reachable: npt.NDArray[np.float64] | None = None
 
 
 def choose_plan(
@@ -286,7 +290,8 @@ def choose_plan(
     elif held_back is None and current_rates.mean() > 0:
         held_back = _best_other(plans, expected, current)  # what the range's high end may reach
         alternative = held_back is not None
-    return PlanChoice(np.asarray(chosen, dtype=np.int64), held_back, small_gain, alternative)
+    reachable = np.maximum(rates.max(axis=0), current_rates) - current_rates
+    return PlanChoice(np.asarray(chosen, dtype=np.int64), held_back, small_gain, alternative, reachable)
 
 
 def _best_other(
@@ -510,11 +515,9 @@ def place(
             low = max(0.0, min(lost, float(np.quantile(gains, 0.1))))
             if lost > 0 and low <= 0:
                 cause = range_cause(groups, gains, gain_at, draws_p, draws_d, offset)
-            if choice.held_back is not None:  # a larger move, not sure enough to recommend, may gain more
-                further = draw_rates(choice.held_back, sizes, draws_p, draws_d, isl, osl, r)
-                now = draw_rates(xc, sizes, draws_p, draws_d, isl, osl, r)
-                high = max(high, float(np.quantile((further - now) * (isl + osl) - offset, 0.9)))
-        elif high > 0:
+        if choice.reachable is not None:  # in some worlds the draws allow, another split gains more
+            high = max(high, float(np.quantile(choice.reachable * (isl + osl) - offset, 0.9)))
+        if not moved and high > 0:
             cause = held_back_cause(gains, high, choice.small_gain, min_gain)
     gpus = int(sum(len(m) * g.group.tp for g, m in zip(groups, current_roles, strict=True)))
     weekly = weekly_cost_usd(groups, [len(m) for m in current_roles])

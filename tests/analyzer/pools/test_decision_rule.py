@@ -174,12 +174,16 @@ def test_a_sure_partial_move_is_recommended_where_the_whole_one_might_not_help()
     choice = choose_plan(sizes, prefill, decode, ISL, OSL, current)
     assert choice.chosen.tolist() == [1, 1]
     assert choice.held_back is not None and choice.held_back.tolist() == [0, 2]  # the larger move, kept back
+    # The loss's spread: in each draw, the most any split sustains over the current one.
+    every = np.array([rates([a, b]) for a in range(3) for b in range(3)])
+    assert choice.reachable is not None
+    np.testing.assert_allclose(choice.reachable, every.max(axis=0) - now)
 
 
 def test_a_partial_move_reports_the_larger_moves_possible_gain_as_its_high_end() -> None:
     """Qwen3-235B at TP 8 under measured kernels: two H100 workers prefill, two H200 workers decode, the
-    H100's decode rate transferred (17%). One pair swapped is recommended; the loss's high end is what
-    swapping both might gain, since the truth may lie there."""
+    H100's decode rate transferred (17%). One pair swapped is recommended; the loss's high end reaches at
+    least what swapping both might gain, since the truth may lie there."""
     from analyzer.pools.capacity import GroupCapacity, RoleCapacity
     from analyzer.pools.split_search import capacity_draws
     from tests.analyzer.pools.test_split_search import H100, H200, SkuGroup, _roles
@@ -217,5 +221,7 @@ def test_a_partial_move_reports_the_larger_moves_possible_gain_as_its_high_end()
         return float(np.quantile(gain * (isl + osl), 0.9))
 
     assert gain_q90([0, 2]) > gain_q90([1, 1])
-    assert result.lost_high == pytest.approx(gain_q90([0, 2]))
+    assert (
+        result.lost_high >= gain_q90([0, 2]) - 1e-6
+    )  # the best split of each draw: at least the larger move
     assert 0.0 < result.lost_low <= result.lost_tokens_per_s < result.lost_high
