@@ -216,9 +216,8 @@ def default_jobs() -> int:
 
 
 Parsed = RowBatch | list[LineError]  # a block's rows, or the errors found in it
-AHEAD_PER_JOB = (
-    4  # blocks in flight per parsing process (each ~4 MB of lines, or its rows awaiting the writer)
-)
+# Blocks in flight per parsing process (each ~4 MB of lines, or its rows awaiting the writer).
+AHEAD_PER_JOB = 4
 
 
 class ParsedBlocks(AbstractContextManager["ParsedBlocks"]):

@@ -322,12 +322,12 @@ def _act_on(
     (which stays the held-back plan: its possible gain is the loss's high end)."""
     last = path[-1][0]
     last_share: float | None = None
-    for plan, rates in reversed(path):
+    for steps_back, (plan, rates) in enumerate(reversed(path)):
         confident = (rates > current_rates * (1.0 + _SAME_RATE)).mean() >= act
         share = float(rates.mean() / current_rates.mean() - 1.0)
         if confident and share >= min_gain:
-            return plan, (None if plan is last else last), None
-        if plan is last:
+            return plan, (last if steps_back else None), None
+        if steps_back == 0:
             last_share = share if confident else None
     return current, last, last_share
 
