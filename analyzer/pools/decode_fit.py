@@ -29,7 +29,7 @@ class DecodeLine:
 
 _EFFICIENCY_GRID = np.geomspace(0.15, 1.0, 25)
 _MAX_FIT_POINTS = 200
-_BETTER_FIT = 0.8  # a fitted decode compute rate must explain the TPOTs this much better than the prior
+_BETTER_FIT = 0.5  # a fitted decode compute rate must at least halve the spread the prior leaves
 
 
 def fit_decode_line(
