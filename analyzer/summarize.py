@@ -202,8 +202,9 @@ def _segment_summary(pool: Pool, s: SegmentAnalysis) -> SegmentSummary:
 
 
 def _state(segment: SegmentAnalysis | None) -> dict[str, Any]:
-    """The segment's pool state, and ``demand_limited`` from it (null where the state is unknown)."""
-    if segment is None or segment.placement is None:
+    """The segment's pool state, and ``demand_limited`` from it (null where the state is unknown). A
+    colocated pool has no placement but its state from its queues."""
+    if segment is None:
         return {
             "demand_limited": None,
             "pool_state": "unknown",

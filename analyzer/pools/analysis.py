@@ -26,6 +26,7 @@ from analyzer.pools.pool_state import (
     queued_requests,
 )
 from analyzer.pools.reported_budgets import ReportedBudgets
+from analyzer.pools.saturation import colocated_at_limit
 from analyzer.pools.split_search import (
     ACT,
     CONFIDENCE,
@@ -268,21 +269,19 @@ def _segment(
         colocated = colocated_tokens_per_s(pool, capacities, roles, mix)
         if kind == "disaggregated":
             notes.append("a group's GPU or model lacks catalog figures: placement not searched")
+        state = NOT_MODELLED
+        if kind == "colocated":  # no placement to search, but its queues still say whether it kept up
+            rows = np.array([row for row, role in roles.items() if role == "mixed"], dtype=np.int64)
+            seen = colocated_at_limit(grid, rows, first, last, p.capacity, calibration.caps_reported)
+            state = pool_state(
+                waiting, growth, (None, None), workers=max(1, len(roles)),
+                backlog_per_worker=p.backlog_per_worker, colocated_at_limit=seen,
+            )  # fmt: skip
+            notes.append(f"pool state from its queues: {state.state.value} ({state.evidence})")
         return SegmentAnalysis(
-            first,
-            last,
-            start,
-            end,
-            mix,
-            roles,
-            capacities,
-            None,
-            colocated,
-            tuple(notes),
-            waiting,
-            (None, None),
-            growth,
-        )
+            first, last, start, end, mix, roles, capacities, None, colocated, tuple(notes), waiting,
+            (None, None), growth, state,
+        )  # fmt: skip
     current_roles = [
         [(row, roles[row]) for row in group.members if roles.get(row) in ("prefill", "decode")]
         for group in pool.groups

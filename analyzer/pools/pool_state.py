@@ -51,11 +51,12 @@ def pool_state(
     *,
     workers: int = 1,
     backlog_per_worker: float = 1.0,
+    colocated_at_limit: bool = False,
 ) -> StateEvidence:
     """``waiting``: requests waiting in the median bucket (NaN: no queue reported); ``growth``: requests/s
     the queues grew by; ``measured``: what each phase delivered while seen saturated (None: never);
     ``workers``: the pool's serving workers, of which each may hold ``backlog_per_worker`` without a
-    backlog."""
+    backlog; ``colocated_at_limit``: a colocated pool's workers, which serve both phases, seen saturated."""
     if not math.isfinite(waiting):
         return StateEvidence(
             PoolState.UNKNOWN, "no engine reports a queue: whether it served its demand is unknown"
@@ -69,11 +70,13 @@ def pool_state(
         )
     at_limit = [name for name, v in zip(("prefill", "decode"), measured, strict=True) if v is not None]
     growing = math.isfinite(growth) and growth >= GROWING
-    if at_limit or growing:
+    if at_limit or colocated_at_limit or growing:
         why = []
         if at_limit:
             phases = "phases" if len(at_limit) > 1 else "phase"
             why.append(f"its {' and '.join(at_limit)} {phases} seen saturated")
+        if colocated_at_limit:
+            why.append("its colocated workers seen saturated")
         if growing:
             why.append(f"its queues growing by {growth:,.2f} requests/s")
         return StateEvidence(

@@ -120,3 +120,24 @@ def worker_saturation(
     limit = _LIMIT.get(role, "KV cache nearly full, running requests at their cap, or busy")
     reason = f"work waiting while at its limit ({limit}) in {share:.0%} of {n} serving buckets"
     return Saturation(state, share, n, waiting, kv, plateau, reason)
+
+
+def colocated_at_limit(
+    grid: WorkerGrid,
+    rows: npt.NDArray[np.int64],
+    first: int,
+    last: int,
+    capacity: CapacityParams,
+    caps: Mapping[int, int] | None = None,
+) -> bool:
+    """Whether a colocated pool's workers (``rows``, each serving both phases) were seen saturated over
+    buckets [first, last): in at least ``min_saturated_buckets`` buckets every one of them reported and
+    queued work at its limit (KV cache full or running at its cap, or busy), as a load-aware router keeps
+    them all at once; the same rule as a disaggregated pool's phase (``analysis.measured_phases``)."""
+    if rows.size == 0:
+        return False
+    sl = slice(first, last)
+    reached = limits(grid, rows, busy_share(grid, rows), capacity, caps)
+    saturated = reached.queued[:, sl] & (reached.decode[:, sl] | reached.prefill[:, sl])
+    reporting = (grid.engine_s[rows, sl] > 0).all(axis=0)
+    return int((saturated.all(axis=0) & reporting).sum()) >= capacity.min_saturated_buckets
