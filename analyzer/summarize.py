@@ -21,7 +21,7 @@ from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
 from analyzer.pools.attainment import targets_summary
 from analyzer.pools.outcomes import OutcomeParams, change_outcomes
 from analyzer.pools.pool import DeviceCounts, Inventory, Pool, device_counts
-from analyzer.pools.pool_state import PoolState
+from analyzer.pools.pool_state import NOT_MODELLED, PoolState
 from analyzer.pools.saturation import SaturationParams, worker_saturation
 from analyzer.pools.split_search import PlacementResult
 from analyzer.results.changes import ChangeOutcome
@@ -204,17 +204,12 @@ def _segment_summary(pool: Pool, s: SegmentAnalysis) -> SegmentSummary:
 def _state(segment: SegmentAnalysis | None) -> dict[str, Any]:
     """The segment's pool state, and ``demand_limited`` from it (null where the state is unknown). A
     colocated pool has no placement but its state from its queues."""
-    if segment is None:
-        return {
-            "demand_limited": None,
-            "pool_state": "unknown",
-            "pool_state_evidence": "no placement was modelled",
-        }
-    state = segment.state.state
+    found = NOT_MODELLED if segment is None else segment.state
+    state = found.state
     return {
         "demand_limited": None if state is PoolState.UNKNOWN else state is PoolState.DEMAND_LIMITED,
         "pool_state": state.value,
-        "pool_state_evidence": segment.state.evidence,
+        "pool_state_evidence": found.evidence,
     }
 
 

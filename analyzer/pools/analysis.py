@@ -26,7 +26,7 @@ from analyzer.pools.pool_state import (
     queued_requests,
 )
 from analyzer.pools.reported_budgets import ReportedBudgets
-from analyzer.pools.saturation import colocated_at_limit
+from analyzer.pools.saturation import colocated_at_limit, saturated_together
 from analyzer.pools.split_search import (
     ACT,
     CONFIDENCE,
@@ -468,9 +468,7 @@ def measured_phases(
         else:
             at_limit = reached.prefill[:, sl]
             tokens = grid.rate(grid.prompt_tokens[rows, sl], (rows, sl))
-        saturated = reached.queued[:, sl] & at_limit
-        reporting = (grid.engine_s[rows, sl] > 0).all(axis=0)
-        phase = (saturated.any(axis=0) if equal else saturated.all(axis=0)) & reporting
+        phase = saturated_together(grid, rows, sl, reached.queued[:, sl] & at_limit, any_one=equal)
         if phase.sum() < params.min_saturated_buckets:
             out.append(None)
             continue

@@ -122,6 +122,18 @@ def worker_saturation(
     return Saturation(state, share, n, waiting, kv, plateau, reason)
 
 
+def saturated_together(
+    grid: WorkerGrid, rows: npt.NDArray[np.int64], sl: slice, saturated: BoolArray, *, any_one: bool = False
+) -> BoolArray:
+    """Per bucket of ``sl``: ``rows``' workers all reported and were all saturated (``saturated``: per
+    worker and bucket), as a load-aware router keeps them at once; ``any_one``: one of them was, as under
+    round-robin, where the slowest bounds the rest."""
+    together = np.any(saturated, axis=0) if any_one else np.all(saturated, axis=0)
+    reporting = np.all(grid.engine_s[rows, sl] > 0, axis=0)
+    out: BoolArray = together & reporting
+    return out
+
+
 def colocated_at_limit(
     grid: WorkerGrid,
     rows: npt.NDArray[np.int64],
@@ -131,13 +143,12 @@ def colocated_at_limit(
     caps: Mapping[int, int] | None = None,
 ) -> bool:
     """Whether a colocated pool's workers (``rows``, each serving both phases) were seen saturated over
-    buckets [first, last): in at least ``min_saturated_buckets`` buckets every one of them reported and
-    queued work at its limit (KV cache full or running at its cap, or busy), as a load-aware router keeps
-    them all at once; the same rule as a disaggregated pool's phase (``analysis.measured_phases``)."""
+    buckets [first, last): in at least ``min_saturated_buckets`` buckets all of them queued work at their
+    limit (KV cache full or running at its cap, or busy): the rule of a disaggregated pool's phase
+    (``analysis.measured_phases``) under a load-aware router."""
     if rows.size == 0:
         return False
     sl = slice(first, last)
     reached = limits(grid, rows, busy_share(grid, rows), capacity, caps)
     saturated = reached.queued[:, sl] & (reached.decode[:, sl] | reached.prefill[:, sl])
-    reporting = (grid.engine_s[rows, sl] > 0).all(axis=0)
-    return int((saturated.all(axis=0) & reporting).sum()) >= capacity.min_saturated_buckets
+    return int(saturated_together(grid, rows, sl, saturated).sum()) >= capacity.min_saturated_buckets
