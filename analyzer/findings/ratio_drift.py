@@ -2,13 +2,15 @@
 
 The best plan changes roles beyond mending misplaced SKUs (:mod:`analyzer.findings.misplaced_worker`). The
 finding spans the latest run of such segments; its start is when the shift began (a traffic change point
-when one opens the run).
+when one opens the run). It also carries the moves of misplaced SKUs whose workers cannot be judged (no
+measured bottleneck): no worker finding names them, and the pool's loss must not go unreported.
 """
 
 from __future__ import annotations
 
 import math
 
+from analyzer.findings import misplaced_worker
 from analyzer.findings.base import FindingInputs, latest_run, utc
 from analyzer.findings.loss import (
     SeverityParams,
@@ -19,9 +21,9 @@ from analyzer.findings.loss import (
     severity,
     supply_limited,
 )
-from analyzer.findings.misplaced_worker import classify_changes
 from analyzer.findings.recommend import recommended_ratio
 from analyzer.pools.analysis import PoolAnalysis
+from analyzer.pools.worker_choice import Change
 from fleet.contract import Finding, FindingKind, FindingStatus, Recommendation
 
 KINDS = (FindingKind.POOL_RATIO_DRIFT,)
@@ -35,9 +37,8 @@ def detect(inputs: FindingInputs, severity_params: SeverityParams) -> list[Findi
 
 
 def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: SeverityParams) -> list[Finding]:
-    kinds = classify_changes(analysis, inputs.grid, inputs.bottlenecks)
-    flags = [any(kind is FindingKind.POOL_RATIO_DRIFT for _, kind in changes) for changes in kinds]
-    run = latest_run(flags)
+    carried = _carried(analysis, inputs)
+    run = latest_run([bool(changes) for changes in carried])
     if run is None:
         return []
     first, last = run[0], run[1] - 1
@@ -55,7 +56,7 @@ def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: Severi
         ),
         None,
     )
-    ratio_changes = [c for c, kind in kinds[last] if kind is FindingKind.POOL_RATIO_DRIFT]
+    ratio_changes = [c for c, _ in carried[last]]
     share = sum(c.share for c in ratio_changes)
     gain = placement.lost_tokens_per_s * share
     evidence: dict[str, float | str | None] = {
@@ -69,6 +70,16 @@ def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: Severi
         if math.isfinite(placement.lost_tokens_per_s)
         else None,
     }
+    unjudged = [
+        f"{inputs.grid.workers[c.row]}->{c.to_role}"
+        for c, kind in carried[last]
+        if kind is not FindingKind.POOL_RATIO_DRIFT
+    ]
+    if unjudged:
+        evidence["moves_without_worker_verdict"] = (
+            f"{', '.join(unjudged)}: their bottleneck was not measured (no profiling fields), so no worker "
+            "is found misplaced; the pool's capacities say the move gains"
+        )
     evidence.update(segment_evidence(segment, placement))
     losses = loss_fields(placement, share)
     loss_evidence(evidence, losses)
@@ -104,3 +115,24 @@ def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: Severi
             last_seen=utc(segment.end),
         )
     ]
+
+
+def _carried(analysis: PoolAnalysis, inputs: FindingInputs) -> list[list[tuple[Change, FindingKind]]]:
+    """Per segment, the recommended role changes this finding carries: those no misplaced SKU explains, and
+    those of misplaced SKUs whose workers :mod:`analyzer.findings.misplaced_worker` cannot judge."""
+    out = []
+    classified = misplaced_worker.classify_changes(analysis, inputs.grid, inputs.bottlenecks)
+    for segment, changes in zip(analysis.segments, classified, strict=True):
+
+        def unjudged(row: int, first: int = segment.first, last: int = segment.last) -> bool:
+            return not misplaced_worker.judged(inputs.bottlenecks, inputs.grid.workers[row], first, last)
+
+        out.append(
+            [
+                (c, kind)
+                for c, kind in changes
+                if kind is FindingKind.POOL_RATIO_DRIFT
+                or (kind in misplaced_worker.KINDS and unjudged(c.row))
+            ]
+        )
+    return out
