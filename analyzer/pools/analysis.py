@@ -38,7 +38,7 @@ from analyzer.pools.split_search import (
     place,
 )
 from analyzer.pools.worker_choice import WorkerLoad
-from analyzer.pools.workload import PoolTraffic, TrafficMix, pool_traffic
+from analyzer.pools.workload import PoolTraffic, TrafficMix, acting_roles, pool_traffic
 from analyzer.telemetry.drift import ChangePoint, DriftParams, change_points, segments, state_changes
 from analyzer.telemetry.frames import ROLES
 from analyzer.telemetry.grid import WorkerGrid
@@ -182,7 +182,8 @@ def analyze_pool(
     trade roles be paired as a swap in place. ``budgets`` (the KV budgets the fleet's engines report and
     each worker's engine, :meth:`ReportedBudgets.from_workers`) come before any modelled budget."""
     p = params or PoolParams()
-    notes = list(pool.notes)
+    grid, acting = acting_roles(pool, grid)
+    notes = [*pool.notes, *acting]
     traffic = pool_traffic(pool, grid)
     calibration = calibrate(pool, grid, traffic, p.capacity, budgets)
     if not traffic.requests_counted:

@@ -6,7 +6,7 @@ Reasoning: docs/analyzer.md#workload
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +18,9 @@ from fleet.contract import Role
 
 # A prefill worker generating more than this many tokens per prompt token is not a max_tokens=1 leg.
 MAX_PREFILL_OUTPUT_SHARE = 0.05
+# Decode workers counting less than this share of the prompt tokens prefilled do not count whole prompts
+# (an engine that counts only what it computed itself): their count says nothing of the requests admitted.
+MIN_ADMITTED_SHARE = 0.5
 
 _PREFILL, _DECODE, _MIXED = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE), ROLES.index(Role.MIXED)
 
@@ -36,6 +39,9 @@ class PoolTraffic:
     decode_workers: FloatArray
     mixed_workers: FloatArray
     requests_counted: bool  # the prefill convention held (request_rate is a measurement)
+    # Prompt tokens/s the decode workers counted as they admitted requests (NaN where none reported): with the
+    # prefill workers' count, the share of prefilled requests that reached decode.
+    decode_prompt_rate: FloatArray | None = None
 
     @property
     def tokens_rate(self) -> FloatArray:
@@ -48,8 +54,18 @@ class PoolTraffic:
 
     @property
     def osl(self) -> FloatArray:
+        """Generated tokens per request that reached decode (per request prefilled where decode workers do
+        not count the prompts they admit)."""
+        admitted = self.request_rate * self.admitted_share
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.request_rate > 0, self.output_rate / self.request_rate, np.nan)
+            return np.where(admitted > 0, self.output_rate / admitted, np.nan)
+
+    @property
+    def admitted_share(self) -> FloatArray:
+        """Per bucket, the share of prefilled requests the decode workers admitted (1 where unknown)."""
+        if self.decode_prompt_rate is None:
+            return np.ones_like(self.prompt_rate)
+        return admitted_share(self.prompt_rate, self.decode_prompt_rate)
 
     @property
     def prompt_per_output(self) -> FloatArray:
@@ -72,8 +88,21 @@ class PoolTraffic:
         counted = ~np.isnan(requests)
         request_rate = float(np.mean(requests[counted])) if counted.any() else float("nan")
         isl = prompt / request_rate if request_rate > 0 else float("nan")
-        osl = output / request_rate if request_rate > 0 else float("nan")
+        admitted = request_rate * self._admitted(sl, active)
+        osl = output / admitted if admitted > 0 else float("nan")
         return TrafficMix(prompt, output, request_rate, isl, osl, int(active.sum()))
+
+    def _admitted(self, sl: slice, active: npt.NDArray[np.bool_]) -> float:
+        """The share of prefilled requests decode admitted over the active buckets of ``sl`` (1: unknown)."""
+        if self.decode_prompt_rate is None:
+            return 1.0
+        decode = self.decode_prompt_rate[sl][active]
+        prompt = self.prompt_rate[sl][active]
+        known = ~np.isnan(decode) & ~np.isnan(prompt)
+        if not known.any():
+            return 1.0
+        share = admitted_share(np.array([prompt[known].mean()]), np.array([decode[known].mean()]))
+        return float(share[0])
 
     def reported(self, first: int, last: int) -> bool:
         """Whether some engine of known role (prefill, decode, mixed) reported its counters in a bucket of
@@ -108,6 +137,50 @@ class TrafficMix:
     def with_lengths(self, isl: float, osl: float) -> TrafficMix:
         rate = self.prompt_rate / isl if isl > 0 else float("nan")
         return TrafficMix(self.prompt_rate, self.output_rate, rate, isl, osl, self.buckets)
+
+
+def admitted_share(prompt: FloatArray, decode_prompt: FloatArray) -> FloatArray:
+    """The share of prefilled requests that decode workers admitted: the prompt tokens they counted over the
+    prompt tokens prefilled, at most 1 (counter timing). Requests a backlog abandons between the phases were
+    prefilled but never decoded, so output per prefilled request understates the output length. 1 where
+    unknown or where decode counted under ``MIN_ADMITTED_SHARE``: it does not count whole prompts."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(prompt > 0, decode_prompt / prompt, np.nan)
+    usable = np.isfinite(share) & (share >= MIN_ADMITTED_SHARE)
+    out: FloatArray = np.where(usable, np.minimum(share, 1.0), 1.0)
+    return out
+
+
+def acting_roles(pool: Pool, grid: WorkerGrid) -> tuple[WorkerGrid, tuple[str, ...]]:
+    """The grid with the pool's prefill-labelled worker-buckets whose counters are a decode worker's read as
+    decode, and a note per such worker.
+
+    A prefill leg generates one token per request (``max_tokens=1``); a worker labelled prefill that
+    generates more than ``MAX_PREFILL_OUTPUT_SHARE`` tokens per prompt token while the pool's other prefill
+    workers keep that convention runs decode under a stale or wrong label. Read by its label, its output
+    would count as prompts served (the mix's lengths collapse) and the placement would miss a decode worker.
+    The role-drift finding names the label; the analysis counts what the worker does."""
+    rows = np.array(pool.members, dtype=np.int64)
+    role = grid.role[rows]
+    prompt = np.nan_to_num(grid.rate(grid.prompt_tokens[rows], rows))
+    generated = np.nan_to_num(grid.rate(grid.generation_tokens[rows], rows))
+    labelled = (role == _PREFILL) & (grid.engine_s[rows] > 0) & (prompt > 0)
+    decoding = labelled & (generated > MAX_PREFILL_OUTPUT_SHARE * prompt)
+    keeping = labelled & ~decoding
+    if not decoding.any() or not keeping.any():
+        return grid, ()  # none, or no prefill worker keeps the convention: nothing to tell a label by
+    if generated[keeping].sum() > MAX_PREFILL_OUTPUT_SHARE * prompt[keeping].sum():
+        return grid, ()
+    new_role = grid.role.copy()
+    new_role[rows] = np.where(decoding, _DECODE, role)
+    notes = tuple(
+        f"{grid.workers[row]} is labelled prefill but generated "
+        f"{generated[i][decoding[i]].sum() / prompt[i][decoding[i]].sum():.2f} tokens per prompt token in "
+        f"{int(decoding[i].sum())} buckets, as a decode worker does: counted as decode there"
+        for i, row in enumerate(rows)
+        if decoding[i].any()
+    )
+    return replace(grid, role=new_role), notes
 
 
 def role_transitions(role: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:
@@ -168,4 +241,7 @@ def pool_traffic(pool: Pool, grid: WorkerGrid) -> PoolTraffic:
         decode_workers=(decode & reporting).sum(axis=0).astype(np.float64),
         mixed_workers=(mixed & reporting).sum(axis=0).astype(np.float64),
         requests_counted=counted,
+        decode_prompt_rate=np.where(
+            mixed_up | ~(decode & reporting).any(axis=0), np.nan, total(prompt, decode)
+        ),
     )

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from analyzer.pipeline import input_from_samples
 from analyzer.pools.pool import build_pools
-from analyzer.pools.workload import PoolTraffic, pool_traffic
+from analyzer.pools.workload import PoolTraffic, acting_roles, pool_traffic
+from analyzer.telemetry.frames import ROLES
 from analyzer.telemetry.grid import aggregate_engine_samples, aggregate_gpu_samples, build_grid
 from fleet.catalog import load_catalog
 from tests.analyzer.synthetic import H100, H200, Fleet, Worker, workers
@@ -14,7 +17,10 @@ CATALOG = load_catalog()
 
 
 def _traffic(fleet: Fleet):  # type: ignore[no-untyped-def]
-    gpu, engine = fleet.columns()
+    return _traffic_of(*fleet.columns())
+
+
+def _traffic_of(gpu: dict[str, Any], engine: dict[str, Any]):  # type: ignore[no-untyped-def]
     data = input_from_samples(gpu, engine)
     inventory = data.inventory
     grid = build_grid(
@@ -45,6 +51,77 @@ def test_disaggregated_traffic_counts_tokens_where_they_are_real() -> None:
     assert mix.osl == pytest.approx(180.0, rel=1e-3)
     assert mix.tokens_rate == pytest.approx(50.0 * 1480.0, rel=0.03)
     assert traffic.prefill_workers[0] == 3 and traffic.decode_workers[0] == 2
+
+
+def _decode_counting(fleet: Fleet, prompts: float, outputs: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fleet's records with its decode workers' prompt and generated token counters scaled."""
+    gpu, engine = fleet.columns()
+    for key, share in (("prompt_tokens", prompts), ("generation_tokens", outputs)):
+        engine[key] = [
+            round(v * share) if role == "decode" else v
+            for v, role in zip(engine[key], engine["role"], strict=True)
+        ]
+    return gpu, engine
+
+
+def test_output_length_counts_only_the_requests_decode_admitted() -> None:
+    # Prefill serves 50 requests/s; a backlog abandons a tenth before decode. Output per prefilled request
+    # (162) would understate the 180 tokens each decoded request generates.
+    fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6, rate_rps=lambda h: 50.0)
+    traffic, _ = _traffic_of(*_decode_counting(fleet, 0.9, 0.9))
+    assert np.allclose(traffic.request_rate[:6], 50.0, rtol=0.03)  # arrivals prefilled: the demand
+    assert np.allclose(traffic.admitted_share[:6], 0.9, rtol=1e-3)
+    assert np.allclose(traffic.osl[:6], 180.0, rtol=1e-3)
+    assert traffic.window(0, 6).osl == pytest.approx(180.0, rel=1e-3)
+    assert traffic.window(0, 6).isl == pytest.approx(1300.0, rel=1e-3)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.3])
+def test_decode_workers_that_do_not_count_whole_prompts_leave_the_output_length_to_the_prefill_count(
+    share: float,
+) -> None:
+    fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6, rate_rps=lambda h: 50.0)
+    traffic, _ = _traffic_of(*_decode_counting(fleet, share, 1.0))
+    assert np.allclose(traffic.admitted_share[:6], 1.0)
+    assert traffic.window(0, 6).osl == pytest.approx(180.0, rel=1e-3)
+
+
+def test_a_decode_worker_labelled_prefill_is_counted_as_the_decode_worker_it_is() -> None:
+    fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6, rate_rps=lambda h: 50.0)
+    gpu, engine = fleet.columns()
+    stale = "node01/decode-1"
+    engine["role"] = [
+        "prefill" if worker == stale else role
+        for worker, role in zip(engine["worker_id"], engine["role"], strict=True)
+    ]
+    labelled, grid = _traffic_of(gpu, engine)
+    assert labelled.window(0, 6).isl < 1300.0 / 5  # its output read as prompts served: the lengths collapse
+    (pool,) = build_pools(
+        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
+    )
+    acting, notes = acting_roles(pool, grid)
+    row = grid.workers.index(stale)
+    assert (grid.role[row, :6] == ROLES.index("prefill")).all()
+    assert (acting.role[row, :6] == ROLES.index("decode")).all()
+    assert [note.split(" ", 1)[0] for note in notes] == [stale]
+    mix = pool_traffic(pool, acting).window(0, 6)
+    assert mix.isl == pytest.approx(1300.0, rel=1e-3)
+    assert mix.osl == pytest.approx(180.0, rel=1e-3)
+
+
+def test_without_prefill_workers_keeping_the_convention_no_label_is_overruled() -> None:
+    fleet = Fleet(workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)]), hours=3)
+    gpu, engine = fleet.columns()
+    engine["generation_tokens"] = [  # every prefill leg generates many tokens: no convention to judge by
+        v + 200 * 60 if role == "prefill" else v
+        for v, role in zip(engine["generation_tokens"], engine["role"], strict=True)
+    ]
+    _, grid = _traffic_of(gpu, engine)
+    (pool,) = build_pools(
+        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
+    )
+    acting, notes = acting_roles(pool, grid)
+    assert acting is grid and notes == ()
 
 
 def test_lengths_follow_the_mix_hour_by_hour() -> None:
