@@ -70,12 +70,14 @@ def fit_decode_line(
         context_len=float(context[widest]),
     )
     reached = heavy.matmul_compute_s >= heavy.weight_read_s
-    if reached and best_spread < _BETTER_FIT * spread(prior):
+    top = batch >= np.quantile(batch, 0.75)
+    # The line is carried from the largest batches seen to the saturated one: a fitted efficiency must also
+    # explain those batches at least as well as the prior does (each scaled to them), not only the bulk.
+    if reached and best_spread < _BETTER_FIT * spread(prior) and spread(best[top]) <= spread(prior[top]):
         scale = float(np.median(best))
         return DecodeLine(
             scale, 1.4826 * best_spread, float(batch.max()), int(batch.size), float(best_efficiency)
         )
-    top = batch >= np.quantile(batch, 0.75)
     scale = float(np.median(prior[top]))
     residual = 1.4826 * float(np.median(np.abs(prior / scale - 1.0)))
     return DecodeLine(scale, residual, float(batch.max()), int(batch.size))

@@ -57,3 +57,18 @@ def test_batches_deep_in_the_compute_bound_regime_fit_the_efficiency(h100_70b: D
     assert line.compute_efficiency == pytest.approx(0.3, rel=0.05)
     assert line.scale == pytest.approx(1.0, abs=0.02)
     assert line.residual < 0.01
+
+
+def test_an_efficiency_the_largest_batches_contradict_is_not_kept() -> None:
+    # TPOTs an H200 decode group reported (Llama 3.1 70B TP 2, 1,422 tokens of context), most buckets at
+    # small batches: a low compute efficiency fits their slope, but it overshoots the largest batches seen
+    # by 17% and the engines' cap (256) by a fifth.
+    d = make_deployment(load_catalog(), model="llama-3.1-70b", gpu="H200-SXM", precision="fp8", tp=2)
+    seen = ([46.0, 78.0, 123.0, 218.0, 300.0], [15.6e-3, 16.8e-3, 21.2e-3, 29.7e-3, 37.0e-3])
+    batch = np.concatenate([np.linspace(46.0, 125.0, 150), np.linspace(130.0, 218.0, 20)])
+    tpot = np.interp(batch, *seen)
+    line = fit_decode_line(d, CALIBRATED, batch, np.full_like(batch, CONTEXT), tpot)
+    assert line.compute_efficiency is None
+    for far in (218.0, 256.0):
+        predicted = _line_step(d, far, line.scale, line.compute_efficiency)
+        assert predicted / float(np.interp(far, *seen)) - 1.0 == pytest.approx(0.0, abs=0.1)
