@@ -120,19 +120,18 @@ def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: Severi
 def _carried(analysis: PoolAnalysis, inputs: FindingInputs) -> list[list[tuple[Change, FindingKind]]]:
     """Per segment, the recommended role changes this finding carries: those no misplaced SKU explains, and
     those of misplaced SKUs whose workers :mod:`analyzer.findings.misplaced_worker` cannot judge."""
-    out = []
     classified = misplaced_worker.classify_changes(analysis, inputs.grid, inputs.bottlenecks)
-    for segment, changes in zip(analysis.segments, classified, strict=True):
-
-        def unjudged(row: int, first: int = segment.first, last: int = segment.last) -> bool:
-            return not misplaced_worker.judged(inputs.bottlenecks, inputs.grid.workers[row], first, last)
-
-        out.append(
-            [
-                (c, kind)
-                for c, kind in changes
-                if kind is FindingKind.POOL_RATIO_DRIFT
-                or (kind in misplaced_worker.KINDS and unjudged(c.row))
-            ]
-        )
-    return out
+    return [
+        [
+            (c, kind)
+            for c, kind in changes
+            if kind is FindingKind.POOL_RATIO_DRIFT
+            or (
+                kind in misplaced_worker.KINDS
+                and not misplaced_worker.judged(
+                    inputs.bottlenecks, inputs.grid.workers[c.row], segment.first, segment.last
+                )
+            )
+        ]
+        for segment, changes in zip(analysis.segments, classified, strict=True)
+    ]

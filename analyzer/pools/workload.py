@@ -101,8 +101,7 @@ class PoolTraffic:
         known = ~np.isnan(decode) & ~np.isnan(prompt)
         if not known.any():
             return 1.0
-        share = admitted_share(np.array([prompt[known].mean()]), np.array([decode[known].mean()]))
-        return float(share[0])
+        return float(admitted_share(prompt[known].mean(), decode[known].mean()))
 
     def reported(self, first: int, last: int) -> bool:
         """Whether some engine of known role (prefill, decode, mixed) reported its counters in a bucket of
@@ -139,7 +138,7 @@ class TrafficMix:
         return TrafficMix(self.prompt_rate, self.output_rate, rate, isl, osl, self.buckets)
 
 
-def admitted_share(prompt: FloatArray, decode_prompt: FloatArray) -> FloatArray:
+def admitted_share(prompt: FloatArray | float, decode_prompt: FloatArray | float) -> FloatArray:
     """The share of prefilled requests that decode workers admitted: the prompt tokens they counted over the
     prompt tokens prefilled, at most 1 (counter timing). Requests a backlog abandons between the phases were
     prefilled but never decoded, so output per prefilled request understates the output length. 1 where
@@ -169,8 +168,6 @@ def acting_roles(pool: Pool, grid: WorkerGrid) -> tuple[WorkerGrid, tuple[str, .
     keeping = labelled & ~decoding
     if not decoding.any() or not keeping.any():
         return grid, ()  # none, or no prefill worker keeps the convention: nothing to tell a label by
-    if generated[keeping].sum() > MAX_PREFILL_OUTPUT_SHARE * prompt[keeping].sum():
-        return grid, ()
     new_role = grid.role.copy()
     new_role[rows] = np.where(decoding, _DECODE, role)
     notes = tuple(
