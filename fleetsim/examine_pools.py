@@ -229,6 +229,12 @@ class PoolTotals:
     range_scored: int = 0
     truth_in_range: int = 0
     ratios: list[float] = field(default_factory=list)
+    # The same two loss measures over the supply-limited pool-runs with a true loss alone (the truth's
+    # state): where the loss is undelivered demand, not idle capacity.
+    supply_loss_scored: int = 0
+    supply_in_band: int = 0
+    supply_range_scored: int = 0
+    supply_in_range: int = 0
     phantom_pools: int = 0  # pool-runs with nothing to gain
     phantom_reported: int = 0  # ... of which the analyzer reported a loss on
     phantom_tokens: float = 0.0  # output tokens/s reported on them, summed
@@ -249,6 +255,11 @@ class PoolTotals:
             if s.truth_in_range is not None:
                 self.range_scored += 1
                 self.truth_in_range += s.truth_in_range
+            if not s.truth_demand_limited:
+                self.supply_loss_scored += s.ratio is not None
+                self.supply_in_band += bool(s.in_band)
+                self.supply_range_scored += s.truth_in_range is not None
+                self.supply_in_range += bool(s.truth_in_range)
             if s.phantom is not None:
                 self.phantom_pools += 1
                 self.phantom_reported += s.phantom > 0.5

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from analyzer.pipeline import analyze, input_from_samples
-from benchmarks.analyzer_accuracy import operator_params
+from benchmarks.analyzer_accuracy import operator_params, scored_scenario
 from fleet.catalog import load_catalog
 from fleetsim.examine import simulate
 from fleetsim.scenario import load_scenario
@@ -37,3 +37,18 @@ def test_a_stated_ttft_target_reaches_the_analyzer_with_the_tpot_one() -> None:
     assert (placed.rule.ttft_p90_s, placed.rule.tpot_p90_s) == (spec.ttft_target_s, spec.tpot_target_s)
     assert spec.ttft_target_s is not None
     assert all(p.rule.ttft_p90_s is None for p in operator_params("demo", targets=True).targets)
+
+
+def test_without_targets_the_truth_counts_raw_throughput_as_the_analyzer_does() -> None:
+    # A TTFT target changes only the truth (the engines admit every request): told no target, the analyzer
+    # counts raw throughput, so the scored truth must too; told the targets, both count goodput.
+    raw, stated = scored_scenario("ttft-target"), scored_scenario("ttft-target", targets=True)
+    assert raw.pools[0].ttft_target_s is None and stated.pools[0].ttft_target_s == 0.9
+    assert scored_scenario("demo") == load_scenario("demo")
+    runs = [simulate(s, CATALOG, days=0.25, window_s=300.0, physics="perturbed") for s in (raw, stated)]
+    assert runs[0].gpu_columns.keys() == runs[1].gpu_columns.keys()
+    assert all(
+        list(runs[0].engine_columns[k]) == list(runs[1].engine_columns[k]) for k in runs[0].engine_columns
+    )
+    current = [run.truth["segments"][0]["current_tokens_per_s"] for run in runs]
+    assert current[0] > 2 * current[1]  # raw prefill throughput, against the load that meets 0.9 s

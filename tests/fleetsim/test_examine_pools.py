@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -86,6 +87,17 @@ def test_pool_scores_read_state_loss_range_and_phantom() -> None:
     totals = PoolTotals()
     totals.add_pools([a, b])
     assert (totals.in_band, totals.loss_scored, totals.phantom_reported, totals.phantom_pools) == (1, 1, 1, 1)
+
+
+def test_the_supply_limited_loss_measures_count_only_pools_whose_truth_is_supply_limited() -> None:
+    a, b = pool_scores(_summary(500.0, 120.0), TRUTH, POOLS, Counter())
+    idle = replace(a, truth_demand_limited=True)  # the same figures on a pool the truth finds idle
+    off = replace(a, reported_lost_output=1000.0, reported_low=900.0, reported_high=1100.0)  # twice the truth
+    totals = PoolTotals()
+    totals.add_pools([a, b, idle, off])
+    assert (totals.in_band, totals.loss_scored, totals.truth_in_range, totals.range_scored) == (2, 3, 2, 3)
+    assert (totals.supply_in_band, totals.supply_loss_scored) == (1, 2)
+    assert (totals.supply_in_range, totals.supply_range_scored) == (1, 2)
 
 
 def test_a_missing_estimate_is_unscored_not_zero() -> None:
