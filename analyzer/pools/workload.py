@@ -18,9 +18,12 @@ from fleet.contract import Role
 
 # A prefill worker generating more than this many tokens per prompt token is not a max_tokens=1 leg.
 MAX_PREFILL_OUTPUT_SHARE = 0.05
-# Decode workers counting less than this share of the prompt tokens prefilled do not count whole prompts
-# (an engine that counts only what it computed itself): their count says nothing of the requests admitted.
+# Decode workers whose share of the prompt tokens prefilled stays under this in nine buckets in ten do not
+# count whole prompts (an engine that counts only what it computed itself, none after a KV transfer): their
+# count says nothing of the requests admitted. Judged per pool over the range, never per bucket: an engine
+# that counts whole prompts reads under it exactly where a backlog makes most clients give up.
 MIN_ADMITTED_SHARE = 0.5
+_WHOLE_PROMPT_QUANTILE = 0.9
 
 _PREFILL, _DECODE, _MIXED = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE), ROLES.index(Role.MIXED)
 
@@ -39,8 +42,9 @@ class PoolTraffic:
     decode_workers: FloatArray
     mixed_workers: FloatArray
     requests_counted: bool  # the prefill convention held (request_rate is a measurement)
-    # Prompt tokens/s the decode workers counted as they admitted requests (NaN where none reported): with the
-    # prefill workers' count, the share of prefilled requests that reached decode.
+    # Prompt tokens/s the decode workers counted as they admitted requests (NaN where none reported; None
+    # where they do not count whole prompts): with the prefill workers' count, the share of prefilled
+    # requests that reached decode.
     decode_prompt_rate: FloatArray | None = None
 
     @property
@@ -142,12 +146,24 @@ def admitted_share(prompt: FloatArray | float, decode_prompt: FloatArray | float
     """The share of prefilled requests that decode workers admitted: the prompt tokens they counted over the
     prompt tokens prefilled, at most 1 (counter timing). Requests a backlog abandons between the phases were
     prefilled but never decoded, so output per prefilled request understates the output length. 1 where
-    unknown or where decode counted under ``MIN_ADMITTED_SHARE``: it does not count whole prompts."""
+    unknown (decode counted nothing). Only for decode workers that count whole prompts
+    (:func:`counts_whole_prompts`)."""
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(prompt > 0, decode_prompt / prompt, np.nan)
-    usable = np.isfinite(share) & (share >= MIN_ADMITTED_SHARE)
+    usable = np.isfinite(share) & (share > 0)
     out: FloatArray = np.where(usable, np.minimum(share, 1.0), 1.0)
     return out
+
+
+def counts_whole_prompts(prompt: FloatArray, decode_prompt: FloatArray) -> bool:
+    """Whether the pool's decode workers count the whole prompt of each request they admit (vLLM V1 adds a
+    request's prompt length at its first output, computed or received): their share of the prompt tokens
+    prefilled reaches ``MIN_ADMITTED_SHARE`` in the buckets where the fewest clients give up (its 90th
+    percentile). An engine counting only the prompt tokens it computed stays near 0 in every bucket."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(prompt > 0, decode_prompt / prompt, np.nan)
+    share = share[np.isfinite(share)]
+    return bool(share.size) and float(np.quantile(share, _WHOLE_PROMPT_QUANTILE)) >= MIN_ADMITTED_SHARE
 
 
 def acting_roles(pool: Pool, grid: WorkerGrid) -> tuple[WorkerGrid, tuple[str, ...]]:
@@ -227,18 +243,18 @@ def pool_traffic(pool: Pool, grid: WorkerGrid) -> PoolTraffic:
     # A bucket where a worker changes role holds counters of both roles under one (a rollup keeps one role
     # per bucket): its tokens cannot be told apart by phase, so it says nothing of the mix.
     mixed_up = role_transitions(role)
+    clean_prompt = np.where(mixed_up, np.nan, prompt_rate)
+    decode_prompt = np.where(mixed_up | ~(decode & reporting).any(axis=0), np.nan, total(prompt, decode))
     return PoolTraffic(
         pool=pool.key,
         bucket_start=grid.bucket_start,
         bucket_s=grid.bucket_s,
-        prompt_rate=np.where(mixed_up, np.nan, prompt_rate),
+        prompt_rate=clean_prompt,
         output_rate=np.where(mixed_up, np.nan, output_rate),
         request_rate=np.where(mixed_up, np.nan, requests),
         prefill_workers=(prefill & reporting).sum(axis=0).astype(np.float64),
         decode_workers=(decode & reporting).sum(axis=0).astype(np.float64),
         mixed_workers=(mixed & reporting).sum(axis=0).astype(np.float64),
         requests_counted=counted,
-        decode_prompt_rate=np.where(
-            mixed_up | ~(decode & reporting).any(axis=0), np.nan, total(prompt, decode)
-        ),
+        decode_prompt_rate=decode_prompt if counts_whole_prompts(clean_prompt, decode_prompt) else None,
     )

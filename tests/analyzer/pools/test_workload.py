@@ -76,6 +76,25 @@ def test_output_length_counts_only_the_requests_decode_admitted() -> None:
     assert traffic.window(0, 6).isl == pytest.approx(1300.0, rel=1e-3)
 
 
+def test_a_backlog_that_loses_most_requests_at_peak_still_counts_the_output_per_admitted_request() -> None:
+    # Decode counts whole prompts (it admits every request off-peak); at the two peak hours a backlog loses
+    # 60% of the prefilled requests before decode. Output per prefilled request there (72 tokens) would
+    # read as a traffic shift; per admitted request it stays 180.
+    fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6, rate_rps=lambda h: 50.0)
+    gpu, engine = fleet.columns()
+    first_hour = min(engine["ts"]) // 3600
+    peak = [2 <= t // 3600 - first_hour < 4 for t in engine["ts"]]  # the third and fourth hourly buckets
+    for key in ("prompt_tokens", "generation_tokens"):  # tokens counted in each window
+        engine[key] = [
+            round(v * 0.4) if role == "decode" and hot else v
+            for v, role, hot in zip(engine[key], engine["role"], peak, strict=True)
+        ]
+    traffic, _ = _traffic_of(gpu, engine)
+    assert np.allclose(traffic.admitted_share[2:4], 0.4, rtol=2e-2)
+    assert np.allclose(traffic.osl[:6], 180.0, rtol=1e-2)
+    assert traffic.window(2, 4).osl == pytest.approx(180.0, rel=1e-2)
+
+
 @pytest.mark.parametrize("share", [0.0, 0.3])
 def test_decode_workers_that_do_not_count_whole_prompts_leave_the_output_length_to_the_prefill_count(
     share: float,
