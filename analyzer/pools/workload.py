@@ -142,14 +142,20 @@ class TrafficMix:
         return TrafficMix(self.prompt_rate, self.output_rate, rate, isl, osl, self.buckets)
 
 
+def _decode_share(prompt: FloatArray | float, decode_prompt: FloatArray | float) -> FloatArray:
+    """Decode workers' prompt tokens over the prompt tokens prefilled (NaN where nothing was prefilled)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share: FloatArray = np.where(prompt > 0, decode_prompt / prompt, np.nan)
+    return share
+
+
 def admitted_share(prompt: FloatArray | float, decode_prompt: FloatArray | float) -> FloatArray:
     """The share of prefilled requests that decode workers admitted: the prompt tokens they counted over the
     prompt tokens prefilled, at most 1 (counter timing). Requests a backlog abandons between the phases were
     prefilled but never decoded, so output per prefilled request understates the output length. 1 where
     unknown (decode counted nothing). Only for decode workers that count whole prompts
     (:func:`counts_whole_prompts`)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(prompt > 0, decode_prompt / prompt, np.nan)
+    share = _decode_share(prompt, decode_prompt)
     usable = np.isfinite(share) & (share > 0)
     out: FloatArray = np.where(usable, np.minimum(share, 1.0), 1.0)
     return out
@@ -160,8 +166,7 @@ def counts_whole_prompts(prompt: FloatArray, decode_prompt: FloatArray) -> bool:
     request's prompt length at its first output, computed or received): their share of the prompt tokens
     prefilled reaches ``MIN_ADMITTED_SHARE`` in the buckets where the fewest clients give up (its 90th
     percentile). An engine counting only the prompt tokens it computed stays near 0 in every bucket."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.where(prompt > 0, decode_prompt / prompt, np.nan)
+    share = _decode_share(prompt, decode_prompt)
     share = share[np.isfinite(share)]
     return bool(share.size) and float(np.quantile(share, _WHOLE_PROMPT_QUANTILE)) >= MIN_ADMITTED_SHARE
 
