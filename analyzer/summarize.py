@@ -19,6 +19,7 @@ from analyzer.findings.registry import FindingParams, rules_of_thumb
 from analyzer.model.efficiency import CALIBRATION_ACCURACY, CALIBRATION_PROVENANCE
 from analyzer.pools.analysis import PoolAnalysis, SegmentAnalysis
 from analyzer.pools.attainment import targets_summary
+from analyzer.pools.loss_basis import loss_basis
 from analyzer.pools.outcomes import OutcomeParams, change_outcomes
 from analyzer.pools.pool import DeviceCounts, Inventory, Pool, device_counts
 from analyzer.pools.pool_state import NOT_MODELLED, PoolState
@@ -105,6 +106,15 @@ def _lost(pl: PlacementResult | None) -> LostCapacity:
     return lost_capacity(lambda unit, bound: num(_figure(pl, unit, bound), LOSS_DIGITS[unit]))
 
 
+def _basis(pl: PlacementResult | None) -> dict[str, str | None]:
+    """The summary's ``loss_basis`` and ``loss_basis_detail`` of a placement (null: no loss estimated)."""
+    basis = loss_basis(pl)
+    return {
+        "loss_basis": basis.source if basis else None,
+        "loss_basis_detail": basis.detail if basis else None,
+    }
+
+
 def _lost_mean(analysis: PoolAnalysis) -> LostCapacity:
     """Time-weighted means over the segments (0 for a segment without a placement; unknown when none has
     one)."""
@@ -181,6 +191,7 @@ def _segment_summary(pool: Pool, s: SegmentAnalysis) -> SegmentSummary:
         undelivered_requests_per_s=num(s.backlog_growth, 3),
         lost=_lost(pl),
         loss_range_to_zero=range_to_zero(pl),
+        **_basis(pl),
         capacity_tokens_per_s=capacity,
         capacity_reason=capacity_reason,
         best_tokens_per_s=num(pl.best.tokens_per_s) if pl else capacity,
@@ -280,6 +291,7 @@ def _pool_summary(
         lost=_lost(pl),
         lost_reason=_lost_reason(analysis, latest),
         loss_range_to_zero=range_to_zero(pl),
+        **_basis(pl),
         lost_mean=_lost_mean(analysis),
         capacity_tokens_per_s=capacity,
         capacity_reason=capacity_reason,

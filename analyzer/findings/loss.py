@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from analyzer.pools.analysis import SegmentAnalysis
+from analyzer.pools.loss_basis import loss_basis
 from analyzer.pools.pool_state import PoolState
 from analyzer.pools.split_search import PlacementResult
 from analyzer.tunable import tunable
@@ -145,6 +146,10 @@ def segment_evidence(segment: SegmentAnalysis, placement: PlacementResult) -> di
     cause = range_to_zero(placement)
     if cause is not None:
         out["loss_range_to_zero"] = cause
+    basis = loss_basis(placement)
+    if basis is not None:
+        out["loss_basis"] = basis.source
+        out["loss_basis_detail"] = basis.detail
     if placement.demand_limited:
         cost = placement.misplacement_cost_per_week_usd
         out["loss_meaning"] = "demand-limited: the loss is idle capacity, not undelivered tokens; " + (

@@ -87,6 +87,8 @@ class PlacementResult:
     isl: float = math.nan  # the mix the plans were evaluated at (mean prompt and output tokens)
     osl: float = math.nan
     range_cause: str = ""  # where lost_low is 0 while the loss is not: the uncertainty that takes it there
+    # Whether the current plan's prefill and decode figures are measurements (seen saturated), not the model's
+    current_measured: tuple[bool, bool] = (False, False)
 
     def lost_requests(self, bound: str = "") -> float:
         """Lost requests/s (``bound`` "", "low" or "high"): every plan's tokens are requests x (isl + osl)."""
@@ -549,4 +551,5 @@ def place(
         isl=isl,
         osl=osl,
         range_cause=cause,
+        current_measured=(measured[0] is not None, measured[1] is not None),
     )

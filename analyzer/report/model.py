@@ -118,6 +118,7 @@ class PoolRow:
     lost_requests_per_s: float | None = None
     demand_limited: bool | None = None
     targets: LatencyTargets | None = None  # its latency targets and their measured attainment
+    loss_basis: str | None = None  # measured, calibrated, transferred or model (None: loss not estimated)
 
 
 @dataclass(frozen=True)

@@ -224,6 +224,7 @@ def pool_blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
                 f"{p.ratio_now or '-'} → {p.ratio_recommended or '-'}",
                 "yes" if p.ratio_drift else "",
                 output_rate(p.lost_output_tokens_per_s),
+                p.loss_basis or "unknown",
                 requests_rate(p.lost_requests_per_s),
                 tokens_rate(p.lost_tokens_per_s) if p.lost_tokens_per_s is not None else "unknown",
                 {True: "yes: idle capacity, not lost tokens", False: "no"}.get(p.demand_limited, "unknown")
@@ -244,6 +245,7 @@ def pool_blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
                 "prefill:decode now → recommended",
                 "ratio drift",
                 "lost now (output)",
+                "loss rests on",
                 "lost now (requests)",
                 "secondary: total tok/s lost (prompt + output)",
                 "serves its demand",
@@ -251,7 +253,9 @@ def pool_blocks(report: AuditReport, charts: dict[str, Chart]) -> list[Block]:
             rows,
             note="Lost now: output tokens/s and requests/s the best split of the same GPUs would add at "
             "the latest traffic; unknown where not estimated. A pool that serves its demand loses idle "
-            "capacity, not tokens.",
+            "capacity, not tokens. Loss rests on: the least direct capacity behind the figure (measured: "
+            "seen saturated; calibrated: the model fitted to the pool's own telemetry; transferred: another "
+            "SKU's calibration; model: the performance model alone).",
         )
     )
     per_sku = [

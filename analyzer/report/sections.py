@@ -113,6 +113,7 @@ def pool_rows(pools: Sequence[PoolSummary]) -> list[PoolRow]:
             lost_requests_per_s=p.lost.requests_per_s.value,
             demand_limited=p.demand_limited,
             targets=p.targets,
+            loss_basis=p.loss_basis,
         )
         for p in pools
     ]

@@ -44,6 +44,8 @@ RoutingMode = Literal["round-robin", "load-aware"]
 PoolStateName = Literal["supply-limited", "demand-limited", "unknown"]
 Evidence = Literal["profiling", "utilisation", "engine"]
 TargetSourceName = Literal["settings", "catalog", "global", "none"]
+# What a loss rests on, from the most direct evidence to the least (analyzer.pools.loss_basis).
+LossBasisName = Literal["measured", "calibrated", "transferred", "model"]
 
 TokensPerS = Annotated[float | None, Field(description="Tokens/s (prompt + output); null where unknown.")]
 Usd = Annotated[float | None, Field(description="US dollars per week; null where no catalog price is set.")]
@@ -64,6 +66,18 @@ RangeToZero = Annotated[
         description="Why the low end of the loss reaches 0 while its estimate does not (the capacity whose "
         "uncertainty takes it there); null otherwise."
     ),
+]
+LossBasisField = Annotated[
+    LossBasisName | None,
+    Field(
+        description="The least direct source the loss rests on: measured (seen saturated), calibrated (the "
+        "model fitted to the pool's own telemetry), transferred (another SKU's calibration) or model; null "
+        "where the loss was not estimated."
+    ),
+]
+LossBasisDetail = Annotated[
+    str | None,
+    Field(description="Which figures the basis is: each split's bounding phase and its weakest capacity."),
 ]
 
 
@@ -190,6 +204,8 @@ class SegmentSummary(_Model):
     )
     lost: LostCapacity = Field(description="What the segment's placement loses to its best split.")
     loss_range_to_zero: RangeToZero
+    loss_basis: LossBasisField = None
+    loss_basis_detail: LossBasisDetail = None
     capacity_tokens_per_s: TokensPerS
     capacity_reason: str | None = Field(description="Why the capacity is unknown; null when it is known.")
     best_tokens_per_s: TokensPerS
@@ -269,6 +285,8 @@ class PoolSummary(_Model):
     lost: LostCapacity = Field(description="The loss of the latest segment's placement.")
     lost_reason: str | None = Field(description="Why the loss is unknown; null when it was estimated.")
     loss_range_to_zero: RangeToZero
+    loss_basis: LossBasisField = None
+    loss_basis_detail: LossBasisDetail = None
     lost_mean: LostCapacity = Field(
         description="Time-weighted mean over the segments of the range (a segment without a placement "
         "counts as 0)."

@@ -47,7 +47,9 @@ if pool_view is not None:
         "Lost output tokens/s",
         widgets.known(pool_view.lost.output_tokens_per_s.value, si),
         help="Generated tokens/s the best split of the same GPUs would add. Secondary, total prompt + "
-        f"output: {widgets.known(pool_view.lost.tokens_per_s.value, si)} tokens/s.",
+        f"output: {widgets.known(pool_view.lost.tokens_per_s.value, si)} tokens/s. Rests on "
+        f"{plain(widgets.known(pool_view.loss_basis))} capacities: "
+        f"{plain(widgets.known(pool_view.loss_basis_detail))}.",
     )
     if pool_view.ratio_drift:
         st.warning("Pool-ratio drift: the provisioned prefill:decode capacity no longer matches the traffic.")

@@ -231,6 +231,8 @@ class StoredPool(_WithLoss):
     pool: Text = None
     model: Text = None
     lost: Lost = StoredLostCapacity()
+    loss_basis: Text = None  # measured, calibrated, transferred or model; None in runs before it was said
+    loss_basis_detail: Text = None
     prefill_decode_now: Text = None
     prefill_decode_recommended: Text = None
     bound: Text = None

@@ -166,6 +166,8 @@ def test_drift_shows_the_analyzers_ratio_and_change_points(store_env: Seeded) ->
     shown = metrics(app)
     assert shown["Prefill:decode now"] == pool["prefill_decode_now"]
     assert shown["Recommended"] == pool["prefill_decode_recommended"]
+    (lost,) = [m for m in app.metric if m.label == "Lost output tokens/s"]
+    assert pool["loss_basis"] and f"Rests on {pool['loss_basis']} capacities" in lost.proto.help
     changes = app.table[0].value
     assert len(changes) == len(pool["drift_events"]) > 0  # the demo's mid-week drift to long prompts
     specs = chart_specs(app)

@@ -401,9 +401,11 @@ def test_pool_rows_keep_unknown_losses_unknown() -> None:
     assert row.lost_tokens_per_s is None and row.lost_output_tokens_per_s is None
     assert row.demand_limited is True
     cells = pool_blocks(_report_with(row), {})[1].rows[0]
-    assert cells[-4:] == ["unknown", "unknown", "unknown", "yes: idle capacity, not lost tokens"]
+    # output, what it rests on, requests, total, serves its demand
+    assert cells[-5:] == ["unknown", "unknown", "unknown", "unknown", "yes: idle capacity, not lost tokens"]
     figures = lost(output_tokens_per_s=4.0, requests_per_s=0.01, tokens_per_s=10.0)
-    (known,) = pool_rows([pool_summary(lost=figures)])
+    (known,) = pool_rows([pool_summary(lost=figures, loss_basis="calibrated")])
+    assert pool_blocks(_report_with(known), {})[1].rows[0][-4] == "calibrated"
     assert (known.lost_output_tokens_per_s, known.lost_requests_per_s, known.lost_tokens_per_s) == (
         4.0,
         0.01,

@@ -254,3 +254,16 @@ def test_the_range_to_zero_is_worded_once(misplaced: AnalysisResult) -> None:
     zero = dataclasses.replace(placement, lost_low=0.0, range_cause="")
     assert range_to_zero(zero) == "the low end of the loss reaches 0 through the capacities' uncertainty"
     assert range_to_zero(dataclasses.replace(zero, lost_tokens_per_s=0.0, lost_high=0.0)) is None
+
+
+def test_every_estimated_loss_says_what_it_rests_on(misplaced: AnalysisResult) -> None:
+    (pool,) = misplaced.typed_summary.pools
+    for row in (pool, *pool.segments):
+        if row.lost.tokens_per_s.value is None:
+            assert row.loss_basis is None and row.loss_basis_detail is None
+        else:
+            assert row.loss_basis in ("measured", "calibrated", "transferred", "model")
+            assert row.loss_basis_detail
+    assert pool.loss_basis == pool.segments[-1].loss_basis  # the pool's loss is its latest segment's
+    (finding, *_) = [f for f in misplaced.findings if "loss_basis" in f.evidence]
+    assert finding.evidence["loss_basis"] in ("measured", "calibrated", "transferred", "model")
