@@ -47,7 +47,7 @@ from fleet.store.migrate import upgrade
 from fleet.store.retention import apply_retention
 from fleet.targets import parse_rules
 from fleetsim.examine import Score, SimRun, score, simulate, summarise, write_jsonl
-from fleetsim.examine_pools import RATIO_BAND, PoolTotals, decisions_agree
+from fleetsim.examine_pools import BASES, RATIO_BAND, PoolTotals, decisions_agree
 from fleetsim.physics_choice import PHYSICS, draw_seed, resolve_physics
 from fleetsim.scenario import Scenario, builtin_scenarios, load_scenario
 
@@ -234,6 +234,13 @@ def _print_pools(m: dict[str, Any], physics: str) -> None:
         f"{_share(m['supply_in_band'], m['supply_loss_scored'])}; "
         f"{_share(m['supply_in_range'], m['supply_range_scored'])} |"
     )
+    by_basis = m.get("by_basis") or {}
+    for basis in sorted(by_basis, key=lambda b: BASES.index(b) if b in BASES else len(BASES)):
+        scored, in_band, in_range = by_basis[basis]
+        print(
+            f"| pool-runs with a true loss whose loss rests on {basis} capacities: in band; truth in range "
+            f"| {_share(in_band, scored)}; {_share(in_range, scored)} |"
+        )
     print(
         f"| phantom loss: pools with nothing to gain reported losing | "
         f"{_share(m['phantom_reported'], m['phantom_pools'])} "

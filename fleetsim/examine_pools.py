@@ -48,6 +48,8 @@ class PoolScore:
     reported_high: float | None
     current_is_best: bool  # in every segment: nothing to gain, so any reported loss is phantom
     decision: tuple[tuple[str, ...], ...] = ()
+    # What the analyzer says its loss rests on (the least direct of its pools'); "unsaid" where it does not
+    basis: str = "unsaid"
 
     @property
     def state_right(self) -> bool | None:
@@ -139,6 +141,18 @@ def _decision(
     return tuple(rows)
 
 
+BASES = ("measured", "calibrated", "transferred", "model")
+
+
+def _basis(pools: Sequence[Mapping[str, Any]]) -> str:
+    """The least direct ``loss_basis`` of the analyzer's pools (``BASES`` order); "unsaid" where one says
+    none."""
+    said = [str(p.get("loss_basis")) for p in pools]
+    if not said or any(b not in BASES for b in said):
+        return "unsaid"
+    return max(said, key=BASES.index)
+
+
 def pool_scores(
     summary: Mapping[str, Any],
     truth: Mapping[str, Any],
@@ -171,6 +185,7 @@ def pool_scores(
                 reported_high=None if not high or None in high else sum(x or 0.0 for x in high),
                 current_is_best=t["best"],
                 decision=_decision(mine, Counter({k[1:]: n for k, n in flagged.items() if k[0] == pool})),
+                basis=_basis(mine),
             )
         )
     return out
@@ -235,6 +250,8 @@ class PoolTotals:
     supply_in_band: int = 0
     supply_range_scored: int = 0
     supply_in_range: int = 0
+    # Pool-runs with a true loss by what the analyzer said the loss rests on: [scored, in band, in range]
+    by_basis: dict[str, list[int]] = field(default_factory=dict)
     phantom_pools: int = 0  # pool-runs with nothing to gain
     phantom_reported: int = 0  # ... of which the analyzer reported a loss on
     phantom_tokens: float = 0.0  # output tokens/s reported on them, summed
@@ -255,6 +272,11 @@ class PoolTotals:
             if s.truth_in_range is not None:
                 self.range_scored += 1
                 self.truth_in_range += s.truth_in_range
+            if s.ratio is not None:
+                counts = self.by_basis.setdefault(s.basis, [0, 0, 0])
+                counts[0] += 1
+                counts[1] += bool(s.in_band)
+                counts[2] += bool(s.truth_in_range)
             if not s.truth_demand_limited:
                 self.supply_loss_scored += s.ratio is not None
                 self.supply_in_band += bool(s.in_band)

@@ -100,6 +100,17 @@ def test_the_supply_limited_loss_measures_count_only_pools_whose_truth_is_supply
     assert (totals.supply_in_range, totals.supply_range_scored) == (1, 2)
 
 
+def test_losses_are_counted_by_what_the_analyzer_said_they_rest_on() -> None:
+    summary = _summary(500.0, 120.0)
+    summary["pools"][0]["loss_basis"] = "calibrated"
+    a, b = pool_scores(summary, TRUTH, POOLS, Counter())
+    assert a.basis == "calibrated" and b.basis == "unsaid"  # B says nothing: never read as measured
+    off = replace(a, basis="model", reported_lost_output=1000.0, reported_low=900.0, reported_high=1100.0)
+    totals = PoolTotals()
+    totals.add_pools([a, b, off])
+    assert totals.by_basis == {"calibrated": [1, 1, 1], "model": [1, 0, 0]}  # b has no true loss
+
+
 def test_a_missing_estimate_is_unscored_not_zero() -> None:
     a, b = pool_scores(_summary(None, 0.0, None), TRUTH, POOLS, Counter())
     assert a.ratio is None and a.in_band is None
