@@ -31,6 +31,7 @@ from analyzer.pools.split_search import (
     ACT,
     CONFIDENCE,
     DECISION_SEED,
+    DOMINANCE,
     HEADROOM,
     MIN_GAIN,
     PlacementResult,
@@ -76,6 +77,11 @@ class PoolParams:
     headroom: float = tunable(
         HEADROOM,
         "Spare capacity of the non-binding phase a plan must add to be worth more changes at the same rate.",
+    )
+    dominance: float = tunable(
+        DOMINANCE,
+        "Share more on average a confident move with no more role changes must sustain to replace the "
+        "search's pick (the path never ends on a plan a smaller move beats in expectation).",
     )
     peak_quantile: float = tunable(0.95, "The quantile of a segment's hourly demand taken as its peak.")
     backlog_per_worker: float = tunable(
@@ -337,6 +343,7 @@ def _segment(
         headroom=p.headroom,
         act=p.act,
         min_gain=p.min_gain,
+        dominance=p.dominance,
         routing=routing,
         measured=in_plan,
         seed=DECISION_SEED,

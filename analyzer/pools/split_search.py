@@ -39,6 +39,10 @@ MIN_GAIN = 0.02
 # same expected rate, once the pool is worth moving: the non-binding phase on the hardware its bottleneck
 # needs (decode on the higher-bandwidth SKU) absorbs a shift of the mix or a worker down.
 HEADROOM = 0.05
+# A plan with no more role changes than the search's pick, which sustains this share more on average and is a
+# confident move itself, replaces the pick: the path never ends on a plan that is beaten in expectation by a
+# smaller move. Half a percent: more than the draws' own sampling noise on one expected rate.
+DOMINANCE = 0.005
 # The capacity draws are a fixed sample of the uncertainty, the same for every pool and segment: the same
 # capacities give the same decision wherever and whenever they are analysed (no randomness in a decision).
 DECISION_SEED = 0
@@ -232,6 +236,7 @@ def choose_plan(
     standing: npt.NDArray[np.int64] | None = None,
     act: float = ACT,
     min_gain: float = MIN_GAIN,
+    dominance: float = DOMINANCE,
 ) -> PlanChoice:
     """The plan (prefill workers per group) to recommend, from capacity draws (rows of ``draws_p`` /
     ``draws_d``; the first row is the central estimate). Rules: docs/analyzer.md#split_search
@@ -239,7 +244,8 @@ def choose_plan(
     - Which plan: plans are taken in order of role changes; one replaces the incumbent when its expected
       rate is higher (by ``tolerance``) and it wins at least ``confidence`` of the draws against it. Once
       the pool moves, a plan with more changes at no loss of expected rate wins when it adds ``headroom``
-      of spare capacity to the phase that does not bind.
+      of spare capacity to the phase that does not bind. The pick then gives way to a plan with no more
+      changes that sustains ``dominance`` more on average and is a move to recommend itself.
     - Whether to move: the plan is recommended only when the low end of its gain over the current plan
       is positive (it wins ``act`` of the draws) and its expected gain is at least ``min_gain`` of the
       current rate; else the current plan stays.
@@ -281,6 +287,8 @@ def choose_plan(
     held_back, small_gain = None, None
     if moved and current_rates.mean() > 0:
         chosen, held_back, small_gain = _act_on(path, current, current_rates, act, min_gain)
+        if not np.array_equal(chosen, current):
+            chosen = _undominated(plans, rates, changes, chosen, current_rates, (act, min_gain, dominance))
     if standing is not None and not np.array_equal(standing, current):
         chosen = _keep_standing(
             standing, chosen, current, (sizes, draws_p, draws_d, isl, osl, r), tolerance, act, min_gain
@@ -294,6 +302,36 @@ def choose_plan(
         alternative = held_back is not None
     reachable = np.maximum(rates.max(axis=0), current_rates) - current_rates
     return PlanChoice(np.asarray(chosen, dtype=np.int64), held_back, small_gain, alternative, reachable)
+
+
+def _undominated(
+    plans: npt.NDArray[np.int64],
+    rates: npt.NDArray[np.float64],
+    changes: npt.NDArray[np.int64],
+    chosen: npt.NDArray[np.int64],
+    current_rates: npt.NDArray[np.float64],
+    rules: tuple[float, float, float],
+) -> npt.NDArray[np.int64]:
+    """The chosen plan, unless another with no more role changes sustains ``dominance`` more on average
+    and is itself a move to recommend (it wins ``act`` of the draws against the current plan and gains
+    ``min_gain``): then the highest such, the fewest changes among equals. The search's path compares
+    each plan with the previous pick, so it can end on a sure small step past a better plan that was not
+    sure against that pick."""
+    act, min_gain, dominance = rules
+    at = np.flatnonzero((plans == chosen[None, :]).all(axis=1))
+    if at.size == 0:
+        return chosen
+    i = int(at[0])
+    expected = rates.mean(axis=1)
+    confident = (rates > current_rates[None, :] * (1.0 + _SAME_RATE)).mean(axis=1) >= act
+    worth = expected >= current_rates.mean() * (1.0 + min_gain)
+    better = (changes <= changes[i]) & (expected > expected[i] * (1.0 + dominance)) & confident & worth
+    found = np.flatnonzero(better)
+    if found.size == 0:
+        return chosen
+    j = int(found[np.lexsort((changes[found], -expected[found]))[0]])
+    picked: npt.NDArray[np.int64] = plans[j]
+    return picked
 
 
 def _best_other(
@@ -456,6 +494,7 @@ def place(
     standing: Sequence[int] | None = None,
     act: float = ACT,
     min_gain: float = MIN_GAIN,
+    dominance: float = DOMINANCE,
 ) -> PlacementResult:
     """Best placement of a disaggregated pool's workers. ``current_roles`` lists, per group, the
     (grid row, "prefill"|"decode") of each available worker; ``loads`` (grid row -> ``WorkerLoad``) chooses
@@ -488,6 +527,7 @@ def place(
         standing=None if standing is None else np.array(standing, dtype=np.int64),
         act=act,
         min_gain=min_gain,
+        dominance=dominance,
     )
     chosen = choice.chosen
     best = _plan([int(v) for v in chosen], sizes, cp, cd, isl, osl, r)

@@ -8,8 +8,10 @@ import pytest
 
 from analyzer.findings.loss import range_to_zero
 from analyzer.pipeline import analyze, input_from_samples
+from analyzer.pools.capacity import GroupCapacity, RoleCapacity
 from analyzer.pools.loss_range import held_back_cause
-from analyzer.pools.split_search import ACT, choose_plan, draw_rates, place
+from analyzer.pools.pool import SkuGroup
+from analyzer.pools.split_search import ACT, DOMINANCE, PlacementResult, choose_plan, draw_rates, place
 from analyzer.pools.split_search import Routing as SplitRouting
 from fleet.catalog import load_catalog
 from fleetsim.examine import score, simulate
@@ -225,3 +227,43 @@ def test_a_partial_move_reports_the_larger_moves_possible_gain_as_its_high_end()
         result.lost_high >= gain_q90([0, 2]) - 1e-6
     )  # the best split of each draw: at least the larger move
     assert 0.0 < result.lost_low <= result.lost_tokens_per_s < result.lost_high
+
+
+def test_the_search_never_ends_on_a_plan_a_smaller_confident_move_beats_in_expectation() -> None:
+    """``gke-two-pools``' 70B pool under measured kernels (seed 0), its capacities as the analyzer had
+    them: prefill measured on both SKUs, decode calibrated (+-11% and +-17%), prefill seen saturated now.
+    The path took sure steps to the H200s all prefilling (4 role changes), past the H100s all prefilling
+    with three H200 decoders (3 changes), which sustains more on average and wins 97% of the draws."""
+    catalog = load_catalog()
+
+    def group(sku: str, rows: range, prefill: float, decode: float, band: float) -> GroupCapacity:
+        return GroupCapacity(
+            SkuGroup(catalog.gpus.get(sku), 2, tuple(rows), None),
+            RoleCapacity(prefill, 0.03, "measured", shared=0.03),
+            RoleCapacity(decode, band, "calibrated", shared=band),
+            kv_bytes=60e9,
+        )
+
+    groups = [
+        group("H100-SXM", range(0, 8), 13_175.9, 7_248.5, 0.1148),
+        group("H200-SXM", range(8, 16), 14_279.3, 8_090.7, 0.1748),
+    ]
+    roles = [[(r, "prefill" if i < 5 else "decode") for i, r in enumerate(range(o, o + 8))] for o in (0, 8)]
+
+    def search(dominance: float) -> PlacementResult:
+        return place(
+            groups,
+            roles,
+            isl=1334.19,
+            osl=174.75,
+            demand_tokens_per_s=106_936.0,
+            peak_demand_tokens_per_s=142_479.0,
+            measured=(134_704.2, None),
+            dominance=dominance,
+        )
+
+    along_the_path = search(10.0)  # the rule off
+    assert along_the_path.best.prefill == (4, 8)
+    result = search(DOMINANCE)
+    assert result.best.prefill == (8, 5)
+    assert result.best.tokens_per_s > along_the_path.best.tokens_per_s
