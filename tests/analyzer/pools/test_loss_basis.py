@@ -41,6 +41,18 @@ def _inverted(
     )
 
 
+def _right_way_round(h100: GroupCapacity, h200: GroupCapacity, osl: float) -> PlacementResult:
+    """The H100s prefilling and the H200s decoding."""
+    return place(
+        [h100, h200],
+        [_roles(range(0, 4), 4), _roles(range(4, 8), 0)],
+        isl=1300.0,
+        osl=osl,
+        demand_tokens_per_s=50_000.0,
+        peak_demand_tokens_per_s=60_000.0,
+    )
+
+
 def test_a_move_rests_on_the_weakest_figure_of_either_split() -> None:
     # Decode bounds both splits: now the H100s' (calibrated), after the swap the H200s' (transferred).
     result = _inverted("calibrated", "transferred")
@@ -67,14 +79,7 @@ def test_no_move_rests_on_every_capacity_the_comparison_used() -> None:
     h100 = _group("H100-SXM", range(0, 4), (13_000.0, "measured"), (6_500.0, "model"))
     h200 = _group("H200-SXM", range(4, 8), (13_000.0, "calibrated"), (9_000.0, "measured"))
     # Already placed right: H100s prefill, H200s decode, both phases at 40 requests/s.
-    result = place(
-        [h100, h200],
-        [_roles(range(0, 4), 4), _roles(range(4, 8), 0)],
-        isl=1300.0,
-        osl=900.0,
-        demand_tokens_per_s=50_000.0,
-        peak_demand_tokens_per_s=60_000.0,
-    )
+    result = _right_way_round(h100, h200, osl=900.0)
     assert result.best.prefill == result.current.prefill and result.lost_tokens_per_s == 0
     basis = loss_basis(result)
     assert basis is not None and basis.source == "model"  # the H100 decode figure no split uses now
@@ -85,15 +90,7 @@ def test_a_capacity_that_does_not_fit_is_left_out_and_no_placement_has_no_basis(
     h100 = _group("H100-SXM", range(0, 4), (13_000.0, "measured"), (6_500.0, "measured"))
     unfit = replace(h100, decode=RoleCapacity(0.0, 1.0, "model", fits=False))
     h200 = _group("H200-SXM", range(4, 8), (13_000.0, "measured"), (9_000.0, "measured"))
-    result = place(
-        [unfit, h200],
-        [_roles(range(0, 4), 4), _roles(range(4, 8), 0)],
-        isl=1300.0,
-        osl=600.0,
-        demand_tokens_per_s=50_000.0,
-        peak_demand_tokens_per_s=60_000.0,
-    )
-    basis = loss_basis(result)
+    basis = loss_basis(_right_way_round(unfit, h200, osl=600.0))
     assert basis is not None and basis.source == "measured"
     assert loss_basis(None) is None
 
