@@ -288,7 +288,9 @@ def choose_plan(
     if moved and current_rates.mean() > 0:
         chosen, held_back, small_gain = _act_on(path, current, current_rates, act, min_gain)
         if not np.array_equal(chosen, current):
-            chosen = _undominated(plans, rates, changes, chosen, current_rates, (act, min_gain, dominance))
+            chosen = _undominated(
+                plans, rates, expected, changes, chosen, current_rates, (act, min_gain, dominance)
+            )
     if standing is not None and not np.array_equal(standing, current):
         chosen = _keep_standing(
             standing, chosen, current, (sizes, draws_p, draws_d, isl, osl, r), tolerance, act, min_gain
@@ -307,6 +309,7 @@ def choose_plan(
 def _undominated(
     plans: npt.NDArray[np.int64],
     rates: npt.NDArray[np.float64],
+    expected: npt.NDArray[np.float64],
     changes: npt.NDArray[np.int64],
     chosen: npt.NDArray[np.int64],
     current_rates: npt.NDArray[np.float64],
@@ -322,7 +325,6 @@ def _undominated(
     if at.size == 0:
         return chosen
     i = int(at[0])
-    expected = rates.mean(axis=1)
     confident = (rates > current_rates[None, :] * (1.0 + _SAME_RATE)).mean(axis=1) >= act
     worth = expected >= current_rates.mean() * (1.0 + min_gain)
     better = (changes <= changes[i]) & (expected > expected[i] * (1.0 + dominance)) & confident & worth
