@@ -24,13 +24,16 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from collector.engine_ids import EngineIdentity, engine_identity
 from collector.promtext import Exposition
 from collector.scrape import ScrapeError, scrape
 from fleet.clock import Clock
+from fleet.contract import LatencyHistogram
 from fleet.labels import (
     DYNAMO_COMPONENT_METRIC_LABEL,
     DYNAMO_NAMESPACE_METRIC_LABEL,
@@ -107,10 +110,14 @@ class EngineDelta:
     tpot_p90_s: float | None = None
     tpot_p99_s: float | None = None
     e2e_p90_s: float | None = None
+    # The window's histogram increments as the engine buckets them (engine_sample's ``ttft_histogram``, ...);
+    # None where the engine exports no such histogram.
+    histograms: Mapping[str, LatencyHistogram | None] = field(default_factory=dict)
 
-    def latencies(self) -> dict[str, float | None]:
-        """The latency quantiles by their engine_sample field names."""
-        return {column: getattr(self, column) for column in LATENCY_COLUMNS}
+    def latencies(self) -> dict[str, Any]:
+        """The latency quantiles and histograms by their engine_sample field names."""
+        quantiles: dict[str, Any] = {column: getattr(self, column) for column in LATENCY_COLUMNS}
+        return quantiles | {f"{kind}_histogram": self.histograms.get(kind) for _, kind in _HISTOGRAMS}
 
 
 def _key(logical: str, labels: Mapping[str, str], drop: tuple[str, ...] = ()) -> SeriesKey:
@@ -300,6 +307,20 @@ def _window_buckets(prev: EngineReading, cur: EngineReading, kind: str) -> dict[
     return out
 
 
+def window_histogram(window: Mapping[float, float]) -> LatencyHistogram | None:
+    """A window's bucket increments {le: cumulative count, +Inf included} as the contract carries them;
+    None where the engine exported no such histogram, or its increments are not one (a partial scrape)."""
+    if not window or not any(math.isinf(le) for le in window):
+        return None
+    finite = sorted(le for le in window if not math.isinf(le))
+    try:
+        return LatencyHistogram(
+            le=finite, counts=[max(window[le], 0.0) for le in finite], count=max(window[math.inf], 0.0)
+        )
+    except ValidationError:
+        return None
+
+
 def _quantiles(prev: EngineReading, cur: EngineReading) -> dict[str, float | None]:
     """The contract's latency quantiles (``ttft_p50_s``, ...) of the window's histogram increments."""
     out: dict[str, float | None] = {}
@@ -315,6 +336,7 @@ def window_delta(prev: EngineReading, cur: EngineReading) -> EngineDelta:
     generation, r2 = _counter_delta(prev, cur, "generation")
     preemptions, _ = _counter_delta(prev, cur, "preempt")
     latency = _quantiles(prev, cur)
+    histograms = {kind: window_histogram(_window_buckets(prev, cur, kind)) for _, kind in _HISTOGRAMS}
     return EngineDelta(
         reading=cur,
         window_s=max(cur.taken_at - prev.taken_at, 1e-3),
@@ -322,6 +344,7 @@ def window_delta(prev: EngineReading, cur: EngineReading) -> EngineDelta:
         generation_tokens=max(generation or 0, 0),
         preemptions=max(preemptions, 0) if preemptions is not None else None,
         restarted=r1 or r2,
+        histograms=histograms,
         **latency,
     )
 

@@ -24,8 +24,11 @@ from pydantic import (
     Strict,
     TypeAdapter,
     ValidationInfo,
+    model_validator,
 )
 from pydantic_core import ErrorDetails
+
+from fleet import histograms
 
 # No C0/C1 controls, no zero-width, bidirectional or other invisible format characters: names end up in
 # labels, logs and HTML, where such characters hide or reorder text.
@@ -152,6 +155,32 @@ class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=False)
 
 
+# Bounds of a latency histogram: positive seconds, finite; at most 128 of them (engines use 15-25).
+BucketBound = Annotated[float, Strict(), Field(gt=0.0, le=MAX_FLOAT, allow_inf_nan=False)]
+
+
+class LatencyHistogram(BaseModel):
+    """A latency histogram's increments over one window, as the engine buckets it: ``le`` the finite upper
+    bounds in seconds (positive, strictly rising), ``counts`` the observations at or below each (one per
+    bound, cumulative: never falling) and ``count`` all of them (the ``+Inf`` bucket: at least the last
+    of ``counts``). A histogram that breaks these is refused. Merged across workers on one shared grid
+    (:mod:`fleet.histograms`), it gives a pool's quantile as ``histogram_quantile`` over ``sum by (le)``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    le: Annotated[list[BucketBound], Field(max_length=128)]
+    counts: Annotated[list[NonNegFloat], Field(max_length=128)]
+    count: NonNegFloat
+
+    @model_validator(mode="after")
+    def _is_a_histogram(self) -> LatencyHistogram:
+        try:
+            histograms.check(self.le, self.counts, self.count)
+        except histograms.HistogramError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+
 class GpuSample(_Record):
     """One GPU over one window."""
 
@@ -217,6 +246,11 @@ class EngineSample(_Record):
     ttft_p90_s: NonNegFloat | None = None
     tpot_p90_s: NonNegFloat | None = None
     e2e_p90_s: NonNegFloat | None = None
+    # The window's histogram increments behind those quantiles (the engine's own buckets), so a pool's p90
+    # comes from its merged buckets rather than from a mean of its workers' p90s; None when not read.
+    ttft_histogram: LatencyHistogram | None = None
+    tpot_histogram: LatencyHistogram | None = None
+    e2e_histogram: LatencyHistogram | None = None
     cluster: Name | None = None
     # The serving deployment or router group: Dynamo namespace, llm-d InferencePool, KServe
     # InferenceService, else "<namespace>/<owner>". With the cluster and the served model it names the pool.

@@ -130,6 +130,9 @@ class RecordKind:
     # repeating a key holds more key ends than keys); ``defaults`` fills them in afterwards.
     keyed: type[msgspec.Struct]
     defaults: tuple[Any, ...]  # per field: msgspec.NODEFAULT (required), a value, or a _Factory
+    # Optional fields holding a nested record (a latency histogram), decoded as raw JSON: each one held is
+    # validated by pydantic itself (its model's own checks included), ~2 us a record.
+    nested: tuple[tuple[str, TypeAdapter[Any]], ...] = ()
 
 
 def mirror(models: Sequence[type[BaseModel]]) -> tuple[RecordKind, ...]:
@@ -151,6 +154,7 @@ def _mirror_model(model: type[BaseModel]) -> RecordKind:
     tag: str | None = None
     fields: list[tuple[str, Any, Any]] = []
     texts: list[TextField] = []
+    nested: list[tuple[str, TypeAdapter[Any]]] = []
     for name, info in model.model_fields.items():
         if info.alias or info.validation_alias or info.validate_default:
             raise NotMirroredError(f"{model.__name__}.{name}: alias or validated default")
@@ -161,6 +165,8 @@ def _mirror_model(model: type[BaseModel]) -> RecordKind:
             tag = values[0]
             continue
         struct_type, text = _mirror_field(model.__name__, name, info)
+        if struct_type is msgspec.Raw:
+            nested.append((name, TypeAdapter(typing.cast(Any, info.annotation))))
         fields.append((name, struct_type, _default(info, text)))
         if text is not None:
             texts.append(text)
@@ -189,7 +195,8 @@ def _mirror_model(model: type[BaseModel]) -> RecordKind:
     defaults = tuple(
         _Factory(d.default_factory) if isinstance(d, _MSGSPEC_FIELD) else d for _, _, d in fields
     )
-    return RecordKind(tag, struct, tuple(name for name, _, _ in fields), tuple(texts), keyed, defaults)
+    names = tuple(name for name, _, _ in fields)
+    return RecordKind(tag, struct, names, tuple(texts), keyed, defaults, tuple(nested))
 
 
 @dataclass(frozen=True)
@@ -238,6 +245,10 @@ def _mirror_field(model: str, name: str, info: FieldInfo) -> tuple[Any, TextFiel
                 raise NotMirroredError(f"{model}.{name}: {constraint!r}")
         struct_type = Annotated[list[str], msgspec.Meta(**lengths)] if lengths else list[str]
         text = TextField(name, TypeAdapter(item), "list", nullable=optional)
+    elif isinstance(base, type) and issubclass(base, BaseModel):
+        if not optional:
+            raise NotMirroredError(f"{model}.{name}: a required nested record")
+        return msgspec.Raw, None  # held as its JSON (null too), validated by pydantic (RecordKind.nested)
     elif base is str or (isinstance(base, type) and issubclass(base, datetime | AwareDatetime | StrEnum)):
         shape: Literal["str", "enum", "time"] = (
             "str" if base is str else "enum" if issubclass(base, StrEnum) else "time"
@@ -371,6 +382,13 @@ def _add_kind(batch: RowBatch, kind: RecordKind, records: list[Any]) -> int | No
             strings += len(column) - absent - nulls
     for index, count in missing.items():
         transposed[index] = _filled(transposed[index], kind.defaults[index], count)
+    for name, adapter in kind.nested:
+        index = positions[name]
+        held = _nested(transposed[index], adapter)
+        if held is None:
+            return None
+        transposed[index], nested_keys = held
+        strings += nested_keys
     columns: dict[str, Sequence[Any]] = dict(zip(kind.fields, transposed, strict=True))
     value_columns = list(transposed)  # per field, the values pydantic holds (enumerations: their text)
     converted: list[tuple[str, Callable[[Any], Any]]] = []  # fields whose values_at() value is converted
@@ -415,6 +433,39 @@ def _add_kind(batch: RowBatch, kind: RecordKind, records: list[Any]) -> int | No
 
     batch.add_columns(kind.tag, columns, ts, values_at)  # type: ignore[arg-type]
     return len(records) * (len(kind.fields) + 1) - sum(missing.values()) + strings  # + 1: the tag
+
+
+def _nested(column: Sequence[Any], adapter: TypeAdapter[Any]) -> tuple[list[Any], int] | None:
+    """A nested record's column as pydantic holds it (each raw JSON value validated), and the keys its
+    values hold; None if pydantic refuses one, or one holds a string or repeats a key (its quotes are not
+    two per key of what pydantic made of it: the pydantic path decides, and names the line)."""
+    if not any(column):  # None everywhere (absent or null): nothing to validate
+        return list(column), 0
+    out: list[Any] = []
+    keys = 0
+    for held_raw in column:
+        raw = None if held_raw is None else bytes(held_raw)
+        if raw is None or raw == b"null":
+            out.append(None)
+            continue
+        try:
+            value = adapter.validate_json(raw)
+        except ValidationError:
+            return None
+        held = keys_held(value)
+        if raw.count(b'"') != 2 * held:
+            return None
+        keys += held
+        out.append(value)
+    return out, keys
+
+
+def keys_held(record: BaseModel) -> int:
+    """The keys a record's JSON held, its nested records' included (its ``":`` when no key repeats)."""
+    nested = (
+        v for v in map(record.__dict__.__getitem__, record.model_fields_set) if isinstance(v, BaseModel)
+    )
+    return len(record.model_fields_set) + sum(map(keys_held, nested))
 
 
 def _list_copy(value: list[str] | None) -> list[str] | None:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from fleet.contract import RECORD_ADAPTER, RECORD_KINDS, error_message
-from fleet.fast_records import fast_block
+from fleet.fast_records import fast_block, keys_held
 from fleet.store.rows import RowBatch, RowValueError, TimeEncoding
 
 MAX_LINE_BYTES = 8 * 1024 * 1024  # an engine_sample naming 1,024 GPUs is ~270 kB; a runaway line is an error
@@ -97,7 +97,7 @@ def _validated_block(
             line = line[3:]  # a UTF-8 byte order mark some editors write
         try:
             record = RECORD_ADAPTER.validate_json(line)
-            repeated = _repeated_key(line, len(record.model_fields_set))
+            repeated = _repeated_key(line, keys_held(record))
             if repeated is not None:
                 errors.append(LineError(first_line + offset, repeated, _REPEATED))
             else:

@@ -28,9 +28,13 @@ What the records say (per window):
   ``generation_tokens`` is one per request it prefilled (it returns the first token). Latency quantiles:
   prefill workers report TTFT (queue + prefill) and no TPOT; decode workers their own TTFT view
   (admission wait + KV transfer + one step) and TPOT; colocated ("mixed") workers both. A quantile is
-  null in a window where the engine served nothing. ``requests_running`` is the decode batch (prompts
-  in flight on a prefill worker), ``kv_cache_usage`` the KV pool's fill, ``preemptions`` the sequences
-  evicted when the KV cache runs out. ``kv_capacity_tokens`` is the KV cache the worker holds, as vLLM's
+  null in a window where the engine served nothing. ``ttft_histogram``/``tpot_histogram``/``e2e_histogram``
+  are the window's histograms behind them (``latency_histograms``: the same lognormal, on the shared grid
+  of ``fleet.histograms``, pinned at the reported p90; counting requests for TTFT and end to end, output
+  tokens for TPOT): null where the role reports no such quantile, empty (count 0) where it served nothing.
+  ``requests_running`` is the decode batch (prompts in flight on a prefill worker), ``kv_cache_usage``
+  the KV pool's fill, ``preemptions`` the sequences evicted when the KV cache runs out.
+  ``kv_capacity_tokens`` is the KV cache the worker holds, as vLLM's
   ``cache_config_info`` and SGLang's ``max_total_num_tokens`` report it: the budget the simulator's
   physics gives the worker and caps its batch with (``records.kv_capacity_tokens``). ``max_running_requests``
   is the engine's concurrency cap (vLLM's ``max_num_seqs``, SGLang's ``max_running_requests``): the cap

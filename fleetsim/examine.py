@@ -20,12 +20,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fleet import histograms
 from fleet.catalog import Catalog
 from fleet.contract import Finding, FindingKind
 from fleetsim.examine_pools import ChangeScore, PoolScore, change_scores, epoch, pool_scores
 from fleetsim.layout import build_layout
 from fleetsim.measured_facts import missing_fields, underuse
 from fleetsim.physics_choice import Physics, draw_seed, resolve_physics
+from fleetsim.records import HISTOGRAMS
 from fleetsim.scenario import Scenario, load_scenario
 from fleetsim.source import dict_batches, jsonl_batches
 from fleetsim.truth import compute_truth
@@ -62,8 +64,17 @@ class SimRun:
     physics: str = "model"
 
 
+def _stored(histogram: Any) -> bytes | None:
+    """A latency histogram as the analyzer's columns take it: the stored form (``fleet.histograms.encode``)
+    of one in the contract's form (``le``, cumulative ``counts``, ``count``); stored bytes or None as is."""
+    if histogram is None or isinstance(histogram, bytes):
+        return histogram
+    return histograms.encode(histograms.rebin(histogram["le"], histogram["counts"], histogram["count"]))
+
+
 def records_to_columns(records: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Record dicts (``kind`` gpu_sample / engine_sample) -> (GPU columns, engine columns), epoch ``ts``."""
+    """Record dicts (``kind`` gpu_sample / engine_sample) -> (GPU columns, engine columns), epoch ``ts``;
+    latency histograms (``ttft_histogram``, ...) in the stored form (``fleet.histograms.encode`` bytes)."""
     columns: dict[str, dict[str, list[Any]]] = {
         "gpu_sample": defaultdict(list),
         "engine_sample": defaultdict(list),
@@ -74,6 +85,9 @@ def records_to_columns(records: Iterable[Mapping[str, Any]]) -> tuple[dict[str, 
         for key, value in record.items():
             if key == "ts" and value not in cache:
                 cache[value] = epoch(value)
+            if key in HISTOGRAMS:
+                target[key].append(_stored(value))
+                continue
             target[key].append(cache[value] if key == "ts" else value)
     gpu: dict[str, Any] = dict(columns["gpu_sample"])
     engine: dict[str, Any] = dict(columns["engine_sample"])
@@ -118,14 +132,14 @@ def simulate(
     physics: str | Physics = "model",
 ) -> SimRun:
     """A scenario's records as columns, with its ground truth and planted findings, under ``physics``
-    (a name: resolved once for the run, from ``seed``)."""
+    (a name: resolved once for the run, from ``seed``). The latency histograms' columns hold the stored
+    form (``fleet.histograms.encode`` bytes, or None), built straight from the simulation."""
     sc = _load(scenario)
     chosen = resolve_physics(physics, draw_seed(sc.name)) if isinstance(physics, str) else physics
-    records = (
-        r
-        for batch in dict_batches(sc, catalog, seed=seed, days=days, window_s=window_s, physics=chosen)
-        for r in batch
+    batches = dict_batches(
+        sc, catalog, seed=seed, days=days, window_s=window_s, physics=chosen, histograms="encoded"
     )
+    records = (r for batch in batches for r in batch)
     gpu, engine = records_to_columns(records)
     report = compute_truth(sc, catalog, seed, days, window_s=window_s, physics=chosen) if truth else {}
     plants = planted(sc, catalog, days=days, window_s=window_s, physics=chosen) if truth else None

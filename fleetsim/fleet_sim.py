@@ -19,6 +19,7 @@ import numpy.typing as npt
 from fleet.catalog import Catalog
 from fleet.contract import Role
 from fleetsim.counters import DRAM_ACTIVE_CEILING, measured, power_w, worker_activity
+from fleetsim.latency_histograms import HistogramColumns, histogram_columns, sigma_of
 from fleetsim.layout import FleetLayout, build_layout
 from fleetsim.life import LifeEvents
 from fleetsim.physics_choice import Physics
@@ -68,7 +69,8 @@ class GpuColumns:
 class EngineColumns:
     """(windows, workers) columns; ``present`` false where the engine is down or the collector silent.
 
-    Latency quantiles are NaN where the engine observed no request in the window.
+    Latency quantiles are NaN where the engine observed no request in the window. The latency
+    histograms (``fleetsim.latency_histograms``) are held as the lognormal behind each and its count.
     """
 
     present: BoolArray
@@ -85,6 +87,9 @@ class EngineColumns:
     ttft_p90_s: FloatArray
     tpot_p90_s: FloatArray
     e2e_p90_s: FloatArray
+    ttft_histogram: HistogramColumns
+    tpot_histogram: HistogramColumns
+    e2e_histogram: HistogramColumns
 
 
 @dataclass(frozen=True)
@@ -215,7 +220,7 @@ class FleetSimulation:
             for name in (
                 "tensor", "sm", "dram", "util", "nvlink", "pcie_tx", "pcie_rx", "prompt", "generation",
                 "running", "waiting", "kv", "preempt", "ttft50", "ttft99", "tpot50", "tpot99", "ttft90",
-                "tpot90", "e2e90", "did_work",
+                "tpot90", "e2e90", "did_work", "tokens_per_request",
             )
         }  # fmt: skip
         flows = []
@@ -229,6 +234,7 @@ class FleetSimulation:
             lat = latencies(model, flow, pc.traffic)
             idx = list(model.pool.workers)
             mean_p = pc.traffic.mix.mean_prompt[:, None]
+            mean_o = pc.traffic.mix.mean_output[:, None]
             is_prefill = flow.roles == PREFILL
             cols["tensor"][:, idx] = act.tensor
             cols["sm"][:, idx] = act.sm
@@ -253,6 +259,8 @@ class FleetSimulation:
             cols["tpot90"][:, idx] = lat.tpot_p90
             cols["e2e90"][:, idx] = lat.e2e_p90
             cols["did_work"][:, idx] = np.where(is_prefill, flow.prompt_rate, flow.output_rate)
+            # A prefill worker generates one token per request; the others a request's output.
+            cols["tokens_per_request"][:, idx] = np.where(is_prefill, 1.0, mean_o)
         return Chunk(
             index=index,
             first_window=first,
@@ -334,10 +342,20 @@ class FleetSimulation:
         preemptions = rng.poisson(cols["preempt"] * window).astype(np.int64)
         ttft99 = np.fmax(quantile("ttft99"), ttft50)  # a p99 is never below its p50
         tpot99 = np.fmax(quantile("tpot99"), tpot50)
+        ttft90 = np.fmin(np.fmax(quantile("ttft90"), ttft50), ttft99)  # a p90 lies between them
+        tpot90 = np.fmin(np.fmax(quantile("tpot90"), tpot50), tpot99)
+        e2e90 = quantile("e2e90")
+        generation = np.rint(cols["generation"] * window).astype(np.int64)
+        # Observations (fleetsim.latency_histograms): requests served for TTFT and end to end, output
+        # tokens for TPOT; a family the role reports (a finite model quantile) is empty when idle.
+        requests = np.divide(
+            generation, cols["tokens_per_request"], out=np.zeros(generation.shape), where=generation > 0
+        )
+        ttft_sigma = sigma_of(ttft50, ttft99)
         return EngineColumns(
             present=up & ~gap[:, self._worker_node],
             prompt_tokens=np.rint(cols["prompt"] * window).astype(np.int64),
-            generation_tokens=np.rint(cols["generation"] * window).astype(np.int64),
+            generation_tokens=generation,
             requests_running=np.rint(cols["running"]).astype(np.int64),
             requests_waiting=np.rint(cols["waiting"]).astype(np.int64),
             kv_cache_usage=kv,
@@ -346,7 +364,12 @@ class FleetSimulation:
             ttft_p99_s=ttft99,
             tpot_p50_s=tpot50,
             tpot_p99_s=tpot99,
-            ttft_p90_s=np.fmin(np.fmax(quantile("ttft90"), ttft50), ttft99),  # a p90 lies between them
-            tpot_p90_s=np.fmin(np.fmax(quantile("tpot90"), tpot50), tpot99),
-            e2e_p90_s=quantile("e2e90"),
+            ttft_p90_s=ttft90,
+            tpot_p90_s=tpot90,
+            e2e_p90_s=e2e90,
+            ttft_histogram=histogram_columns(ttft90, ttft_sigma, requests, np.isfinite(cols["ttft50"])),
+            tpot_histogram=histogram_columns(
+                tpot90, sigma_of(tpot50, tpot99), generation.astype(np.float64), np.isfinite(cols["tpot50"])
+            ),
+            e2e_histogram=histogram_columns(e2e90, ttft_sigma, requests, np.isfinite(cols["e2e90"])),
         )

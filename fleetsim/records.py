@@ -8,6 +8,11 @@ week is millions of records and this is several times faster than ``orjson.dumps
 check that both paths give the same records and that every line parses with
 ``fleet.contract.parse_record``. Within a window, GPU samples come first (by GPU), then engine samples.
 
+Engine samples carry their latency histograms (``fleetsim.latency_histograms``) in the contract's form
+(``le``, cumulative ``counts`` to 3 decimals, ``count``), built for the picked records only. The dict path
+can instead carry them in the stored form (``histograms="encoded"``: ``fleet.histograms.encode`` bytes),
+which is what the examiner's columns hold (``examine.simulate``).
+
 A role change that replaces the pod (``replace_pods``, ``fleetsim.role_changes``) renames the worker:
 from the change's first window on, its engine samples and its GPUs' samples carry the new pod's id.
 """
@@ -16,14 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 import orjson
 
 from fleet.contract import EngineSample, GpuJoin, GpuSample, RoleSource, TelemetrySource
+from fleetsim import latency_histograms
 from fleetsim.fleet_sim import Chunk, FleetSimulation, rfc3339
+from fleetsim.latency_histograms import HistogramColumns
 
 IntArray = npt.NDArray[np.int64]
 _RATIO_DECIMALS = 4
@@ -51,6 +58,8 @@ _ENGINE_DECIMALS: dict[str, int | None] = {
     "kv_cache_usage": 4, "ttft_p50_s": 4, "ttft_p99_s": 4, "tpot_p50_s": 5, "tpot_p99_s": 5,
     "ttft_p90_s": 4, "tpot_p90_s": 5, "e2e_p90_s": 3,
 }  # fmt: skip
+HISTOGRAMS = ("ttft_histogram", "tpot_histogram", "e2e_histogram")
+HistogramForm = Literal["contract", "encoded"]
 _ENGINE_STATIC = (
     "worker_id", "node", "engine", "model", "precision", "tp", "gpu_uuids", "gpu_join", "cluster",
     "deployment", "kv_capacity_tokens", "max_running_requests",
@@ -68,7 +77,8 @@ _ENGINE_TEMPLATE = (
     b'"kv_capacity_tokens":%s,"max_running_requests":%s,"role":%s,"role_source":%s,'
     b'"prompt_tokens":%s,"generation_tokens":%s,"requests_running":%s,"requests_waiting":%s,'
     b'"kv_cache_usage":%s,"preemptions":%s,"ttft_p50_s":%s,"ttft_p99_s":%s,"tpot_p50_s":%s,'
-    b'"tpot_p99_s":%s,"ttft_p90_s":%s,"tpot_p90_s":%s,"e2e_p90_s":%s}\n'
+    b'"tpot_p99_s":%s,"ttft_p90_s":%s,"tpot_p90_s":%s,"e2e_p90_s":%s,"ttft_histogram":%s,'
+    b'"tpot_histogram":%s,"e2e_histogram":%s}\n'
 )
 
 
@@ -94,6 +104,7 @@ class _Picked:
     values: dict[str, npt.NDArray[Any]]
     state: IntArray | None  # index into _STATES
     counts: IntArray  # records per window
+    row: IntArray  # each record's row of the chunk
 
 
 def _pick(
@@ -114,7 +125,7 @@ def _pick(
         places = decimals.get(name)
         values[name] = np.round(picked, places) if places is not None else picked
     state_picked = state[row, item] if state is not None else None
-    return _Picked(local, item, values, state_picked, np.bincount(local, minlength=len(rows)))
+    return _Picked(local, item, values, state_picked, np.bincount(local, minlength=len(rows)), row)
 
 
 class RecordBuilder:
@@ -186,6 +197,10 @@ class RecordBuilder:
                 source = np.where(hit, label_source, source)
         return [str(x) for x in role], [str(x) for x in source]
 
+    def _histograms(self, chunk: Chunk, engine: _Picked) -> dict[str, HistogramColumns]:
+        """The picked engine records' latency histograms (as the lognormals behind them)."""
+        return {name: getattr(chunk.engine, name).take(engine.row, engine.item) for name in HISTOGRAMS}
+
     def _ids(
         self, chunk: Chunk, rows: IntArray, picked: _Picked, gpu: bool, *, encode: bool
     ) -> npt.NDArray[np.object_]:
@@ -211,8 +226,11 @@ class RecordBuilder:
         tokens: list[Any] = column.tolist()
         return tokens
 
-    def chunk_dicts(self, chunk: Chunk, window_slice: slice | None = None) -> list[dict[str, Any]]:
-        """Record dicts of a chunk (or of ``window_slice`` of its windows), in output order."""
+    def chunk_dicts(
+        self, chunk: Chunk, window_slice: slice | None = None, *, histograms: HistogramForm = "contract"
+    ) -> list[dict[str, Any]]:
+        """Record dicts of a chunk (or of ``window_slice`` of its windows), in output order; latency
+        histograms in the contract's form, or ``"encoded"`` (``fleet.histograms.encode`` bytes)."""
         rows = self._rows(chunk, window_slice)
         if len(rows) == 0:
             return []
@@ -234,11 +252,16 @@ class RecordBuilder:
         engine_values = {k: v.tolist() for k, v in engine.values.items()}
         roles, sources = self._roles(chunk, rows, engine)
         engine_ids = self._ids(chunk, rows, engine, False, encode=False).tolist()
+        form = latency_histograms.encoded if histograms == "encoded" else latency_histograms.contract_dicts
+        engine_histograms: dict[str, list[Any]] = {
+            k: form(v) for k, v in self._histograms(chunk, engine).items()
+        }
         for i, (w, item) in enumerate(zip(engine.window.tolist(), engine.item.tolist(), strict=True)):
             record = {"kind": "engine_sample", "ts": ts[w], "window_s": self.window_s}
             record.update({k: v[item] for k, v in self._engine_static.items()})
             record["worker_id"] = engine_ids[i]
             record.update({k: (None if v[i] != v[i] else v[i]) for k, v in engine_values.items()})
+            record.update({k: v[i] for k, v in engine_histograms.items()})
             record.update(role=roles[i], role_source=sources[i])
             engine_dicts.append(record)
         return _interleave(gpu_dicts, gpu.counts, engine_dicts, engine.counts)
@@ -281,6 +304,7 @@ class RecordBuilder:
                 role_json,
                 source_json,
                 *(_tokens(engine.values[f]) for f in _ENGINE_FIELDS),
+                *(latency_histograms.contract_json(h) for h in self._histograms(chunk, engine).values()),
                 strict=True,
             )
         ]

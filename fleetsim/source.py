@@ -11,6 +11,7 @@ API::
     # whole runs in batches (what ``phasefit sim run`` writes; for bulk ingest):
     jsonl_batches(scenario, catalog, seed=0, days=7, window_s=None, start=None) -> Iterator[bytes]
     dict_batches(scenario, catalog, seed=0, days=7, window_s=None, start=None)  -> Iterator[list[dict]]
+        (histograms="encoded": latency histograms as fleet.histograms.encode bytes, not the contract's form)
 
     # as a collector GpuSource (``phasefit collect --source sim``):
     source = SimSource.for_collector(collector_settings, clock)
@@ -40,7 +41,7 @@ from fleet.catalog import Catalog
 from fleet.contract import EngineSample, GpuSample
 from fleetsim.fleet_sim import Chunk, FleetSimulation
 from fleetsim.physics_choice import PHYSICS, Physics, draw_seed, resolve_physics
-from fleetsim.records import RecordBuilder, to_records
+from fleetsim.records import HistogramForm, RecordBuilder, to_records
 from fleetsim.scenario import Scenario, load_scenario
 
 if TYPE_CHECKING:
@@ -85,12 +86,14 @@ def dict_batches(
     window_s: float | None = None,
     start: datetime | None = None,
     physics: Physics | None = None,
+    histograms: HistogramForm = "contract",
 ) -> Iterator[list[dict[str, Any]]]:
-    """A whole run as record dicts (``{"kind": "gpu_sample", ...}``), in batches of whole windows."""
+    """A whole run as record dicts (``{"kind": "gpu_sample", ...}``), in batches of whole windows; latency
+    histograms in the contract's form or ``"encoded"`` (``RecordBuilder.chunk_dicts``)."""
     sim = FleetSimulation(scenario, catalog, seed, window_s=window_s, start=start, physics=physics)
     builder = RecordBuilder(sim)
     for chunk, window_slice in _batches(sim, scenario.days if days is None else days):
-        yield builder.chunk_dicts(chunk, window_slice)
+        yield builder.chunk_dicts(chunk, window_slice, histograms=histograms)
 
 
 class SimSettings(BaseSettings):

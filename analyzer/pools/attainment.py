@@ -28,8 +28,10 @@ from typing import Literal
 import numpy as np
 
 from analyzer.results.summary import LatencyTargets, TargetAttainment
-from analyzer.telemetry.frames import ROLES, FloatArray
+from analyzer.telemetry.frames import ROLES, FloatArray, IntArray
 from analyzer.telemetry.grid import WorkerGrid
+from analyzer.telemetry.latency_cells import Mask
+from fleet import histograms
 from fleet.contract import Role
 from fleet.targets import PoolTargets
 
@@ -42,6 +44,7 @@ _WHO = {
 }
 _WHO_TEXT = {"ttft": "prefill or colocated", "tpot": "decode or colocated", "e2e": "decode or colocated"}
 _NAME = {"ttft": "time to first token", "tpot": "time per output token", "e2e": "end-to-end latency"}
+TAIL = 0.9  # the targets are p90s
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,20 @@ class Attainment:
     p90_s: float | None  # the measured p90, time-weighted mean over the worker-buckets
     worker_buckets: int  # worker-buckets measured
     reason: str | None = None
+    # From the histograms merged over the pool's eligible workers (``sum by (le)``): the span's p90, and the
+    # share of its observations in buckets whose merged p90 met the target. None: no worker sent histograms.
+    pool_p90_s: float | None = None
+    pool_met_share: float | None = None
+    observations: float | None = None
+    pool_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class _Pooled:
+    pool_p90_s: float | None = None
+    pool_met_share: float | None = None
+    observations: float | None = None
+    pool_reason: str | None = None
 
 
 def _p90(grid: WorkerGrid, metric: Metric) -> FloatArray:
@@ -71,15 +88,40 @@ def attainment_of(
     values = _p90(grid, metric)[picked, first:last]
     weights = grid.engine_s[picked, first:last]
     measured = eligible & ~np.isnan(values) & (weights > 0)
+    pooled = _merged_buckets(grid, picked, first, last, metric, target_s, eligible)
     if not measured.any():
         why = (
             f"no {_WHO_TEXT[metric]} worker reported a p90 {_NAME[metric]} in the span (an engine without "
             "the histogram, or a collector or simulator that does not send the quantile)"
         )
-        return Attainment(metric, target_s, None, None, 0, why)
+        return Attainment(metric, target_s, None, None, 0, why, **asdict(pooled))
     w, v = weights[measured], values[measured]
     met = float(w[v <= target_s].sum() / w.sum())
-    return Attainment(metric, target_s, met, float(np.average(v, weights=w)), int(measured.sum()))
+    return Attainment(
+        metric, target_s, met, float(np.average(v, weights=w)), int(measured.sum()), **asdict(pooled)
+    )
+
+
+def _merged_buckets(
+    grid: WorkerGrid, rows: IntArray, first: int, last: int, metric: Metric, target_s: float, eligible: Mask
+) -> _Pooled:
+    """The pool's p90 over the span from its eligible workers' merged histograms, and the share of the
+    observations in buckets whose merged p90 met ``target_s``; a reason instead where nothing was merged."""
+    cells = grid.latency_histograms.get(f"{metric}_histogram")
+    span = None if cells is None else cells.merged(rows, first, last, eligible)
+    if cells is None or span is None:
+        return _Pooled(
+            pool_reason=f"no {_WHO_TEXT[metric]} worker sent its {_NAME[metric]} histogram in the span"
+        )
+    total = float(span.sum())
+    if total <= 0.0:
+        return _Pooled(observations=0.0, pool_reason="the histograms hold no observation in the span")
+    met = 0.0
+    for counts in cells.per_column(rows, first, last, eligible):
+        p90 = histograms.quantile(TAIL, counts)
+        if counts is not None and p90 is not None and p90 <= target_s:
+            met += float(counts.sum())
+    return _Pooled(histograms.quantile(TAIL, span), met / total, total)
 
 
 def pool_attainment(

@@ -235,9 +235,12 @@ def week_figures(w: WeekAnalysis) -> WeekFigures:
 
 
 def _plain(value: Any) -> Any:
-    """JSON for values orjson does not know (PostgreSQL returns SUMs of integers as Decimal)."""
+    """JSON for values orjson does not know (PostgreSQL returns SUMs of integers as Decimal; a latency
+    histogram comes as its stored bytes)."""
     if isinstance(value, Decimal):
         return float(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
     raise TypeError(f"cannot fingerprint {type(value).__name__}")
 
 

@@ -310,6 +310,10 @@ def _target_blocks(report: AuditReport) -> list[Block]:
             f"{a.target_s:.3g} s",
             percent(a.share) if a.share is not None else f"unknown: {a.reason}",
             f"{a.p90_s:.3g} s" if a.p90_s is not None else "unknown",
+            f"{a.pool_p90_s:.3g} s"
+            if a.pool_p90_s is not None
+            else (f"unknown: {a.pool_reason}" if a.pool_reason else "unknown"),
+            percent(a.pool_met_share) if a.pool_met_share is not None else "unknown",
             f"{p.targets.source} ({p.targets.rule})",
         ]
         for p in report.pools
@@ -320,11 +324,21 @@ def _target_blocks(report: AuditReport) -> list[Block]:
         return []
     return [
         Table(
-            ["pool", "latency", "target (p90)", "serving time within it", "measured p90", "rule"],
+            [
+                "pool",
+                "latency",
+                "target (p90)",
+                "serving time within it",
+                "measured p90",
+                "pool p90 (merged buckets)",
+                "observations in hours within it",
+                "rule",
+            ],
             rows,
             note="From the engines' own histograms (each window's p90; prefill and colocated workers for "
-            "TTFT, decode and colocated for TPOT and end to end). With targets set, capacity and loss count "
-            "goodput.",
+            "TTFT, decode and colocated for TPOT and end to end). The pool p90 merges the workers' "
+            "histograms bucket by bucket, as histogram_quantile over sum by (le) does, rather than averaging "
+            "their p90s. With targets set, capacity and loss count goodput.",
         )
     ]
 

@@ -237,6 +237,21 @@ class TargetAttainment(_Model):
     p90_s: float | None = Field(description="The measured p90, time-weighted over those worker-buckets.")
     worker_buckets: int
     reason: str | None = None
+    pool_p90_s: float | None = Field(
+        default=None,
+        description="The pool's p90 over the span from its workers' histograms merged bucket by bucket "
+        "(histogram_quantile(0.9, sum by (le) (...)) on a shared grid of bounds); null: no worker sent "
+        "histograms (pool_reason).",
+    )
+    pool_met_share: float | None = Field(
+        default=None,
+        description="Share of the observations (requests, or output tokens for TPOT) in hours whose merged "
+        "pool p90 met the target; null with pool_p90_s.",
+    )
+    observations: float | None = Field(
+        default=None, description="Observations in the merged histograms over the span; null: none sent."
+    )
+    pool_reason: str | None = None
 
 
 class LatencyTargets(_Model):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, Float, case, func, literal, select, type_coerce
+from sqlalchemy import BigInteger, Connection, Float, case, func, literal, or_, select, type_coerce
 
 from analyzer.pipeline import AnalysisInput, AnalysisResult
 from analyzer.pools.pool import Inventory
@@ -22,7 +22,9 @@ from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store.analysis import put_analysis
 from fleet.store.engine import is_sqlite
 from fleet.store.findings import finding_subject, resolve_findings, upsert_findings
+from fleet.store.histogram_rollups import Summed, histogram_sums
 from fleet.store.queries import engine_rollups, gpu_rollups, list_gpus, list_workers, rolled_up_until
+from fleet.store.rows import HISTOGRAM_COLUMNS
 from fleet.store.schema import (
     AnalysisRunRow,
     EngineSampleRow,
@@ -31,6 +33,10 @@ from fleet.store.schema import (
 )
 
 _HOUR = timedelta(hours=1)
+# What the reader hands the analyzer per engine bucket: the grid's columns, then the bucket's latency
+# histograms (fleet.histograms: stored bytes or per-bucket counts on the shared grid, or None: unknown).
+ENGINE_READ_COLUMNS = (*ENGINE_BUCKET_COLUMNS, *HISTOGRAM_COLUMNS)
+_HISTOGRAM_FETCH_ROWS = 2_000
 
 
 @dataclass(frozen=True)
@@ -138,7 +144,35 @@ def aggregate_raw_engine(
         .where(c.ts >= since, c.ts < until)
         .group_by(c.worker_id, bucket)
     )
-    return _rows(connection, statement, ENGINE_BUCKET_COLUMNS)
+    columns = _rows(connection, statement, ENGINE_BUCKET_COLUMNS)
+    summed = raw_engine_histograms(connection, since, until, bucket_s)
+    unknown = (None,) * len(HISTOGRAM_COLUMNS)
+    found = [summed.get(key, unknown) for key in zip(columns["worker_id"], columns["ts"], strict=True)]
+    for index, name in enumerate(HISTOGRAM_COLUMNS):
+        columns[name] = [held[index] for held in found]
+    return columns
+
+
+def raw_engine_histograms(
+    connection: Connection, since: datetime, until: datetime, bucket_s: float
+) -> dict[tuple[str, float], tuple[Summed, ...]]:
+    """(worker id, bucket start) -> the bucket-wise sums of its raw samples' latency histograms in [since,
+    until) (``HISTOGRAM_COLUMNS``, each None where no sample held one, a single one as stored), for the
+    buckets where some sample held one; the buckets as :func:`aggregate_raw_engine` groups them (the same
+    SQL). SQL cannot add the encoded histograms: the rows are streamed in (worker, bucket) order and summed
+    here, a chunk at a time (:func:`fleet.store.histogram_rollups.histogram_sums`, as the rollups sum
+    them)."""
+    c = table_of(EngineSampleRow).c
+    bucket = _bucket_epoch(connection, c.ts, bucket_s)
+    held = [c[name] for name in HISTOGRAM_COLUMNS]
+    statement = (
+        select(c.worker_id, bucket, *held)
+        .where(c.ts >= since, c.ts < until, or_(*(h.is_not(None) for h in held)))
+        .order_by(c.worker_id, bucket)
+        .execution_options(yield_per=_HISTOGRAM_FETCH_ROWS)
+    )
+    with connection.execute(statement) as rows:
+        return {key: tuple(sums) for key, sums in histogram_sums(rows, _HISTOGRAM_FETCH_ROWS)}
 
 
 def _concat(parts: Sequence[dict[str, list[Any]]], names: Sequence[str]) -> dict[str, list[Any]]:
@@ -148,7 +182,8 @@ def _concat(parts: Sequence[dict[str, list[Any]]], names: Sequence[str]) -> dict
 def read_input(
     connection: Connection, since: datetime, until: datetime, *, bucket_s: float = BUCKET_S
 ) -> AnalysisInput:
-    """Everything the analyzer needs for [since, until), bucket-aligned outward."""
+    """Everything the analyzer needs for [since, until), bucket-aligned outward; the engine buckets carry
+    their latency histograms summed over the bucket (``ENGINE_READ_COLUMNS``)."""
     if since.tzinfo is None or until.tzinfo is None:
         raise ValueError("analysis range bounds must be timezone-aware")
     if until <= since:
@@ -162,9 +197,7 @@ def read_input(
     if rolled is not None and rolled > start:
         covered = min(rolled, until)
         gpu_parts.append(_rollup_columns(gpu_rollups(connection, "1h", start, covered), GPU_BUCKET_COLUMNS))
-        engine_parts.append(
-            _rollup_columns(engine_rollups(connection, "1h", start, covered), ENGINE_BUCKET_COLUMNS)
-        )
+        engine_parts.append(_engine_rollup_columns(engine_rollups(connection, "1h", start, covered)))
         raw_from = covered
     if raw_from < until:
         gpu_parts.append(aggregate_raw_gpu(connection, raw_from, until, bucket_s))
@@ -172,7 +205,7 @@ def read_input(
     return AnalysisInput(
         inventory=read_inventory(connection, since, until),
         gpu_buckets=_concat(gpu_parts, GPU_BUCKET_COLUMNS),
-        engine_buckets=_concat(engine_parts, ENGINE_BUCKET_COLUMNS),
+        engine_buckets=_concat(engine_parts, ENGINE_READ_COLUMNS),
         start=start.timestamp(),
         end=until.timestamp(),
         bucket_s=bucket_s,
@@ -182,6 +215,16 @@ def read_input(
 def _rollup_columns(columns: dict[str, list[Any]], names: Sequence[str]) -> dict[str, list[Any]]:
     """A rollup read (``ts`` = bucket start) restricted to the bucket columns the analyzer uses."""
     return {name: columns[name] for name in names}
+
+
+def _engine_rollup_columns(columns: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """An hourly engine rollup read as the analyzer takes it: one rollup row per analysis bucket (the read
+    uses them only when ``bucket_s`` is an hour), its summed histograms as stored (the grid sums stored
+    forms without decoding each)."""
+    out = _rollup_columns(columns, ENGINE_BUCKET_COLUMNS)
+    for name in HISTOGRAM_COLUMNS:
+        out[name] = [None if stored is None else bytes(stored) for stored in columns[name]]
+    return out
 
 
 def write_result(

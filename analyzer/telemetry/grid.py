@@ -8,13 +8,14 @@ Reasoning: docs/analyzer.md#grid
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from analyzer.telemetry.frames import ROLES, SOURCES, STATES, EngineFrame, FloatArray, GpuFrame, IntArray
+from analyzer.telemetry.latency_cells import HISTOGRAM_COLUMNS, HistogramCells, summed_by_group
 from fleet.contract import GpuState, Role, TelemetrySource
 
 BUCKET_S = 3600.0
@@ -174,6 +175,9 @@ def aggregate_engine_samples(columns: Columns, bucket_s: float = BUCKET_S) -> di
         out[f"{name}_avg"] = _mean(group, _floats(columns.get(name, [None] * ts.size)), n)
     for name in _ENGINE_MAXIMA:
         out[f"{name}_max"] = _max(group, _floats(columns.get(name, [None] * ts.size)), n)
+    for name in HISTOGRAM_COLUMNS:  # summed per bucket, as the store's rollups sum them
+        if name in columns:
+            out[name] = summed_by_group(columns[name], group, n)
     return out
 
 
@@ -211,6 +215,9 @@ class WorkerGrid:
     ttft_p90_s: FloatArray
     tpot_p90_s: FloatArray
     e2e_p90_s: FloatArray
+    # The latency histograms per cell ("ttft_histogram", ...), where the sources carried them: a pool's p90
+    # from its merged buckets. A column no source carried is absent (unknown).
+    latency_histograms: Mapping[str, HistogramCells] = field(default_factory=dict)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -365,6 +372,11 @@ def build_grid(
         mem_used_bytes=grid(np.where(np.isinf(mem), np.nan, mem)),
         lost_share=grid(lost_share),
         degraded_share=grid(degraded_share),
+        latency_histograms={
+            name: HistogramCells.laid_out([engine_buckets[name][i] for i in e_keep], e_cell, n_buckets)
+            for name in HISTOGRAM_COLUMNS
+            if name in engine_buckets
+        },
     )
 
 

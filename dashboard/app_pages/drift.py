@@ -121,6 +121,8 @@ if pool_view is not None:
                     "target": widgets.known(a.target_s, lambda s: f"{s:.3g} s"),
                     "serving time within it": widgets.known(a.share, percent),
                     "measured p90": widgets.known(a.p90_s, lambda s: f"{s:.3g} s"),
+                    "pool p90 (merged buckets)": widgets.known(a.pool_p90_s, lambda s: f"{s:.3g} s"),
+                    "observations in hours within it": widgets.known(a.pool_met_share, percent),
                 }
                 for a in pool_view.targets.attainment
             ]
@@ -129,7 +131,8 @@ if pool_view is not None:
             f"Rule: {plain(widgets.known(pool_view.targets.source))} "
             f"({plain(widgets.known(pool_view.targets.rule))}). "
             "From the engines' own histograms: the share of serving time whose window p90 met the target "
-            "(prefill and colocated workers for TTFT, decode and colocated for TPOT and end to end); unknown "
+            "(prefill and colocated workers for TTFT, decode and colocated for TPOT and end to end), and the "
+            "pool's p90 from its workers' histograms merged bucket by bucket; unknown "
             "where no "
             "engine reports it. With targets set, capacity and loss count goodput."
         )

@@ -8,7 +8,8 @@ per row, so the ingest path stays as fast as a plain load (``benchmarks/ingest_b
 PostgreSQL keeps ratios, gauges and latencies as 4-byte floats and reads them back as the shortest decimal
 that is that float (1/3 is stored, and read, as 0.33333334), and a GPU sample's byte counts as 4-byte floats
 read back as the integer that float is (123456789012 as 123456790528): a re-sent sample is the same sample
-when each such value rounds to the same 4-byte float, which :func:`stored_equal` says.
+when each such value rounds to the same 4-byte float, which :func:`stored_equal` says. Latency histograms
+are bytes already (:func:`fleet.store.rows.stored_histogram`) and pass through unchanged.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ RAW_GPU_COLUMNS = (
 RAW_ENGINE_COLUMNS = (
     "ts", "prompt_tokens", "generation_tokens", "requests_running", "requests_waiting", "preemptions",
     "worker_key", "window_s", "kv_cache_usage", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
-    "role", "role_source", "ttft_p90_s", "tpot_p90_s", "e2e_p90_s",
+    "role", "role_source", "ttft_p90_s", "tpot_p90_s", "e2e_p90_s", "ttft_histogram", "tpot_histogram",
+    "e2e_histogram",
 )  # fmt: skip
 
 # Raw column -> the batch column it comes from (the same name unless said here).
@@ -168,9 +170,12 @@ def to_real(value: Any) -> Any:
 
 def stored_equal(dialect: str, column: str, stored: Any, sent: Any) -> bool:
     """Whether a sample column read back as ``stored`` holds what ``sent`` would be stored as: equal values,
-    or, for a 4-byte float column on PostgreSQL, values that round to the same 4-byte float."""
+    or, for a 4-byte float column on PostgreSQL, values that round to the same 4-byte float. A binary value
+    (an encoded histogram) compares by its bytes, however the driver hands it back (``memoryview``)."""
     if stored == sent:
         return True
+    if isinstance(stored, memoryview | bytearray) or isinstance(sent, memoryview | bytearray):
+        return bool(_as_bytes(stored) == _as_bytes(sent))
     if column in REAL_COLUMNS and stored == to_real(sent):  # below a 4-byte float: the smallest one
         return True
     if dialect != "postgresql" or column not in FLOAT4_ON_POSTGRES:
@@ -181,3 +186,7 @@ def stored_equal(dialect: str, column: str, stored: Any, sent: Any) -> bool:
         return bool(_FLOAT32.pack(stored) == _FLOAT32.pack(to_float4_count(to_real(sent))))
     except OverflowError:  # beyond a 4-byte float: the store refuses it, so it is not the stored value
         return False
+
+
+def _as_bytes(value: Any) -> Any:
+    return bytes(value) if isinstance(value, memoryview | bytearray) else value

@@ -3,7 +3,8 @@
 ``PHASEFIT_RAW_RETENTION_DAYS`` (default 14, :class:`fleet.settings.Settings.raw_retention_days`) is how
 many days of raw samples the store keeps. Before raw rows go, they are rolled up per minute and per hour
 (``*_1m`` / ``*_1h`` tables: averages of ratios and gauges over the non-null samples, sums of tokens and
-preemptions, maxima of memory, queue and latency quantiles, sample counts), so reads over weeks use them.
+preemptions, maxima of memory, queue and latency quantiles, sample counts, and the windows' latency
+histograms summed bucket by bucket, :mod:`fleet.store.histogram_rollups`), so reads over weeks use them.
 Rollups have retentions of their own (``PHASEFIT_ROLLUP_MINUTE_RETENTION_DAYS``, default 35, and
 ``PHASEFIT_ROLLUP_HOUR_RETENTION_DAYS``, default 400, 0 = forever): given a
 :class:`fleet.store.rollup_retention.RollupRetention`, a prune expires them last, in bounded batches of
@@ -58,6 +59,7 @@ from sqlalchemy.sql.expression import TableClause
 
 from fleet.store.columns import UtcDateTime, from_epoch_us
 from fleet.store.engine import is_sqlite, writing
+from fleet.store.histogram_rollups import fill_histograms
 from fleet.store.partitions import Partition, drop_partition, floor_day, list_partitions
 from fleet.store.rollup_retention import RollupExpiry, RollupRetention, expire_rollups
 from fleet.store.schema import (
@@ -164,7 +166,9 @@ def _engine_rollup(
         "e2e_p90_s_avg": func.avg(c.e2e_p90_s),
     }
     source = select(*columns.values()).where(c.ts >= start, c.ts < end).group_by(c.worker_id, bucket)
-    return _replace(connection, target, start=start, end=end, columns=list(columns), source=source)
+    written = _replace(connection, target, start=start, end=end, columns=list(columns), source=source)
+    fill_histograms(connection, target, start, end, lambda ts: _bucket(connection, ts, resolution), _instant)
+    return written
 
 
 def _replace(

@@ -17,7 +17,8 @@ from enum import StrEnum
 from operator import attrgetter
 from typing import Any, Literal, TypeVar
 
-from fleet.contract import EngineSample, GpuSample, activity_evidence
+from fleet import histograms
+from fleet.contract import EngineSample, GpuSample, LatencyHistogram, activity_evidence
 from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store import codes, variants
 from fleet.store.variants import Attributes, Fingerprint
@@ -42,8 +43,11 @@ GPU_SAMPLE_COLUMNS = (
 ENGINE_SAMPLE_COLUMNS = (
     "worker_id", "ts", "window_s", "role", "role_source", "prompt_tokens", "generation_tokens",
     "requests_running", "requests_waiting", "kv_cache_usage", "preemptions", "ttft_p50_s", "ttft_p99_s",
-    "tpot_p50_s", "tpot_p99_s", "ttft_p90_s", "tpot_p90_s", "e2e_p90_s",
+    "tpot_p50_s", "tpot_p99_s", "ttft_p90_s", "tpot_p90_s", "e2e_p90_s", "ttft_histogram", "tpot_histogram",
+    "e2e_histogram",
 )  # fmt: skip
+# Stored as fleet.histograms.encode() of the histogram re-binned onto the shared grid (bytes), or None.
+HISTOGRAM_COLUMNS = ("ttft_histogram", "tpot_histogram", "e2e_histogram")
 _GPU_BIG_INTS = ("mem_used_bytes", "nvlink_tx_bytes", "nvlink_rx_bytes", "pcie_tx_bytes", "pcie_rx_bytes")
 _ENGINE_BIG_INTS = (
     "prompt_tokens",
@@ -64,6 +68,18 @@ _GPU_CODED: dict[str, Mapping[Any, Any]] = {
 _ENGINE_CODED: dict[str, Mapping[Any, Any]] = {"role": codes.ROLE, "role_source": codes.ROLE_SOURCE}
 GPU_ATTRIBUTES = Attributes.of(GpuSample, GPU_SAMPLE_COLUMNS)
 ENGINE_ATTRIBUTES = Attributes.of(EngineSample, ENGINE_SAMPLE_COLUMNS)
+
+
+def stored_histogram(histogram: LatencyHistogram | None) -> bytes | None:
+    """A contract histogram as the store holds it: re-binned onto the shared grid, encoded."""
+    if histogram is None:
+        return None
+    return histograms.stored(histogram.le, histogram.counts, histogram.count)
+
+
+def _stored_histograms(column: Sequence[Any]) -> Sequence[Any]:
+    """The column as stored; unchanged (no per-value call) when it holds no histogram."""
+    return list(map(stored_histogram, column)) if any(column) else column
 
 
 class RowValueError(ValueError):
@@ -147,6 +163,7 @@ class RowBatch:
                 values["requests_running"], values["requests_waiting"], values["kv_cache_usage"],
                 values["preemptions"], values["ttft_p50_s"], values["ttft_p99_s"], values["tpot_p50_s"],
                 values["tpot_p99_s"], values["ttft_p90_s"], values["tpot_p90_s"], values["e2e_p90_s"],
+                *map(stored_histogram, map(values.__getitem__, HISTOGRAM_COLUMNS)),
             ))  # fmt: skip
             if self.strict_repeats:
                 self._check_repeat(False, values["worker_id"], ts, values, tag)
@@ -195,6 +212,8 @@ class RowBatch:
         keys = columns[key_field]
         if self.strict_repeats:
             self._check_columns(gpu, key_field, columns, ts)
+        if not gpu:
+            columns = {**columns, **{name: _stored_histograms(columns[name]) for name in HISTOGRAM_COLUMNS}}
         encoded = {t: _time_value(t, self.time_encoding) for t in set(ts)}
         ts_values = list(map(encoded.__getitem__, ts))
         (self.gpu_rows if gpu else self.engine_rows).extend(

@@ -9,7 +9,9 @@ Design choices, with the reason for each:
   and request counts stay exact. A GPU sample's byte counts (memory used, NVLink and PCIe traffic) are
   4-byte floats on PostgreSQL too: their sources measure no finer (DCGM reports framebuffer use in MiB
   and NVLink/PCIe traffic as sampled rates), and the 20 bytes saved are what brings a stored sample under
-  120 bytes; SQLite keeps them as exact integers (:data:`BYTE_COUNTERS`).
+  120 bytes; SQLite keeps them as exact integers (:data:`BYTE_COUNTERS`). An engine sample's latency
+  histograms are short byte strings (``BYTEA`` / ``BLOB``): :func:`fleet.histograms.encode` of the window's
+  histogram re-binned onto the shared grid, summed bucket by bucket into the rollups.
 - ``(ts, key)`` is unique and is the only key: it makes a re-sent sample a no-op (the exactly-once
   guarantee). On SQLite it is the primary key of a ``WITHOUT ROWID`` table clustered on it. On PostgreSQL
   the raw tables are partitioned by day on ``ts`` (:mod:`fleet.store.partitions`), so retention drops
@@ -48,6 +50,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -208,6 +211,11 @@ class RawEngineSampleRow(Base):
     ttft_p90_s: Mapped[float | None] = mapped_column(REAL)
     tpot_p90_s: Mapped[float | None] = mapped_column(REAL)
     e2e_p90_s: Mapped[float | None] = mapped_column(REAL)
+    # Migration 0010: the window's latency histograms on the shared grid, fleet.histograms.encode()d (a few
+    # dozen bytes each, stored inline); None where the engine's histogram was not read (unknown).
+    ttft_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
+    tpot_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
+    e2e_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 _VIEW = {"info": {"view": True}}
@@ -265,6 +273,9 @@ class EngineSampleRow(Base):
     ttft_p90_s: Mapped[float | None] = mapped_column(REAL)
     tpot_p90_s: Mapped[float | None] = mapped_column(REAL)
     e2e_p90_s: Mapped[float | None] = mapped_column(REAL)
+    ttft_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
+    tpot_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
+    e2e_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class _GpuRollup:
@@ -323,6 +334,11 @@ class _EngineRollup:
     ttft_p90_s_avg: Mapped[float | None] = mapped_column(Float)
     tpot_p90_s_avg: Mapped[float | None] = mapped_column(Float)
     e2e_p90_s_avg: Mapped[float | None] = mapped_column(Float)
+    # The bucket's window histograms summed bucket by bucket (fleet.histograms.merged, then encode()d), so
+    # a bucket's quantiles, and a pool's, are exact on the shared grid; None where no window had one.
+    ttft_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
+    tpot_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
+    e2e_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
 
 
 class GpuSample1mRow(_GpuRollup, Base):

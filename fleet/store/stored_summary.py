@@ -215,6 +215,8 @@ class StoredAttainment(_View):
     target_s: Figure = None
     share: Figure = None  # None: unknown (never 0)
     p90_s: Figure = None
+    pool_p90_s: Figure = None  # from the merged histograms; None: not sent, or a run before them
+    pool_met_share: Figure = None
 
 
 class StoredTargets(_View):

@@ -32,7 +32,18 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import REAL, BigInteger, Connection, Float, Integer, SmallInteger, String, case, func
+from sqlalchemy import (
+    REAL,
+    BigInteger,
+    Connection,
+    Float,
+    Integer,
+    LargeBinary,
+    SmallInteger,
+    String,
+    case,
+    func,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -340,6 +351,8 @@ def _copy_types(table: str, columns: tuple[str, ...]) -> tuple[str, ...]:
             names.append("float8")
         elif isinstance(column_type, String):
             names.append("text")
+        elif isinstance(column_type, LargeBinary):  # an encoded latency histogram (bytes)
+            names.append("bytea")
         else:
             raise TypeError(f"no COPY type for {table}.{column} ({column_type!r})")
     return tuple(names)

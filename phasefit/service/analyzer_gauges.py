@@ -18,7 +18,8 @@ instead of a failed scrape.
   a figure the analyzer could not estimate (a capacity, a loss) has no series rather than a 0;
 - ``phasefit_pool_latency_target_seconds{pool,metric}`` and
   ``phasefit_pool_latency_target_attainment_ratio{pool,metric}``: each latency target of the pool and the
-  share of its measured serving time whose p90 met it (no series where unknown, never 0);
+  share of its measured serving time whose p90 met it (no series where unknown, never 0), and
+  ``phasefit_pool_latency_p90_seconds{pool,metric}``: the pool's p90 from its workers' merged histograms;
 - ``phasefit_fleet_lost_output_tokens_per_second``, ``phasefit_fleet_lost_requests_per_second``,
   ``phasefit_fleet_lost_tokens_per_second`` (secondary);
 - ``phasefit_fleet_judged_workers`` and ``phasefit_fleet_unjudged_workers{reason}``: workers whose
@@ -78,6 +79,8 @@ class Conclusions:
     # (pool, metric) -> the target (seconds) and the share of serving time whose measured p90 met it
     pool_target: dict[tuple[str, str], float] = field(default_factory=dict)
     pool_attainment: dict[tuple[str, str], float] = field(default_factory=dict)
+    # (pool, metric) -> its p90 from the workers' histograms merged bucket by bucket
+    pool_latency_p90: dict[tuple[str, str], float] = field(default_factory=dict)
     # (pool, gpu_sku, tp, role, state) -> workers; state "current" or "recommended" (never applied)
     pool_workers: dict[tuple[str, str, str, str, str], float] = field(default_factory=dict)
     fleet_lost: float = 0.0
@@ -144,6 +147,7 @@ def conclude(
                 if measured.metric:
                     _put(out.pool_target, (name, measured.metric), measured.target_s)
                     _put(out.pool_attainment, (name, measured.metric), measured.share)
+                    _put(out.pool_latency_p90, (name, measured.metric), measured.pool_p90_s)
     elif findings:
         out.last_run = max(s.updated_at.timestamp() for s in findings)
     for target, by_pool in fallback:
@@ -328,6 +332,12 @@ def families(c: Conclusions) -> Iterator[Metric]:
             "colocated workers for TTFT, decode and colocated for TPOT and end to end); no series where "
             "unknown.",
             c.pool_attainment,
+        ),
+        (
+            "phasefit_pool_latency_p90_seconds",
+            "The pool's p90 latency over the analysed span, per metric, from its workers' histograms merged "
+            "bucket by bucket (histogram_quantile over sum by le); no series where no worker sent them.",
+            c.pool_latency_p90,
         ),
     )
     for name, help_text, by_metric in target_gauges:

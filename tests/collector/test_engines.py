@@ -10,6 +10,7 @@ import pytest
 
 from collector.engines import EngineParseError, EngineScraper, quantile, read_engine, window_delta
 from collector.promtext import parse
+from fleet import histograms
 from fleet.clock import FakeClock
 from tests.analyzer.prometheus_fixtures import (
     SGLANG_KV_CAPACITY_TOKENS,
@@ -119,8 +120,30 @@ def test_p90s_and_the_end_to_end_latency_come_from_the_windows_histograms() -> N
     assert delta.tpot_p90_s is None  # no inter-token observations in this window
     assert window_delta(reading(base, 0.0), reading(later, 10.0)).e2e_p90_s is None
     assert set(delta.latencies()) == {
-        "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "e2e_p90_s"
+        "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s", "e2e_p90_s",
+        "ttft_histogram", "tpot_histogram", "e2e_histogram",
     }  # fmt: skip
+
+
+def test_the_windows_histogram_increments_travel_with_the_sample_and_give_the_same_p90() -> None:
+    """The contract carries the window's bucket increments as the engine buckets them; re-binned onto the
+    shared grid they give the collector's own p90; a family the engine does not export is None, and one it
+    exports with nothing observed in the window is an empty histogram (a measured nothing, not unknown)."""
+    base = fixture_text(VLLM_FIXTURE)
+    later = add_to_buckets(base, "vllm:time_to_first_token_seconds", 0.25, 90.0)
+    later = add_to_buckets(later, "vllm:time_to_first_token_seconds", 0.5, 10.0)
+    delta = window_delta(reading(base, 0.0), reading(later, 10.0))
+    ttft = delta.histograms["ttft"]
+    assert ttft is not None and ttft.count == 100.0
+    assert 0.25 in ttft.le and ttft.counts[ttft.le.index(0.25)] == 0.0
+    assert ttft.counts[ttft.le.index(0.5)] == 90.0 and ttft.counts[-1] == 100.0
+    rebinned = histograms.rebin(ttft.le, ttft.counts, ttft.count)
+    assert histograms.quantile(0.9, rebinned) == pytest.approx(delta.ttft_p90_s)
+    assert histograms.quantile(0.99, rebinned) == pytest.approx(delta.ttft_p99_s)
+    tpot = delta.histograms["tpot"]
+    assert tpot is not None and tpot.count == 0.0  # exported, nothing observed in the window
+    assert delta.histograms["e2e"] is None  # the fixture's engine exports no end-to-end histogram
+    assert delta.latencies()["ttft_histogram"] is ttft
 
 
 def test_counter_reset_counts_what_the_restarted_engine_did() -> None:

@@ -112,7 +112,8 @@ def test_ensure_schema_creates_an_empty_store_and_refuses_other_revisions(
 
 GPU_COLUMNS = GPU_SAMPLE_COLUMNS  # the views' columns: what the tables held at revision 0004
 P90S = ("ttft_p90_s", "tpot_p90_s", "e2e_p90_s")  # revision 0009's
-ENGINE_COLUMNS = tuple(c for c in ENGINE_SAMPLE_COLUMNS if c not in P90S)
+HISTOGRAMS = ("ttft_histogram", "tpot_histogram", "e2e_histogram")  # revision 0010's
+ENGINE_COLUMNS = tuple(c for c in ENGINE_SAMPLE_COLUMNS if c not in (*P90S, *HISTOGRAMS))
 DAY0 = datetime(2026, 3, 2, 23, 59, tzinfo=UTC)
 LAST_HOUR = datetime(9999, 12, 31, 23, tzinfo=UTC)
 

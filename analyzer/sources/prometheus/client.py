@@ -448,6 +448,7 @@ def read_fleet(
         cluster_label=cluster_label,
         deployment_labels=deployment_labels,
         default_cluster=default_cluster,
+        range_s=window,
     )
     if not any(gpu.windows for gpu in fleet.gpus):
         raise NoSeriesError(

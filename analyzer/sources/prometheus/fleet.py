@@ -5,7 +5,7 @@ or could not join."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from analyzer.sources.prometheus.series import TimeGrid
@@ -67,8 +67,10 @@ class PrometheusFleet:
     """The frames and the inventory behind them. ``gpu_row_gpu`` indexes ``gpus`` for each GpuFrame row,
     ``gpu_row_mem_used_bytes`` carries FB_USED (bytes) and ``gpu_row_busy`` the busy-time counters
     (gpu_sample's ``gr_engine_active``, ``mem_copy_util``) per row; ``engine_row_latency`` carries the
-    latency quantiles (engine_sample's ``ttft_p50_s``, ``tpot_p50_s``, ...) per EngineFrame row. NaN where
-    unknown."""
+    latency quantiles (engine_sample's ``ttft_p50_s``, ``tpot_p50_s``, ...) per EngineFrame row, NaN where
+    unknown; ``engine_row_histograms`` the window's latency histograms behind them (``ttft_histogram``,
+    ``tpot_histogram``, ``e2e_histogram``) per row, each per-bucket counts on the shared grid of
+    :mod:`fleet.histograms` or None where unknown."""
 
     grid: TimeGrid
     gpu: GpuFrame
@@ -83,6 +85,7 @@ class PrometheusFleet:
     # Raw GPU sample columns of every GPU that reported (attributed or not), for the GPU view
     # (analyzer/telemetry/gpu_view.py); None where the fleet was built without them.
     all_gpu_columns: Mapping[str, Any] | None = None
+    engine_row_histograms: Mapping[str, list[FloatArray | None]] = field(default_factory=dict)
 
     @property
     def window_s(self) -> float:

@@ -28,6 +28,7 @@ from fleet.vocabulary.engines import (
     LATENCY_QUANTILES,
     MAX_RUNNING_FIELD,
     MAX_RUNNING_METRICS,
+    EngineField,
     EngineMetric,
 )
 from fleet.vocabulary.units import Kind, Unit
@@ -39,6 +40,8 @@ __all__ = [  # the label defaults stay importable from here (analyzer.settings r
     "ENGINE_QUERIES",
     "GPU_COLUMNS",
     "GPU_QUERIES",
+    "HISTOGRAM_COLUMNS",
+    "HISTOGRAM_QUERIES",
     "KV_CAPACITY_QUERIES",
     "MAX_RUNNING_QUERIES",
     "REPORTED_COLUMNS",
@@ -57,6 +60,10 @@ PRESENT = "present"  # the column of the label-only queries: 1 where a series ex
 # Labels that split one worker's histograms per rank or process: summed before a quantile is taken (vLLM's
 # data-parallel ``engine``, SGLang's scheduler ranks).
 RANK_LABELS = ("engine", TP_RANK_LABEL, PP_RANK_LABEL, "dp_rank", "moe_ep_rank", "pid")
+# The columns of each latency histogram's window increments (engine_sample's ``ttft_histogram``, ...): one
+# array per row on the shared grid of bucket bounds (fleet.histograms), so a pool's quantile comes from its
+# merged buckets.
+HISTOGRAM_COLUMNS: dict[EngineField, str] = {field: f"{field.value}_histogram" for field in LATENCY_QUANTILES}
 
 
 class Reduce(StrEnum):
@@ -64,6 +71,7 @@ class Reduce(StrEnum):
     RATE = "rate"  # counters: per-second rate over the window
     MAX = "max_over_time"  # codes (last Xid): the worst value in the window
     QUANTILE = "histogram_quantile"  # histograms: a quantile of the window's observations
+    INCREASE = "increase"  # histograms: each bucket's increase in the window, one series per ``le``
     LAST = "last_over_time"  # what an engine reports of itself: the last value (and labels) in the window
     PRESENT = "group"  # every series whose name matches: its labels, 1 where it exists
 
@@ -89,7 +97,7 @@ class MetricQuery:
         :mod:`analyzer.sources.prometheus.split`)."""
         if self.reduce is Reduce.PRESENT:
             return "{" + ",".join((f'__name__=~"{self.name}"', *extra)) + "}"
-        name = f"{self.name}_bucket" if self.reduce is Reduce.QUANTILE else self.name
+        name = f"{self.name}_bucket" if self.reduce in _BUCKETS else self.name
         inner = [m for m in (self.matchers.strip().removeprefix("{").removesuffix("}"),) if m]
         inner += extra
         return f"{name}{{{','.join(inner)}}}" if inner else name
@@ -105,6 +113,8 @@ class MetricQuery:
                 f"histogram_quantile({self.quantile}, sum without ({', '.join(RANK_LABELS)}) "
                 f"(rate({selector}[{window}])))"
             )
+        if self.reduce is Reduce.INCREASE:
+            return f"sum without ({', '.join(RANK_LABELS)}) (increase({selector}[{window}]))"
         return f"{self.reduce.value}({selector}[{window}])"
 
     def reads(self, names: Collection[str]) -> bool:
@@ -112,7 +122,10 @@ class MetricQuery:
         if self.reduce is Reduce.PRESENT:
             pattern = re.compile(self.name)
             return any(pattern.fullmatch(n) for n in names)
-        return (f"{self.name}_bucket" if self.reduce is Reduce.QUANTILE else self.name) in names
+        return (f"{self.name}_bucket" if self.reduce in _BUCKETS else self.name) in names
+
+
+_BUCKETS = frozenset({Reduce.QUANTILE, Reduce.INCREASE})  # the reductions that read a histogram's buckets
 
 
 def format_duration(seconds: float) -> str:
@@ -161,6 +174,15 @@ def _engine_queries(metric: EngineMetric) -> tuple[MetricQuery, ...]:
 
 GPU_QUERIES: tuple[MetricQuery, ...] = _gpu_queries()
 ENGINE_QUERIES: tuple[MetricQuery, ...] = tuple(q for m in ENGINE_METRICS for q in _engine_queries(m))
+# The latency histograms' buckets themselves, per window: one more query per histogram name (the quantile
+# queries' names, aliases and parts), asked only where the server holds its ``_bucket`` series (plan).
+HISTOGRAM_QUERIES: tuple[MetricQuery, ...] = tuple(
+    MetricQuery(Family(m.engine.value), HISTOGRAM_COLUMNS[m.field], name, m.unit, Reduce.INCREASE, rank, part)
+    for m in ENGINE_METRICS
+    if m.field in HISTOGRAM_COLUMNS
+    for part, aliases in enumerate(m.parts)
+    for rank, name in enumerate(aliases)
+)
 GPU_PRESENCE = MetricQuery(Family.GPU, PRESENT, DCGM_NAME_PATTERN.pattern, Unit.COUNT, Reduce.PRESENT, 0)
 DYNAMO_LABELS = MetricQuery(
     Family.DYNAMO, PRESENT, f"{DYNAMO_COMPONENT_METRIC_PREFIX}.+", Unit.COUNT, Reduce.PRESENT, 0
@@ -183,7 +205,8 @@ MAX_RUNNING_QUERIES: tuple[MetricQuery, ...] = tuple(
 # The columns of the queries above: what an engine reports of itself, never a frame column.
 REPORTED_COLUMNS = frozenset({KV_CAPACITY_FIELD, MAX_RUNNING_FIELD})
 ALL_QUERIES: tuple[MetricQuery, ...] = (
-    *GPU_QUERIES, GPU_PRESENCE, *ENGINE_QUERIES, *KV_CAPACITY_QUERIES, *MAX_RUNNING_QUERIES, DYNAMO_LABELS,
+    *GPU_QUERIES, GPU_PRESENCE, *ENGINE_QUERIES, *HISTOGRAM_QUERIES, *KV_CAPACITY_QUERIES,
+    *MAX_RUNNING_QUERIES, DYNAMO_LABELS,
 )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.sources.prometheus.fleet import PrometheusFleet, PrometheusGpu, PrometheusWorker
+from analyzer.sources.prometheus.histograms import Histogram, window_histograms
 from analyzer.sources.prometheus.identity import (
     EXPORTER_POD,
     NODE_LABELS,
@@ -34,7 +35,14 @@ from analyzer.sources.prometheus.labels import (
     resolve_deployment,
     resolve_role,
 )
-from analyzer.sources.prometheus.metrics import GPU_COLUMNS, PRESENT, REPORTED_COLUMNS, MetricQuery, Reduce
+from analyzer.sources.prometheus.metrics import (
+    GPU_COLUMNS,
+    HISTOGRAM_COLUMNS,
+    PRESENT,
+    REPORTED_COLUMNS,
+    MetricQuery,
+    Reduce,
+)
 from analyzer.sources.prometheus.notes import join_notes, pool_notes, role_notes, unattributed_note
 from analyzer.sources.prometheus.reported import kv_capacity_tokens, max_running_requests
 from analyzer.sources.prometheus.series import Placements, RangeSeries, TimeGrid, dedupe_ranks, ratio_in_range
@@ -196,6 +204,7 @@ class _Engines:
     columns: dict[str, FloatArray]
     present: BoolArray
     reported: dict[int, list[tuple[MetricQuery, RangeSeries]]]  # row -> its KV budget and cap series
+    histograms: dict[str, list[list[Histogram]]]  # column -> rows x grid columns (None: unknown)
 
 
 def _engine_key(labels: Mapping[str, str]) -> tuple[Pod | None, str | None]:
@@ -204,7 +213,7 @@ def _engine_key(labels: Mapping[str, str]) -> tuple[Pod | None, str | None]:
 
 
 def _map_engines(
-    results: Mapping[MetricQuery, Sequence[RangeSeries]], grid: TimeGrid, notes: list[str]
+    results: Mapping[MetricQuery, Sequence[RangeSeries]], grid: TimeGrid, notes: list[str], scale: float
 ) -> _Engines:
     rows = Placements()
     metas: list[_EngineMeta] = []
@@ -229,6 +238,10 @@ def _map_engines(
     for column, placed in list(rows.placed.items()):
         rows.placed[column] = dedupe_ranks(placed)
     columns = {c: rows.fill(c, grid, total=c in _TOTALS) for c in _ENGINE_COLUMNS}
+    histograms = {
+        c: window_histograms(rows.placed.get(c, []), len(metas), grid, scale=scale)
+        for c in HISTOGRAM_COLUMNS.values()
+    }
     columns["kv_cache_usage"], _ = ratio_in_range(columns["kv_cache_usage"])
     present = np.zeros((len(metas), grid.n), dtype=bool)
     for column in (*_TOTALS, "kv_cache_usage"):
@@ -238,7 +251,7 @@ def _map_engines(
             "no vLLM, SGLang or TensorRT-LLM series in the range: token counts, queues, KV usage and "
             "engine-reported roles are unknown (are the engines' /metrics scraped?)"
         )
-    return _Engines(metas, columns, present, reported)
+    return _Engines(metas, columns, present, reported, histograms)
 
 
 def _lend_dynamo_labels(
@@ -433,7 +446,7 @@ def _all_gpu_columns(g: _Gpus, gpus: Sequence[PrometheusGpu], grid: TimeGrid) ->
 
 def _engine_frame(
     e: _Engines, grid: TimeGrid, roles: Mapping[str, Role]
-) -> tuple[EngineFrame, dict[str, FloatArray]]:
+) -> tuple[EngineFrame, dict[str, FloatArray], dict[str, list[Histogram]]]:
     rows, cols = np.nonzero(e.present)
     row_worker = [e.metas[r].worker_id for r in rows.tolist()]
     names = tuple(sorted(set(row_worker)))
@@ -450,7 +463,10 @@ def _engine_frame(
         prompt_tokens=e.columns["prompt_tokens"][rows, cols],
         generation_tokens=e.columns["generation_tokens"][rows, cols],
     )
-    return frame, {column: e.columns[column][rows, cols] for column in _LATENCIES}
+    latency = {column: e.columns[column][rows, cols] for column in _LATENCIES}
+    cells = list(zip(rows.tolist(), cols.tolist(), strict=True))
+    histograms = {column: [held[r][c] for r, c in cells] for column, held in e.histograms.items()}
+    return frame, latency, histograms
 
 
 def map_fleet(
@@ -463,16 +479,19 @@ def map_fleet(
     cluster_label: str = DEFAULT_CLUSTER_LABEL,
     deployment_labels: Sequence[str] = DEFAULT_DEPLOYMENT_LABELS,
     default_cluster: str | None = None,
+    range_s: float | None = None,
 ) -> PrometheusFleet:
     """Frames and inventory from the series of every query, all evaluated on ``grid``.
 
     ``role_label``, ``cluster_label`` / ``default_cluster`` and ``deployment_labels`` name the labels to read;
-    ``gpu_catalog`` resolves ``modelName``; ``exporter_pod`` lists the exporter's own pod names.
+    ``gpu_catalog`` resolves ``modelName``; ``exporter_pod`` lists the exporter's own pod names;
+    ``range_s``: the queries' window (default: the step), by which the histograms' increments are scaled to
+    counts per step.
     Options: docs/analyzer.md#source
     """
     notes: list[str] = []
     g = _map_gpus(results, grid, exporter_pod, notes)
-    e = _map_engines(results, grid, notes)
+    e = _map_engines(results, grid, notes, grid.step / range_s if range_s else 1.0)
     gpus = _inventory_gpus(g, grid, gpu_catalog, cluster_label, default_cluster)
     workers = _inventory_workers(
         g, gpus, e, grid, role_label, _PoolLabels(cluster_label, tuple(deployment_labels), default_cluster)
@@ -482,7 +501,7 @@ def map_fleet(
     notes += role_notes(workers, role_label)
     notes += pool_notes(workers, cluster_label, tuple(deployment_labels))
     gpu_frame, cells = _gpu_frame(g, gpus, grid)
-    engine_frame, latency = _engine_frame(e, grid, {w.worker_id: w.role for w in workers})
+    engine_frame, latency, histograms = _engine_frame(e, grid, {w.worker_id: w.role for w in workers})
     return PrometheusFleet(
         grid=grid,
         gpu=gpu_frame,
@@ -493,6 +512,7 @@ def map_fleet(
         gpu_row_mem_used_bytes=g.columns["mem_used_bytes"][cells[0], cells[1]],
         gpu_row_busy={column: g.columns[column][cells[0], cells[1]] for column in _BUSY},
         engine_row_latency=latency,
+        engine_row_histograms=histograms,
         notes=tuple(notes),
         all_gpu_columns=_all_gpu_columns(g, gpus, grid),
     )

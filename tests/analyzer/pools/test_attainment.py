@@ -10,6 +10,7 @@ import pytest
 
 from analyzer.pipeline import AnalysisInput, analyze, input_from_samples
 from analyzer.settings import AnalyzerSettings
+from fleet import histograms
 from fleet.catalog import load_catalog
 from fleetsim.examine import simulate
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
@@ -113,3 +114,41 @@ def test_a_misplaced_decode_worker_missing_the_tpot_target_says_so(monkeypatch: 
     monkeypatch.delenv("PHASEFIT_ANALYZER_TARGETS")
     plain = analyze(input_from_samples(gpu, engine), CATALOG, AnalyzerSettings().params())
     assert all("tpot_target_s" not in f.evidence for f in plain.findings)  # no target, no such evidence
+
+
+def test_the_pool_p90_comes_from_the_workers_histograms_merged_bucket_by_bucket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Decode worker A serves 950 tokens a window, all in (30, 40] ms; worker B 100, all in (50, 60] ms. The
+    # mean of their p90s is about 49 ms, but 90% of the pool's tokens took under 40 ms: the pool's p90 is
+    # the 945th of 1,050, as histogram_quantile(0.9, sum by (le) (...)) gives it. A prefill worker's TPOT
+    # histogram (its one token) is not the pool's TPOT.
+    decode = sorted({w for w, r in zip(*_roles(), strict=True) if r == "decode"})
+    fast = histograms.rebin([0.03, 0.04, 0.05], [0.0, 950.0, 950.0], 950.0)
+    slow = histograms.encode(histograms.rebin([0.05, 0.06, 0.075], [0.0, 100.0, 100.0], 100.0))  # as stored
+    prefill_view = histograms.rebin([1.0, 2.0], [0.0, 50.0], 50.0)
+    data = _input(
+        {
+            "tpot_p90_s": lambda w, role: (0.039 if w == decode[0] else 0.059) if role == "decode" else None,
+            "tpot_histogram": lambda w, role: (
+                (fast if w == decode[0] else slow) if role == "decode" else prefill_view
+            ),
+        }
+    )
+    (tpot,) = _attainment(data, monkeypatch, json.dumps([{"tpot_p90_s": 0.045}]))
+    assert tpot["p90_s"] == pytest.approx(0.049) and tpot["share"] == pytest.approx(0.5)
+    pool_p90 = 0.03 + 0.01 * 945 / 950
+    assert tpot["pool_p90_s"] == pytest.approx(pool_p90) and tpot["pool_met_share"] == pytest.approx(1.0)
+    windows = _roles()[0].count(decode[0])  # each decode worker's windows over the six hours
+    assert tpot["observations"] == pytest.approx(1050.0 * windows, rel=0.05)
+    assert tpot["pool_reason"] is None
+    (tight,) = _attainment(data, monkeypatch, json.dumps([{"tpot_p90_s": 0.035}]))
+    assert tight["pool_p90_s"] == pytest.approx(pool_p90) and tight["pool_met_share"] == 0.0
+
+
+def test_without_histograms_the_pool_p90_is_unknown_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _input({"tpot_p90_s": lambda w, role: 0.04 if role == "decode" else None})
+    (tpot,) = _attainment(data, monkeypatch, json.dumps([{"tpot_p90_s": 0.05}]))
+    assert tpot["share"] == 1.0
+    assert tpot["pool_p90_s"] is None and tpot["pool_met_share"] is None and tpot["observations"] is None
+    assert "histogram" in tpot["pool_reason"]

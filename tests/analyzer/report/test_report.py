@@ -414,10 +414,14 @@ def test_pool_rows_keep_unknown_losses_unknown() -> None:
 
 
 def test_the_pools_latency_targets_and_their_attainment_are_a_table_unknown_said_so() -> None:
-    measured = TargetAttainment(metric="tpot", target_s=0.05, share=0.625, p90_s=0.061, worker_buckets=12)
+    measured = TargetAttainment(
+        metric="tpot", target_s=0.05, share=0.625, p90_s=0.061, worker_buckets=12, pool_p90_s=0.047,
+        pool_met_share=0.75, observations=1200.0,
+    )  # fmt: skip
     unknown = TargetAttainment(
-        metric="ttft", target_s=1.0, share=None, p90_s=None, worker_buckets=0, reason="no engine said"
-    )
+        metric="ttft", target_s=1.0, share=None, p90_s=None, worker_buckets=0, reason="no engine said",
+        pool_reason="no worker sent its histogram",
+    )  # fmt: skip
     targets = LatencyTargets(
         tpot_p90_s=0.05, ttft_p90_s=1.0, source="settings", rule="S[0]", attainment=[measured, unknown]
     )
@@ -427,8 +431,17 @@ def test_the_pools_latency_targets_and_their_attainment_are_a_table_unknown_said
         if isinstance(b, Table) and "latency" in b.columns
     )
     assert table.rows == [
-        ["c/m", "TPOT", "0.05 s", "62%", "0.061 s", "settings (S[0])"],
-        ["c/m", "TTFT", "1 s", "unknown: no engine said", "unknown", "settings (S[0])"],
+        ["c/m", "TPOT", "0.05 s", "62%", "0.061 s", "0.047 s", "75%", "settings (S[0])"],
+        [
+            "c/m",
+            "TTFT",
+            "1 s",
+            "unknown: no engine said",
+            "unknown",
+            "unknown: no worker sent its histogram",
+            "unknown",
+            "settings (S[0])",
+        ],
     ]
     plain = pool_blocks(_report_with(_pool_row()), {})
     assert not any(isinstance(b, Table) and "latency" in b.columns for b in plain)  # no targets: no table

@@ -125,11 +125,14 @@ def test_the_latest_scored_change_of_each_pool_is_its_ratio(sqlite_engine: Engin
 
 
 def test_each_latency_target_and_its_measured_attainment_is_a_gauge(sqlite_engine: Engine) -> None:
-    def target(metric: str, target_s: object, share: object) -> dict[str, object]:
-        return {"metric": metric, "target_s": target_s, "share": share, "p90_s": 0.1, "worker_buckets": 3}
+    def target(metric: str, target_s: object, share: object, pool_p90_s: object = None) -> dict[str, object]:
+        return {
+            "metric": metric, "target_s": target_s, "share": share, "p90_s": 0.1, "worker_buckets": 3,
+            "pool_p90_s": pool_p90_s,
+        }  # fmt: skip
 
     pools = [
-        {"pool": "c/a", "targets": {"source": "settings", "attainment": [target("tpot", 0.05, 0.62)]}},
+        {"pool": "c/a", "targets": {"source": "settings", "attainment": [target("tpot", 0.05, 0.62, 0.047)]}},
         # Unknown attainment: the target has a series, the attainment none (never 0).
         {"pool": "c/b", "targets": {"attainment": [target("ttft", 1.0, None), target("e2e", "x", "y")]}},
         {"pool": "c/c", "targets": "junk"},
@@ -137,5 +140,6 @@ def test_each_latency_target_and_its_measured_attainment_is_a_gauge(sqlite_engin
     c = conclude([], {}, _stored(sqlite_engine, {"pools": pools}))
     assert c.pool_target == {("c/a", "tpot"): 0.05, ("c/b", "ttft"): 1.0}
     assert c.pool_attainment == {("c/a", "tpot"): 0.62}
+    assert c.pool_latency_p90 == {("c/a", "tpot"): 0.047}  # from merged buckets; none sent: no series
     assert StoredTargets.model_fields.keys() <= LatencyTargets.model_fields.keys()
     assert StoredAttainment.model_fields.keys() <= TargetAttainment.model_fields.keys()

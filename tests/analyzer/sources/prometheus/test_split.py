@@ -361,8 +361,9 @@ class Store:
         self, query: str, times: Any
     ) -> tuple[int, list[tuple[dict[str, str], list[tuple[float, float]]]]]:
         """(series selected, the answer): a range function of one selector, labels without the name; the
-        label-only listing (``group without (__name__)``); a histogram quantile (no buckets scripted)."""
-        if query.startswith("histogram_quantile("):
+        label-only listing (``group without (__name__)``); a histogram quantile or its buckets' increases
+        (no buckets scripted)."""
+        if query.startswith(("histogram_quantile(", "sum without (")):
             return 0, []
         listing = re.fullmatch(r"group without \(__name__\) \((\{.*\})\)", query)
         function = re.fullmatch(r"\w+\((.+)\[\w+\]\)", query)
