@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, Float, case, func, literal, or_, select, type_coerce
+from sqlalchemy import BigInteger, Connection, Float, case, func, literal, select, type_coerce
 
 from analyzer.pipeline import AnalysisInput, AnalysisResult
 from analyzer.pools.pool import Inventory
@@ -22,7 +22,7 @@ from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store.analysis import put_analysis
 from fleet.store.engine import is_sqlite
 from fleet.store.findings import finding_subject, resolve_findings, upsert_findings
-from fleet.store.histogram_rollups import Summed, histogram_sums
+from fleet.store.histogram_rollups import Summed, held_histograms, histogram_sums
 from fleet.store.queries import engine_rollups, gpu_rollups, list_gpus, list_workers, rolled_up_until
 from fleet.store.rows import HISTOGRAM_COLUMNS
 from fleet.store.schema import (
@@ -36,7 +36,6 @@ _HOUR = timedelta(hours=1)
 # What the reader hands the analyzer per engine bucket: the grid's columns, then the bucket's latency
 # histograms (fleet.histograms: stored bytes or per-bucket counts on the shared grid, or None: unknown).
 ENGINE_READ_COLUMNS = (*ENGINE_BUCKET_COLUMNS, *HISTOGRAM_COLUMNS)
-_HISTOGRAM_FETCH_ROWS = 2_000
 
 
 @dataclass(frozen=True)
@@ -162,17 +161,9 @@ def raw_engine_histograms(
     SQL). SQL cannot add the encoded histograms: the rows are streamed in (worker, bucket) order and summed
     here, a chunk at a time (:func:`fleet.store.histogram_rollups.histogram_sums`, as the rollups sum
     them)."""
-    c = table_of(EngineSampleRow).c
-    bucket = _bucket_epoch(connection, c.ts, bucket_s)
-    held = [c[name] for name in HISTOGRAM_COLUMNS]
-    statement = (
-        select(c.worker_id, bucket, *held)
-        .where(c.ts >= since, c.ts < until, or_(*(h.is_not(None) for h in held)))
-        .order_by(c.worker_id, bucket)
-        .execution_options(yield_per=_HISTOGRAM_FETCH_ROWS)
-    )
+    statement = held_histograms(lambda ts: _bucket_epoch(connection, ts, bucket_s), since, until)
     with connection.execute(statement) as rows:
-        return {key: tuple(sums) for key, sums in histogram_sums(rows, _HISTOGRAM_FETCH_ROWS)}
+        return {key: tuple(sums) for key, sums in histogram_sums(rows)}
 
 
 def _concat(parts: Sequence[dict[str, list[Any]]], names: Sequence[str]) -> dict[str, list[Any]]:

@@ -17,7 +17,7 @@ from operator import itemgetter
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Table, bindparam, or_, select, update
+from sqlalchemy import Connection, Select, Table, bindparam, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from fleet import histograms
@@ -41,9 +41,6 @@ def fill_histograms(
     """Fill the latency histograms of ``target``'s buckets in [start, end) (hour-aligned), which the SQL
     rollup has just written without them. ``bucket_of`` is the rollup's SQL bucket of a timestamp column,
     ``instant`` turns a bucket as the database returns it into the stored one."""
-    c = table_of(EngineSampleRow).c
-    bucket = bucket_of(c.ts)
-    held = [c[name] for name in HISTOGRAM_COLUMNS]
     names = [f"summed_{name}" for name in HISTOGRAM_COLUMNS]  # a bind may not be named as a column
     write = (
         update(target)
@@ -55,13 +52,7 @@ def fill_histograms(
     hour = start
     while hour < end:  # an hour at a time: a short sort per read (rollup buckets never span hours)
         following = min(hour + _HOUR, end)
-        read = (
-            select(c.worker_id, bucket, *held)
-            .where(c.ts >= hour, c.ts < following, or_(*(h.is_not(None) for h in held)))
-            .order_by(c.worker_id, bucket)
-            .execution_options(yield_per=CHUNK_ROWS)
-        )
-        with connection.execute(read) as rows:
+        with connection.execute(held_histograms(bucket_of, hour, following)) as rows:
             sums = (
                 dict(
                     zip(names, map(_stored_sum, summed), strict=True),
@@ -73,6 +64,23 @@ def fill_histograms(
             for chunk in _chunks(sums, CHUNK_ROWS):
                 connection.execute(write, chunk)
         hour = following
+
+
+def held_histograms(
+    bucket_of: Callable[[Any], ColumnElement[Any]], start: datetime, end: datetime
+) -> Select[Any]:
+    """The raw engine samples in [start, end) holding a latency histogram, as ``(worker id, bucket,
+    *HISTOGRAM_COLUMNS)`` in (worker, bucket) order (``bucket_of``: the SQL bucket of a timestamp column),
+    streamed ``CHUNK_ROWS`` at a time: what :func:`histogram_sums` reads."""
+    c = table_of(EngineSampleRow).c
+    bucket = bucket_of(c.ts)
+    held = [c[name] for name in HISTOGRAM_COLUMNS]
+    return (
+        select(c.worker_id, bucket, *held)
+        .where(c.ts >= start, c.ts < end, or_(*(h.is_not(None) for h in held)))
+        .order_by(c.worker_id, bucket)
+        .execution_options(yield_per=CHUNK_ROWS)
+    )
 
 
 def histogram_sums(
