@@ -48,6 +48,18 @@ TAIL = 0.9  # the targets are p90s
 
 
 @dataclass(frozen=True)
+class PooledP90:
+    """From the histograms merged over the pool's eligible workers (``sum by (le)``): the span's p90, the
+    share of its observations in buckets whose merged p90 met the target, how many there were; None, with
+    ``pool_reason``, where no worker sent histograms."""
+
+    pool_p90_s: float | None = None
+    pool_met_share: float | None = None
+    observations: float | None = None
+    pool_reason: str | None = None
+
+
+@dataclass(frozen=True)
 class Attainment:
     """One target of a pool against what its engines measured."""
 
@@ -57,20 +69,12 @@ class Attainment:
     p90_s: float | None  # the measured p90, time-weighted mean over the worker-buckets
     worker_buckets: int  # worker-buckets measured
     reason: str | None = None
-    # From the histograms merged over the pool's eligible workers (``sum by (le)``): the span's p90, and the
-    # share of its observations in buckets whose merged p90 met the target. None: no worker sent histograms.
-    pool_p90_s: float | None = None
-    pool_met_share: float | None = None
-    observations: float | None = None
-    pool_reason: str | None = None
+    pooled: PooledP90 = PooledP90()
 
-
-@dataclass(frozen=True)
-class _Pooled:
-    pool_p90_s: float | None = None
-    pool_met_share: float | None = None
-    observations: float | None = None
-    pool_reason: str | None = None
+    def as_summary(self) -> TargetAttainment:
+        fields = asdict(self)
+        pooled = fields.pop("pooled")
+        return TargetAttainment(**fields, **pooled)
 
 
 def _p90(grid: WorkerGrid, metric: Metric) -> FloatArray:
@@ -94,34 +98,34 @@ def attainment_of(
             f"no {_WHO_TEXT[metric]} worker reported a p90 {_NAME[metric]} in the span (an engine without "
             "the histogram, or a collector or simulator that does not send the quantile)"
         )
-        return Attainment(metric, target_s, None, None, 0, why, **asdict(pooled))
+        return Attainment(metric, target_s, None, None, 0, why, pooled)
     w, v = weights[measured], values[measured]
     met = float(w[v <= target_s].sum() / w.sum())
     return Attainment(
-        metric, target_s, met, float(np.average(v, weights=w)), int(measured.sum()), **asdict(pooled)
+        metric, target_s, met, float(np.average(v, weights=w)), int(measured.sum()), pooled=pooled
     )
 
 
 def _merged_buckets(
     grid: WorkerGrid, rows: IntArray, first: int, last: int, metric: Metric, target_s: float, eligible: Mask
-) -> _Pooled:
+) -> PooledP90:
     """The pool's p90 over the span from its eligible workers' merged histograms, and the share of the
     observations in buckets whose merged p90 met ``target_s``; a reason instead where nothing was merged."""
     cells = grid.latency_histograms.get(f"{metric}_histogram")
     span = None if cells is None else cells.merged(rows, first, last, eligible)
     if cells is None or span is None:
-        return _Pooled(
+        return PooledP90(
             pool_reason=f"no {_WHO_TEXT[metric]} worker sent its {_NAME[metric]} histogram in the span"
         )
     total = float(span.sum())
     if total <= 0.0:
-        return _Pooled(observations=0.0, pool_reason="the histograms hold no observation in the span")
+        return PooledP90(observations=0.0, pool_reason="the histograms hold no observation in the span")
     met = 0.0
     for counts in cells.per_column(rows, first, last, eligible):
         p90 = histograms.quantile(TAIL, counts)
         if counts is not None and p90 is not None and p90 <= target_s:
             met += float(counts.sum())
-    return _Pooled(histograms.quantile(TAIL, span), met / total, total)
+    return PooledP90(histograms.quantile(TAIL, span), met / total, total)
 
 
 def pool_attainment(
@@ -145,7 +149,7 @@ def targets_summary(targets: PoolTargets, grid: WorkerGrid, members: Sequence[in
         e2e_p90_s=targets.e2e_p90_s,
         source=targets.source,
         rule=targets.rule,
-        attainment=[TargetAttainment(**asdict(a)) for a in measured],
+        attainment=[a.as_summary() for a in measured],
     )
 
 
