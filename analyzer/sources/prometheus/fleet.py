@@ -85,7 +85,7 @@ class PrometheusFleet:
     # Raw GPU sample columns of every GPU that reported (attributed or not), for the GPU view
     # (analyzer/telemetry/gpu_view.py); None where the fleet was built without them.
     all_gpu_columns: Mapping[str, Any] | None = None
-    engine_row_histograms: Mapping[str, list[FloatArray | None]] = field(default_factory=dict)
+    engine_row_histograms: Mapping[str, list[bytes | FloatArray | None]] = field(default_factory=dict)
 
     @property
     def window_s(self) -> float:

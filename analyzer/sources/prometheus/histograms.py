@@ -26,6 +26,9 @@ from fleet import histograms
 from fleet.histograms import FloatArray
 
 Histogram = FloatArray | None
+# What a window's histogram is handed on as: its stored form (a few dozen bytes, where an array of counts
+# takes 648: a week of a large fleet's windows), counts where parts were added, or None (unknown).
+Held = bytes | FloatArray | None
 # Falls and negatives within this share of the window's count are float noise (increments summed over ranks
 # in another order), not a histogram that falls.
 _NOISE = 1e-9
@@ -62,7 +65,7 @@ def window_histogram(buckets: Mapping[float, float]) -> Histogram:
 
 def window_histograms(
     placed: Sequence[Placement], rows: int, grid: TimeGrid, *, scale: float = 1.0
-) -> list[list[Histogram]]:
+) -> list[list[Held]]:
     """Rows x grid columns of one histogram column: each row's series (one per ``le``) re-binned per
     window, times ``scale`` (the step over the query's window: counts per step, as the counters'). Series
     of one row, alias and ``le`` add up (a worker's label sets: ``sum by (le)``); the query's parts add up;
@@ -80,7 +83,7 @@ def window_histograms(
     by_row: dict[int, dict[int, list[tuple[int, _Buckets]]]] = defaultdict(lambda: defaultdict(list))
     for (row, part, rank), buckets in found.items():
         by_row[row][part].append((rank, buckets))
-    out: list[list[Histogram]] = [[None] * grid.n for _ in range(rows)]
+    out: list[list[Held]] = [[None] * grid.n for _ in range(rows)]
     for row, parts in by_row.items():
         chosen: list[tuple[list[_Windows], IntArray]] = []
         for aliases in parts.values():
@@ -100,7 +103,7 @@ class _Windows:
     that are histograms (column -> counts on the shared grid, times the scale)."""
 
     reported: BoolArray
-    known: dict[int, FloatArray]
+    known: dict[int, bytes]
 
 
 def _windows(buckets: _Buckets, n: int, scale: float) -> _Windows:
@@ -113,7 +116,7 @@ def _windows(buckets: _Buckets, n: int, scale: float) -> _Windows:
     matrix = np.vstack([*(buckets[b] for b in les), total])  # bounds (+Inf last) x windows
     reported = ~np.isnan(total)
     full = reported & ~np.isnan(matrix).any(axis=0)
-    known: dict[int, FloatArray] = {}
+    known: dict[int, bytes] = {}
     if full.any():
         values = matrix[:, full]
         noise = _NOISE * np.maximum(np.abs(values[-1]), 1.0)
@@ -125,13 +128,17 @@ def _windows(buckets: _Buckets, n: int, scale: float) -> _Windows:
         cumulative = np.maximum.accumulate(np.maximum(values[:, ok], 0.0), axis=0)
         increments = np.diff(cumulative, axis=0, prepend=0.0)
         rebinned = (_rebinning(les) @ increments).T * scale  # windows x SIZE
-        known.update(zip(np.flatnonzero(full)[ok].tolist(), rebinned, strict=True))
+        cumulative = np.cumsum(rebinned, axis=1)
+        stored = histograms.encode_cumulative(cumulative[:, :-1], cumulative[:, -1])
+        known.update(zip(np.flatnonzero(full)[ok].tolist(), stored, strict=True))
     bounds = (*les, math.inf)
     for col in np.flatnonzero(reported & ~full).tolist():
         held = {b: float(v) for b, v in zip(bounds, matrix[:, col], strict=True) if not math.isnan(v)}
         histogram = window_histogram(held)
         if histogram is not None:
-            known[col] = histogram * scale
+            encoded = histograms.encode(histogram * scale)
+            assert encoded is not None
+            known[col] = encoded
     return _Windows(reported, known)
 
 
@@ -148,10 +155,10 @@ def _rebinning(les: tuple[float, ...]) -> FloatArray:
     return np.stack(columns, axis=1)
 
 
-def _cell(chosen: Sequence[tuple[Sequence[_Windows], IntArray]], col: int) -> Histogram:
-    """One window's histogram: the chosen alias of each part, added up; unknown where one that reports is
-    not a histogram."""
-    total: Histogram = None
+def _cell(chosen: Sequence[tuple[Sequence[_Windows], IntArray]], col: int) -> Held:
+    """One window's histogram: the chosen alias of each part, added up (one part: its stored form as is);
+    unknown where one that reports is not a histogram."""
+    held: list[bytes] = []
     for windows, pick in chosen:
         index = int(pick[col])
         if index < 0:
@@ -159,5 +166,8 @@ def _cell(chosen: Sequence[tuple[Sequence[_Windows], IntArray]], col: int) -> Hi
         histogram = windows[index].known.get(col)
         if histogram is None:
             return None
-        total = histogram if total is None else total + histogram
+        held.append(histogram)
+    if len(held) < 2:
+        return held[0] if held else None
+    total: FloatArray = histograms.decode_many(held).sum(axis=0)
     return total

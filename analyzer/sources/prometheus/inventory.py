@@ -110,7 +110,7 @@ def sample_columns(fleet: PrometheusFleet) -> tuple[dict[str, Any], dict[str, An
         "kv_cache_usage": e.kv_cache_usage,
         "preemptions": e.preemptions,
         **fleet.engine_row_latency,
-        **fleet.engine_row_histograms,  # per row: counts on the shared grid, or None (not read)
+        **fleet.engine_row_histograms,  # per row: stored form or counts on the shared grid, None: not read
         "cluster": [w.cluster for w in specs],
         "deployment": [w.deployment for w in specs],
         "kv_capacity_tokens": [w.kv_capacity_tokens for w in specs],

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from analyzer.sources.prometheus.fleet import PrometheusFleet, PrometheusGpu, PrometheusWorker
-from analyzer.sources.prometheus.histograms import Histogram, window_histograms
+from analyzer.sources.prometheus.histograms import Held, window_histograms
 from analyzer.sources.prometheus.identity import (
     EXPORTER_POD,
     NODE_LABELS,
@@ -204,7 +204,7 @@ class _Engines:
     columns: dict[str, FloatArray]
     present: BoolArray
     reported: dict[int, list[tuple[MetricQuery, RangeSeries]]]  # row -> its KV budget and cap series
-    histograms: dict[str, list[list[Histogram]]]  # column -> rows x grid columns (None: unknown)
+    histograms: dict[str, list[list[Held]]]  # column -> rows x grid columns (None: unknown)
 
 
 def _engine_key(labels: Mapping[str, str]) -> tuple[Pod | None, str | None]:
@@ -446,7 +446,7 @@ def _all_gpu_columns(g: _Gpus, gpus: Sequence[PrometheusGpu], grid: TimeGrid) ->
 
 def _engine_frame(
     e: _Engines, grid: TimeGrid, roles: Mapping[str, Role]
-) -> tuple[EngineFrame, dict[str, FloatArray], dict[str, list[Histogram]]]:
+) -> tuple[EngineFrame, dict[str, FloatArray], dict[str, list[Held]]]:
     rows, cols = np.nonzero(e.present)
     row_worker = [e.metas[r].worker_id for r in rows.tolist()]
     names = tuple(sorted(set(row_worker)))

@@ -20,6 +20,7 @@ from alerts.loopback_http import ExpositionServer
 from alerts.testing import ScrapeJob, prometheus_config, running_prometheus
 from analyzer.sources.prometheus.client import read_fleet
 from analyzer.sources.prometheus.series import parse_matrix
+from analyzer.telemetry.latency_cells import as_counts
 from fleet import histograms
 from tests.analyzer.prometheus_fixtures import add_observations, dcgm_exposition, vllm_exposition
 from tests.analyzer.sources.prometheus.test_live import require_prometheus, wait_for_scrapes
@@ -69,7 +70,7 @@ def test_pool_p90_from_merged_histograms_is_prometheus_own() -> None:
     (own,), _ = parse_matrix(answer.json())
 
     assert fleet.engine.workers == tuple(f"llm/{pod}" for pod in WORKERS)
-    column = fleet.engine_row_histograms["ttft_histogram"]
+    column = [as_counts(h) for h in fleet.engine_row_histograms["ttft_histogram"]]
     assert all(h is not None for h in column)  # every window observed something, in every worker
     pool: dict[float, float | None] = {}
     for t in grid.times().tolist():
