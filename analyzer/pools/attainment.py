@@ -112,18 +112,21 @@ def _merged_buckets(
     """The pool's p90 over the span from its eligible workers' merged histograms, and the share of the
     observations in buckets whose merged p90 met ``target_s``; a reason instead where nothing was merged."""
     cells = grid.latency_histograms.get(f"{metric}_histogram")
-    span = None if cells is None else cells.merged(rows, first, last, eligible)
-    if cells is None or span is None:
+    hourly = (
+        [] if cells is None else [c for c in cells.per_column(rows, first, last, eligible) if c is not None]
+    )
+    if not hourly:
         return PooledP90(
             pool_reason=f"no {_WHO_TEXT[metric]} worker sent its {_NAME[metric]} histogram in the span"
         )
+    span = np.sum(hourly, axis=0)
     total = float(span.sum())
     if total <= 0.0:
         return PooledP90(observations=0.0, pool_reason="the histograms hold no observation in the span")
     met = 0.0
-    for counts in cells.per_column(rows, first, last, eligible):
+    for counts in hourly:
         p90 = histograms.quantile(TAIL, counts)
-        if counts is not None and p90 is not None and p90 <= target_s:
+        if p90 is not None and p90 <= target_s:
             met += float(counts.sum())
     return PooledP90(histograms.quantile(TAIL, span), met / total, total)
 

@@ -97,17 +97,7 @@ class HistogramCells:
     ) -> FloatArray | None:
         """The bucket-wise sum over the cells of ``rows`` in columns [first, last) (where ``mask``, shaped
         rows x (last - first), is True), None when no such cell holds a histogram."""
-        if self.cells.size == 0 or not len(rows):
-            return None
-        row, column = np.divmod(self.cells, self.n_buckets)
-        picked = np.asarray(rows, dtype=np.int64)
-        position = np.full(int(max(picked.max(), row.max())) + 1, -1, np.int64)
-        position[picked] = np.arange(picked.size)
-        at = position[row]
-        chosen = (at >= 0) & (column >= first) & (column < last)
-        if mask is not None:
-            inside = np.flatnonzero(chosen)
-            chosen[inside] = mask[at[inside], column[inside] - first]
+        chosen, _ = self._chosen(rows, first, last, mask)
         if not chosen.any():
             return None
         total: FloatArray = self.counts[chosen].sum(axis=0, dtype=np.float64)
@@ -116,8 +106,27 @@ class HistogramCells:
     def per_column(
         self, rows: Sequence[int] | IntArray, first: int, last: int, mask: Mask | None = None
     ) -> list[FloatArray | None]:
-        """:meth:`merged` per column of [first, last)."""
-        return [
-            self.merged(rows, c, c + 1, None if mask is None else mask[:, c - first : c - first + 1])
-            for c in range(first, last)
-        ]
+        """:meth:`merged` per column of [first, last), the cells picked once."""
+        chosen, column = self._chosen(rows, first, last, mask)
+        offset = column[chosen] - first
+        sums = np.zeros((last - first, histograms.SIZE))
+        np.add.at(sums, offset, self.counts[chosen])
+        held = np.bincount(offset, minlength=last - first) > 0
+        return [sums[c] if held[c] else None for c in range(last - first)]
+
+    def _chosen(
+        self, rows: Sequence[int] | IntArray, first: int, last: int, mask: Mask | None
+    ) -> tuple[npt.NDArray[np.bool_], IntArray]:
+        """Which cells lie in ``rows`` x [first, last) (and ``mask``), and every cell's column."""
+        row, column = np.divmod(self.cells, self.n_buckets)
+        if self.cells.size == 0 or not len(rows):
+            return np.zeros(self.cells.size, bool), column
+        picked = np.asarray(rows, dtype=np.int64)
+        position = np.full(int(max(picked.max(), row.max())) + 1, -1, np.int64)
+        position[picked] = np.arange(picked.size)
+        at = position[row]
+        chosen = (at >= 0) & (column >= first) & (column < last)
+        if mask is not None:
+            inside = np.flatnonzero(chosen)
+            chosen[inside] = mask[at[inside], column[inside] - first]
+        return chosen, column
