@@ -1,7 +1,7 @@
 """What-if: a pool's best placement on a hypothetical GPU set, at the traffic it was observed serving.
 
 Pure: adds or removes workers in the pool's SKU/TP groups and re-solves the split with
-:func:`analyzer.pools.split_search.choose_plan`. Refusals are :class:`WhatIfError`.
+:func:`analyzer.pools.plan_choice.choose_plan`. Refusals are :class:`WhatIfError`.
 Reasoning: docs/analyzer.md#what_if
 """
 
@@ -20,15 +20,10 @@ from analyzer.planning.plan import Figure, Gain, gain_from_tokens
 from analyzer.pools.analysis import PoolAnalysis
 from analyzer.pools.calibration import CapacityParams
 from analyzer.pools.capacity import GroupCapacity, group_capacity
+from analyzer.pools.plan_choice import choose_plan
+from analyzer.pools.plan_rates import capacity_draws, draw_rates, evaluate
 from analyzer.pools.pool import SkuGroup
-from analyzer.pools.split_search import (
-    DECISION_SEED,
-    capacity_draws,
-    choose_plan,
-    draw_rates,
-    evaluate,
-    weekly_cost_usd,
-)
+from analyzer.pools.split_search import DECISION_SEED, weekly_cost_usd
 from fleet.gpus import GpuCatalog, GpuSku
 
 _LOW, _HIGH = 0.1, 0.9  # the range: 10th and 90th percentiles of the capacity draws, as placement reports

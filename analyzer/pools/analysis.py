@@ -16,6 +16,8 @@ import numpy as np
 
 from analyzer.pools.calibration import CapacityParams, PoolCalibration, busy_share, calibrate, limits
 from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv, ttft_unmet
+from analyzer.pools.plan_choice import ACT, CONFIDENCE, DOMINANCE, HEADROOM, MIN_GAIN
+from analyzer.pools.plan_rates import Routing
 from analyzer.pools.pool import Pool
 from analyzer.pools.pool_state import (
     NOT_MODELLED,
@@ -27,17 +29,7 @@ from analyzer.pools.pool_state import (
 )
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.pools.saturation import colocated_at_limit, saturated_together
-from analyzer.pools.split_search import (
-    ACT,
-    CONFIDENCE,
-    DECISION_SEED,
-    DOMINANCE,
-    HEADROOM,
-    MIN_GAIN,
-    PlacementResult,
-    Routing,
-    place,
-)
+from analyzer.pools.split_search import DECISION_SEED, PlacementResult, place
 from analyzer.pools.worker_choice import WorkerLoad
 from analyzer.pools.workload import PoolTraffic, TrafficMix, acting_roles, pool_traffic
 from analyzer.telemetry.drift import ChangePoint, DriftParams, change_points, segments, state_changes

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from analyzer.pools.capacity_types import GroupCapacity, RoleCapacity
-from analyzer.pools.split_search import PlacementResult, Plan
+from analyzer.pools.plan_rates import Plan
+from analyzer.pools.split_search import PlacementResult
 from analyzer.results.summary import LossBasisName
 
 # From the most direct evidence to the least: the fleet's own evidence outranks the model.

@@ -21,7 +21,8 @@ from enum import StrEnum
 import numpy as np
 
 from analyzer.pools.analysis import SegmentAnalysis
-from analyzer.pools.split_search import DECISION_SEED, PlacementResult, capacity_draws, draw_rates, evaluate
+from analyzer.pools.plan_rates import capacity_draws, draw_rates, evaluate
+from analyzer.pools.split_search import DECISION_SEED, PlacementResult
 from analyzer.results.changes import ChangeOutcome, MovedWorker
 from analyzer.results.summary import iso
 from analyzer.results.totals import num

@@ -10,9 +10,11 @@ from analyzer.findings.loss import range_to_zero
 from analyzer.pipeline import analyze, input_from_samples
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
 from analyzer.pools.loss_range import held_back_cause
+from analyzer.pools.plan_choice import ACT, DOMINANCE, choose_plan
+from analyzer.pools.plan_rates import Routing as SplitRouting
+from analyzer.pools.plan_rates import draw_rates
 from analyzer.pools.pool import SkuGroup
-from analyzer.pools.split_search import ACT, DOMINANCE, PlacementResult, choose_plan, draw_rates, place
-from analyzer.pools.split_search import Routing as SplitRouting
+from analyzer.pools.split_search import PlacementResult, place
 from fleet.catalog import load_catalog
 from fleetsim.examine import score, simulate
 
@@ -187,7 +189,7 @@ def test_a_partial_move_reports_the_larger_moves_possible_gain_as_its_high_end()
     H100's decode rate transferred (17%). One pair swapped is recommended; the loss's high end reaches at
     least what swapping both might gain, since the truth may lie there."""
     from analyzer.pools.capacity import GroupCapacity, RoleCapacity
-    from analyzer.pools.split_search import capacity_draws
+    from analyzer.pools.plan_rates import capacity_draws
     from tests.analyzer.pools.test_split_search import H100, H200, SkuGroup, _roles
 
     h100 = GroupCapacity(

@@ -10,8 +10,9 @@ from analyzer.model.deployment import make_deployment
 from analyzer.pipeline import AnalysisResult, analyze, input_from_samples
 from analyzer.pools.calibration import PoolCalibration
 from analyzer.pools.capacity import group_capacity
+from analyzer.pools.plan_rates import candidates
 from analyzer.pools.pool import Inventory, SkuGroup, build_pools, device_counts, gpu_sku
-from analyzer.pools.split_search import candidates, place
+from analyzer.pools.split_search import place
 from fleet.catalog import load_catalog
 from fleet.contract import FindingKind, Role
 from fleet.inventory import GpuRecord, WorkerRecord

@@ -6,20 +6,11 @@ import numpy as np
 import pytest
 
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
+from analyzer.pools.plan_choice import CONFIDENCE, HEADROOM, choose_plan
+from analyzer.pools.plan_rates import EXHAUSTIVE_LIMIT, Routing, candidates, capacity_draws, evaluate, spare
+from analyzer.pools.plan_rates import draw_rates as evaluate_draws
 from analyzer.pools.pool import SkuGroup
-from analyzer.pools.split_search import (
-    CONFIDENCE,
-    EXHAUSTIVE_LIMIT,
-    HEADROOM,
-    Routing,
-    candidates,
-    capacity_draws,
-    choose_plan,
-    evaluate,
-    place,
-    spare,
-)
-from analyzer.pools.split_search import draw_rates as evaluate_draws
+from analyzer.pools.split_search import place
 from fleet.catalog import load_catalog
 
 CATALOG = load_catalog()
