@@ -108,7 +108,7 @@ def test_the_placement_never_moves_a_role_onto_a_slice_the_model_does_not_fit() 
         [(4, "prefill"), (5, "decode"), (6, "decode")],  # whatever the slices run, they keep it
     ]
     # The model's uncalibrated figures: the move is recommended at the bar that chooses plans (``act``
-    # lowered to it), which is what this test is about; whether to act is tested in test_decision_rule.
+    # lowered to it), which is what this test is about; whether to act is tested in test_plan_choice.
     result = place(
         capacities, roles, isl=ISL, osl=OSL, demand_tokens_per_s=1.0, peak_demand_tokens_per_s=1.0, act=0.75
     )
