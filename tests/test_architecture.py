@@ -153,6 +153,7 @@ ANALYZER_LAYERS = (
     "telemetry",  # frames on a time grid, bottleneck classification, drift
     "pools",  # pools, workload, capacity, the split search, per-pool analysis
     "findings",  # one module per finding kind, their evidence and checks
+    "pool_summaries",  # one summary entry per pool, with its segments
     "summarize",
     "pipeline",  # analyze(): the composition of the above
     "planning",  # plans and what-ifs built on an analysis

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from analyzer.pools.calibration import CapacityParams, PoolCalibration, busy_share, calibrate, limits
+from analyzer.pools.calibration import CapacityParams, PoolCalibration, calibrate
 from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv, ttft_unmet
+from analyzer.pools.limits import busy_share, limits
 from analyzer.pools.plan_choice import ACT, CONFIDENCE, DOMINANCE, HEADROOM, MIN_GAIN
 from analyzer.pools.plan_rates import Routing
 from analyzer.pools.pool import Pool

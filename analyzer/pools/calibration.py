@@ -6,7 +6,6 @@ and the KV cache the engines hold. Reasoning: docs/analyzer.md#capacity
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -19,8 +18,9 @@ from analyzer.model.kv_budget import (
 )
 from analyzer.model.moe import kv_bytes_per_sequence, weights_per_gpu
 from analyzer.model.perf_model import Workload, default_budget, predict
-from analyzer.pools.concurrency import at_cap, group_cap, row_caps
+from analyzer.pools.concurrency import group_cap
 from analyzer.pools.decode_fit import DecodeLine, fit_decode_line
+from analyzer.pools.limits import Limits, busy_share, limits
 from analyzer.pools.pool import Pool, SkuGroup
 from analyzer.pools.reported_budgets import ReportedBudgets, peer_key, reported_median
 from analyzer.pools.ttft_evidence import TtftPoints, ttft_points
@@ -178,76 +178,6 @@ def _model_prefill_series(
     return out
 
 
-def busy_share(grid: WorkerGrid, rows: npt.NDArray[np.int64]) -> FloatArray:
-    """Share of time a kernel ran: ``gpu_util``, else ``gr_engine_active`` (a MIG instance's own activity:
-    GPU_UTIL is not supported on MIG), else SM activity over its high-water mark."""
-    util = np.where(np.isnan(grid.gpu_util[rows]), grid.gr_engine_active[rows], grid.gpu_util[rows])
-    sm = grid.sm_active[rows]
-    finite_sm = sm[~np.isnan(sm)]
-    sm_full = float(np.quantile(finite_sm, 0.99)) if finite_sm.size else 1.0
-    busy: FloatArray = np.where(np.isnan(util), sm / max(sm_full, 1e-6), util)
-    return busy
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Per (worker row, bucket): work waiting for it, and each phase's limit reached. A phase is saturated
-    where work waits while it is at its limit (prefill: ``queued & prefill``; decode: ``queued & decode``)."""
-
-    queued: npt.NDArray[np.bool_]  # at least one request waiting
-    busy: npt.NDArray[np.bool_]  # busy at least ``saturated_busy`` of the time (a prefill limit)
-    ttft_rising: npt.NDArray[np.bool_]  # TTFT ``ttft_rise`` x its unqueued level (the other prefill limit)
-    kv_full: npt.NDArray[np.bool_]  # KV cache at least ``saturated_kv`` full (a decode limit)
-    at_cap: npt.NDArray[np.bool_]  # running at the engine's concurrency cap (the other decode limit)
-
-    @property
-    def prefill(self) -> npt.NDArray[np.bool_]:
-        """Prefill at its limit: busy, or its TTFT rising with the queue where busy time is not reported."""
-        out: npt.NDArray[np.bool_] = self.busy | self.ttft_rising
-        return out
-
-    @property
-    def decode(self) -> npt.NDArray[np.bool_]:
-        """Decode at its limit: KV cache full or running at its concurrency cap."""
-        out: npt.NDArray[np.bool_] = self.kv_full | self.at_cap
-        return out
-
-
-def limits(
-    grid: WorkerGrid,
-    rows: npt.NDArray[np.int64],
-    busy: FloatArray,
-    p: CapacityParams,
-    caps: Mapping[int, int] | None = None,
-) -> Limits:
-    """``Limits`` of ``rows`` over every bucket; ``busy`` is their :func:`busy_share`, ``caps`` the
-    concurrency caps their engines report (grid row -> requests; the running plateau elsewhere). Unreported
-    is not reached."""
-    cap = row_caps(grid, rows, caps or {}, p.plateau_share, p.plateau_buckets)
-    queued = np.nan_to_num(grid.waiting[rows]) >= 1.0
-    return Limits(
-        queued=queued,
-        busy=np.nan_to_num(busy) >= p.saturated_busy,
-        ttft_rising=ttft_rising(grid.ttft_s[rows], queued, np.isnan(busy), p.ttft_rise),
-        kv_full=np.nan_to_num(grid.kv_usage[rows]) >= p.saturated_kv,
-        at_cap=at_cap(grid, rows, cap, p.plateau_share),
-    )
-
-
-def ttft_rising(
-    ttft: FloatArray, queued: npt.NDArray[np.bool_], busy_unknown: npt.NDArray[np.bool_], rise: float
-) -> npt.NDArray[np.bool_]:
-    """Per (row, bucket): a queue, no busy time reported, and the median TTFT at least ``rise`` times the
-    row's own median TTFT in buckets without a queue (never where that baseline is unknown)."""
-    calm = np.where(~queued & np.isfinite(ttft), ttft, np.nan)
-    has_calm = np.isfinite(calm).any(axis=1)
-    baseline = np.full(ttft.shape[0], np.nan)
-    baseline[has_calm] = np.nanmedian(calm[has_calm], axis=1)
-    limit = np.where(np.isfinite(baseline) & (baseline > 0), rise * baseline, np.inf)
-    out: npt.NDArray[np.bool_] = queued & busy_unknown & (np.nan_to_num(ttft) >= limit[:, None])
-    return out
-
-
 def calibrate(
     pool: Pool,
     grid: WorkerGrid,
@@ -263,89 +193,134 @@ def calibrate(
     cal.skus.update({group.key: group.sku for group in pool.groups})
     if budgets is not None:
         _reported(pool, budgets, cal)
-    isl, osl = traffic.isl, traffic.osl
-    context = isl + osl / 2.0
     for group in pool.groups:
         rows = np.array(group.members, dtype=np.int64)
-        d = group.deployment
-        mem = grid.mem_used_bytes[rows]
-        if (~np.isnan(mem)).any():
-            cal.mem_used[group.key] = float(np.nanmedian(mem))
-            if group.sku.hbm_bytes:
-                cal.mem_share[group.key] = cal.mem_used[group.key] / group.sku.hbm_bytes
-        # Prefill: per bucket, prompt tokens per busy second over the model's prediction at that bucket's
-        # mix; the median over a worker's loaded buckets is robust to counter resets and gaps.
+        _memory_held(group, grid, rows, cal)
         busy = busy_share(grid, rows)
         reached = limits(grid, rows, busy, p, cal.caps_reported)
-        prefill = (grid.role[rows] == _PREFILL) & (busy >= p.min_busy) & (grid.engine_s[rows] > 0)
-        serving_prefill = (grid.role[rows] == _PREFILL) & (grid.engine_s[rows] > 0)
-        cal.prefill_ttft[group.key] = ttft_points(grid, rows, serving_prefill)
-        if prefill.any():
-            speed_per_bucket = grid.rate(grid.prompt_tokens[rows], rows) / np.where(busy > 0, busy, np.nan)
-            model = _model_prefill_series(d, isl, osl, prefill.any(axis=0)) if d is not None else None
-            per_worker, factors = [], []
-            # Saturated: busy at its limit with prompts queued. Only there is a worker's speed its capacity.
-            saturated = prefill & reached.prefill & reached.queued
-            for i in range(len(rows)):
-                at_limit = saturated[i].sum() >= p.min_saturated_buckets
-                loaded = prefill[i] & (busy[i] >= p.loaded_busy)
-                use = saturated[i] if at_limit else (loaded if loaded.sum() >= 3 else prefill[i])
-                if not use.any():
-                    continue
-                per_worker.append(float(np.nanmedian(speed_per_bucket[i][use])))
-                # The model's prediction is 0 where the model does not fit the GPU (a MIG slice too small
-                # for it): no factor from there.
-                ratio = (
-                    speed_per_bucket[i][use] / np.where(model[use] > 0, model[use], np.nan)
-                    if model is not None
-                    else None
-                )
-                if ratio is not None and np.isfinite(ratio).any():
-                    factor = float(np.nanmedian(ratio))
-                    # An unsaturated worker's speed is a floor on its capacity (small batches, idle gaps):
-                    # it may show the model too slow, never too fast.
-                    factors.append(factor if at_limit else max(factor, 1.0))
-                    if at_limit:
-                        cal.prefill_saturated.add(group.key)
-            speed = float(np.median(per_worker))
-            cal.prefill_measured[group.key] = speed
-            finite = [f for f in factors if math.isfinite(f)]
-            if finite:
-                factor = float(np.median(finite))
-                spread = float(np.median(np.abs(np.array(finite) / factor - 1.0))) if len(finite) > 1 else 0.0
-                cal.prefill_factor[group.key] = (factor, spread)
-        # Decode: the step-time line and the KV capacity.
-        if d is None:
-            continue
-        decode = (
-            (grid.role[rows] == _DECODE)
-            & (grid.running[rows] >= 1)
-            & ~np.isnan(grid.tpot_s[rows])
-            & ~np.isnan(context)[None, :]
-        )
-        if decode.sum() >= 3:
-            decode_points[group.key] = (
-                grid.running[rows][decode],
-                np.broadcast_to(context, decode.shape)[decode],
-                grid.tpot_s[rows][decode],
-            )
-        saturated = decode & reached.decode & reached.queued
-        pinned = decode & reached.at_cap & reached.queued & ~reached.kv_full  # a cap, not a full KV cache
-        _cap_of(group.key, group.members, pinned, grid, rows, cal, p)
-        if saturated.sum() >= p.min_saturated_buckets:
-            rate = grid.rate(grid.generation_tokens[rows], rows)[saturated]
-            cal.decode_saturated[group.key] = (
-                float(np.median(rate)),
-                float(np.median(np.broadcast_to(isl, decode.shape)[saturated])),
-                float(np.median(np.broadcast_to(osl, decode.shape)[saturated])),
-            )
-        occupied = decode & (grid.kv_usage[rows] >= p.min_kv_usage)
-        if occupied.any():
-            ctx = np.broadcast_to(context, decode.shape)[occupied]
-            seqs = grid.running[rows][occupied] / grid.kv_usage[rows][occupied]
-            per_seq_bytes = np.array([kv_bytes_per_sequence(d, max(1, round(c))) for c in ctx])
-            cal.kv_bytes[group.key] = float(np.median(seqs * per_seq_bytes))
+        _prefill_speed(group, grid, rows, busy, reached, traffic, p, cal)
+        if group.deployment is not None:
+            points = _decode_evidence(group, grid, rows, reached, traffic, p, cal)
+            if points is not None:
+                decode_points[group.key] = points
     _peer_caps(pool, cal)
+    return _pooled(pool, cal, decode_points)
+
+
+def _memory_held(
+    group: SkuGroup, grid: WorkerGrid, rows: npt.NDArray[np.int64], cal: PoolCalibration
+) -> None:
+    """The group's median memory in use, and its share of the GPU's."""
+    mem = grid.mem_used_bytes[rows]
+    if (~np.isnan(mem)).any():
+        cal.mem_used[group.key] = float(np.nanmedian(mem))
+        if group.sku.hbm_bytes:
+            cal.mem_share[group.key] = cal.mem_used[group.key] / group.sku.hbm_bytes
+
+
+def _prefill_speed(
+    group: SkuGroup,
+    grid: WorkerGrid,
+    rows: npt.NDArray[np.int64],
+    busy: FloatArray,
+    reached: Limits,
+    traffic: PoolTraffic,
+    p: CapacityParams,
+    cal: PoolCalibration,
+) -> None:
+    """Prefill: per bucket, prompt tokens per busy second over the model's prediction at that bucket's
+    mix; the median over a worker's loaded buckets is robust to counter resets and gaps."""
+    d = group.deployment
+    prefill = (grid.role[rows] == _PREFILL) & (busy >= p.min_busy) & (grid.engine_s[rows] > 0)
+    serving_prefill = (grid.role[rows] == _PREFILL) & (grid.engine_s[rows] > 0)
+    cal.prefill_ttft[group.key] = ttft_points(grid, rows, serving_prefill)
+    if not prefill.any():
+        return
+    speed_per_bucket = grid.rate(grid.prompt_tokens[rows], rows) / np.where(busy > 0, busy, np.nan)
+    model = _model_prefill_series(d, traffic.isl, traffic.osl, prefill.any(axis=0)) if d is not None else None
+    per_worker, factors = [], []
+    # Saturated: busy at its limit with prompts queued. Only there is a worker's speed its capacity.
+    saturated = prefill & reached.prefill & reached.queued
+    for i in range(len(rows)):
+        at_limit = saturated[i].sum() >= p.min_saturated_buckets
+        loaded = prefill[i] & (busy[i] >= p.loaded_busy)
+        use = saturated[i] if at_limit else (loaded if loaded.sum() >= 3 else prefill[i])
+        if not use.any():
+            continue
+        per_worker.append(float(np.nanmedian(speed_per_bucket[i][use])))
+        # The model's prediction is 0 where the model does not fit the GPU (a MIG slice too small for it):
+        # no factor from there.
+        ratio = (
+            speed_per_bucket[i][use] / np.where(model[use] > 0, model[use], np.nan)
+            if model is not None
+            else None
+        )
+        if ratio is not None and np.isfinite(ratio).any():
+            factor = float(np.nanmedian(ratio))
+            # An unsaturated worker's speed is a floor on its capacity (small batches, idle gaps): it may
+            # show the model too slow, never too fast.
+            factors.append(factor if at_limit else max(factor, 1.0))
+            if at_limit:
+                cal.prefill_saturated.add(group.key)
+    cal.prefill_measured[group.key] = float(np.median(per_worker))
+    finite = [f for f in factors if math.isfinite(f)]
+    if finite:
+        factor = float(np.median(finite))
+        spread = float(np.median(np.abs(np.array(finite) / factor - 1.0))) if len(finite) > 1 else 0.0
+        cal.prefill_factor[group.key] = (factor, spread)
+
+
+def _decode_evidence(
+    group: SkuGroup,
+    grid: WorkerGrid,
+    rows: npt.NDArray[np.int64],
+    reached: Limits,
+    traffic: PoolTraffic,
+    p: CapacityParams,
+    cal: PoolCalibration,
+) -> tuple[FloatArray, FloatArray, FloatArray] | None:
+    """Decode: the concurrency cap, the saturated rate and the KV capacity seen, into ``cal``; the
+    step-time points (running, context, TPOT) the line is fitted on (None: fewer than 3)."""
+    d = group.deployment
+    assert d is not None
+    isl, osl = traffic.isl, traffic.osl
+    context = isl + osl / 2.0
+    decode = (
+        (grid.role[rows] == _DECODE)
+        & (grid.running[rows] >= 1)
+        & ~np.isnan(grid.tpot_s[rows])
+        & ~np.isnan(context)[None, :]
+    )
+    points = None
+    if decode.sum() >= 3:
+        points = (
+            grid.running[rows][decode],
+            np.broadcast_to(context, decode.shape)[decode],
+            grid.tpot_s[rows][decode],
+        )
+    saturated = decode & reached.decode & reached.queued
+    pinned = decode & reached.at_cap & reached.queued & ~reached.kv_full  # a cap, not a full KV cache
+    _cap_of(group.key, group.members, pinned, grid, rows, cal, p)
+    if saturated.sum() >= p.min_saturated_buckets:
+        rate = grid.rate(grid.generation_tokens[rows], rows)[saturated]
+        cal.decode_saturated[group.key] = (
+            float(np.median(rate)),
+            float(np.median(np.broadcast_to(isl, decode.shape)[saturated])),
+            float(np.median(np.broadcast_to(osl, decode.shape)[saturated])),
+        )
+    occupied = decode & (grid.kv_usage[rows] >= p.min_kv_usage)
+    if occupied.any():
+        ctx = np.broadcast_to(context, decode.shape)[occupied]
+        seqs = grid.running[rows][occupied] / grid.kv_usage[rows][occupied]
+        per_seq_bytes = np.array([kv_bytes_per_sequence(d, max(1, round(c))) for c in ctx])
+        cal.kv_bytes[group.key] = float(np.median(seqs * per_seq_bytes))
+    return points
+
+
+def _pooled(
+    pool: Pool, cal: PoolCalibration, decode_points: dict[str, tuple[FloatArray, FloatArray, FloatArray]]
+) -> PoolCalibration:
+    """The decode lines fitted with the pooled prefill factor, and the pool-wide factors and scales."""
     factors = [f for f, _ in cal.prefill_factor.values()]
     pooled_prefill = float(np.median(factors)) if factors else 1.0
     fleet = replace(cal, pooled_prefill=pooled_prefill).params()

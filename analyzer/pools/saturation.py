@@ -23,8 +23,9 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from analyzer.pools.calibration import CapacityParams, busy_share, limits
+from analyzer.pools.calibration import CapacityParams
 from analyzer.pools.concurrency import running_plateau
+from analyzer.pools.limits import busy_share, limits
 from analyzer.telemetry.grid import WorkerGrid
 from analyzer.tunable import tunable
 from fleet.contract import Role

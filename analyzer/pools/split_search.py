@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from analyzer.pools.capacity import GroupCapacity
 from analyzer.pools.loss_range import held_back_cause, range_cause
-from analyzer.pools.plan_choice import ACT, CONFIDENCE, DOMINANCE, HEADROOM, MIN_GAIN, choose_plan
+from analyzer.pools.plan_choice import ACT, CONFIDENCE, DOMINANCE, HEADROOM, MIN_GAIN, PlanChoice, choose_plan
 from analyzer.pools.plan_rates import Plan, Routing, capacity_draws, draw_rates, evaluate
 from analyzer.pools.worker_choice import Change, WorkerLoad, changes_for
 
@@ -161,40 +161,9 @@ def place(
         # modelled twin of it, so a pool already at its best split loses nothing.
         best = current
     lost = max(0.0, best.tokens_per_s - current.tokens_per_s)
-    low = high = lost
-    cause = ""
-    moved = best.prefill != current.prefill
-    other = np.array(best.prefill, dtype=np.int64) if moved else choice.held_back
-    if other is not None:  # the recommended move, or the one held back by ``act``: its gain over the draws
-        offset = (current.request_rate - modeled.request_rate) * (isl + osl)  # measured minus modeled now
-        if choice.alternative:  # no move the search made: the model's comparison alone, never a phantom
-            offset = 0.0
-        xo, xc = other.astype(np.float64), current_x.astype(np.float64)
-
-        def gain_at(dp: npt.NDArray[np.float64], dd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-            rates = draw_rates(xo, sizes, dp, dd, isl, osl, r) - draw_rates(xc, sizes, dp, dd, isl, osl, r)
-            out: npt.NDArray[np.float64] = rates * (isl + osl)
-            return out
-
-        gains = gain_at(draws_p, draws_d) - offset
-        high = max(lost, float(np.quantile(gains, 0.9)))
-        if moved:
-            low = max(0.0, min(lost, float(np.quantile(gains, 0.1))))
-            if lost > 0 and low <= 0:
-                cause = range_cause(groups, gains, gain_at, draws_p, draws_d, offset)
-        if choice.reachable is not None:  # in some worlds the draws allow, another split gains more
-            high = max(high, float(np.quantile(choice.reachable * (isl + osl) - offset, 0.9)))
-        if not moved and high > 0:
-            cause = held_back_cause(gains, high, choice.small_gain, min_gain)
-    gpus = int(sum(len(m) * g.group.tp for g, m in zip(groups, current_roles, strict=True)))
-    weekly = weekly_cost_usd(groups, [len(m) for m in current_roles])
-    capacity = current.tokens_per_s
-    utilisation = demand_tokens_per_s / capacity if capacity > 0 else float("nan")
-    demand_limited = capacity > 0 and peak_demand_tokens_per_s <= capacity
-    idle_cost = weekly * max(0.0, 1.0 - utilisation) if weekly is not None and capacity > 0 else None
-    misplacement_cost = (
-        weekly * lost / best.tokens_per_s if weekly is not None and best.tokens_per_s > 0 else None
-    )
+    drawn = _Drawn(sizes, current_x, draws_p, draws_d, isl, osl, r)
+    low, high, cause = _loss_range(groups, choice, drawn, current, modeled, best, min_gain)
+    costs = _Costs.of(groups, current_roles, current, best, demand_tokens_per_s, peak_demand_tokens_per_s)
     return PlacementResult(
         groups=tuple(groups),
         current=current,
@@ -204,17 +173,113 @@ def place(
         lost_high=high,
         demand_tokens_per_s=demand_tokens_per_s,
         peak_demand_tokens_per_s=peak_demand_tokens_per_s,
-        utilisation=utilisation,
-        demand_limited=demand_limited,
+        utilisation=costs.utilisation,
+        demand_limited=costs.demand_limited,
         changes=changes_for(groups, current_roles, best.prefill, isl, osl, loads),
         sizes=tuple(int(v) for v in sizes),
         routing=r,
-        gpus=gpus,
-        weekly_cost_usd=weekly,
-        idle_cost_per_week_usd=idle_cost,
-        misplacement_cost_per_week_usd=misplacement_cost,
+        gpus=costs.gpus,
+        weekly_cost_usd=costs.weekly,
+        idle_cost_per_week_usd=costs.idle,
+        misplacement_cost_per_week_usd=costs.misplacement,
         isl=isl,
         osl=osl,
         range_cause=cause,
         current_measured=(measured[0] is not None, measured[1] is not None),
     )
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """The search's pool and its capacity draws: workers per group, prefill workers now, the draws, the mix
+    and the routing."""
+
+    sizes: npt.NDArray[np.int64]
+    current_x: npt.NDArray[np.int64]
+    draws_p: npt.NDArray[np.float64]
+    draws_d: npt.NDArray[np.float64]
+    isl: float
+    osl: float
+    routing: Routing
+
+    def gain_at(
+        self, other: npt.NDArray[np.int64], dp: npt.NDArray[np.float64], dd: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]:
+        """Tokens/s plan ``other`` sustains over the current plan under each draw (rows of ``dp``/``dd``)."""
+        xo, xc = other.astype(np.float64), self.current_x.astype(np.float64)
+        s, r = self.sizes, self.routing
+        rates = draw_rates(xo, s, dp, dd, self.isl, self.osl, r) - draw_rates(
+            xc, s, dp, dd, self.isl, self.osl, r
+        )
+        out: npt.NDArray[np.float64] = rates * (self.isl + self.osl)
+        return out
+
+
+def _loss_range(
+    groups: Sequence[GroupCapacity],
+    choice: PlanChoice,
+    drawn: _Drawn,
+    current: Plan,
+    modeled: Plan,
+    best: Plan,
+    min_gain: float,
+) -> tuple[float, float, str]:
+    """(low, high, cause) of the loss ``best`` minus ``current``: the recommended move's, or the held-back
+    one's, gain over the draws (docs/analyzer.md#split_search, "The loss's range")."""
+    lost = max(0.0, best.tokens_per_s - current.tokens_per_s)
+    moved = best.prefill != current.prefill
+    other = np.array(best.prefill, dtype=np.int64) if moved else choice.held_back
+    if other is None:
+        return lost, lost, ""
+    tokens = drawn.isl + drawn.osl
+    offset = (current.request_rate - modeled.request_rate) * tokens  # measured minus modeled now
+    if choice.alternative:  # no move the search made: the model's comparison alone, never a phantom
+        offset = 0.0
+
+    def gain_at(dp: npt.NDArray[np.float64], dd: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return drawn.gain_at(other, dp, dd)
+
+    gains = gain_at(drawn.draws_p, drawn.draws_d) - offset
+    low, high, cause = lost, max(lost, float(np.quantile(gains, 0.9))), ""
+    if moved:
+        low = max(0.0, min(lost, float(np.quantile(gains, 0.1))))
+        if lost > 0 and low <= 0:
+            cause = range_cause(groups, gains, gain_at, drawn.draws_p, drawn.draws_d, offset)
+    if choice.reachable is not None:  # in some worlds the draws allow, another split gains more
+        high = max(high, float(np.quantile(choice.reachable * tokens - offset, 0.9)))
+    if not moved and high > 0:
+        cause = held_back_cause(gains, high, choice.small_gain, min_gain)
+    return low, high, cause
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """The pool's GPUs, its weekly cost and what of it idles or is lost to the placement."""
+
+    gpus: int
+    weekly: float | None
+    utilisation: float
+    demand_limited: bool
+    idle: float | None
+    misplacement: float | None
+
+    @classmethod
+    def of(
+        cls,
+        groups: Sequence[GroupCapacity],
+        current_roles: Sequence[Sequence[tuple[int, str]]],
+        current: Plan,
+        best: Plan,
+        demand: float,
+        peak: float,
+    ) -> _Costs:
+        gpus = int(sum(len(m) * g.group.tp for g, m in zip(groups, current_roles, strict=True)))
+        weekly = weekly_cost_usd(groups, [len(m) for m in current_roles])
+        capacity = current.tokens_per_s
+        lost = max(0.0, best.tokens_per_s - capacity)
+        utilisation = demand / capacity if capacity > 0 else float("nan")
+        idle = weekly * max(0.0, 1.0 - utilisation) if weekly is not None and capacity > 0 else None
+        misplacement = (
+            weekly * lost / best.tokens_per_s if weekly is not None and best.tokens_per_s > 0 else None
+        )
+        return cls(gpus, weekly, utilisation, capacity > 0 and peak <= capacity, idle, misplacement)

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from analyzer.pipeline import AnalysisInput
+from analyzer.pool_summaries import devices_of
 from analyzer.pools.pool import Inventory, cluster_of, gpu_sku, pool_key
 from analyzer.report.fleet_roofline import WorkerPoint, precision_of, worker_point
 from analyzer.report.model import DataQuality, NodeGap, SkuHours
-from analyzer.summarize import devices_of
 from fleet.catalog import Catalog
 
 

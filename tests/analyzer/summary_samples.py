@@ -13,7 +13,7 @@ from analyzer.results.summary import (
     Traffic,
     lost_capacity,
 )
-from analyzer.summarize import PRICE_NOT_ANALYSED
+from analyzer.results.totals import PRICE_NOT_ANALYSED
 
 UNKNOWN_LOSSES: dict[str, Any] = {"lost": UNKNOWN_LOSS, "lost_mean": UNKNOWN_LOSS}
 

@@ -56,7 +56,7 @@ def test_the_cap_the_engines_report_bounds_every_groups_decode_batch() -> None:
 
 
 def test_ttft_rising_with_the_queue_is_a_prefill_limit_only_where_busy_time_is_unknown() -> None:
-    from analyzer.pools.calibration import ttft_rising
+    from analyzer.pools.limits import ttft_rising
 
     ttft = np.array([[0.2, 0.2, 0.3, 0.9, 1.2], [0.2, 0.2, 0.3, 0.9, 1.2], [np.nan, 0.5, 0.9, 1.1, 1.2]])
     queued = np.array([[False, False, True, True, True]] * 3)
