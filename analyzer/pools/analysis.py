@@ -235,12 +235,7 @@ def _segment(
     start = float(grid.bucket_start[first])
     end = float(grid.bucket_start[last - 1] + grid.bucket_s)
     mix = traffic.window(first, last)
-    roles: dict[int, str] = {}
-    for i, row in enumerate(pool.members):
-        held = Counter(states[i, first:last].tolist())
-        state, count = held.most_common(1)[0]
-        if state != _DOWN and count * 2 >= (last - first):
-            roles[row] = str(ROLES[state])
+    roles = _roles_held(pool, states, first, last)
     notes: list[str] = []
     # Supply-limited means queueing most of the time, not at a diurnal peak: the median bucket's queue.
     waiting = queued_requests(grid, pool.members, first, last, 0.5)
@@ -251,13 +246,7 @@ def _segment(
             first, last, start, end, mix, roles, (), None, 0.0, tuple(notes), waiting, backlog_growth=growth
         )
     capacities = tuple(group_capacity(g, calibration, mix.isl, mix.osl, p.capacity) for g in pool.groups)
-    for group, cap in zip(pool.groups, capacities, strict=True):
-        if group.deployment is not None and not cap.prefill.fits and not cap.decode.fits:
-            notes.append(
-                f"{len(group.members)} worker(s) on {group.tp} x {group.sku.name} cannot hold "
-                f"{pool.model_id} with room for its KV cache in either role: kept as they are, and no role "
-                "is ever recommended onto it"
-            )
+    notes += _unplaceable_notes(pool, capacities)
     unmet, none_can = ttft_unmet(pool.groups, capacities, p.capacity.ttft_slo_s)
     notes += unmet
     if none_can and kind == "disaggregated":  # a goodput of 0 is no capacity to place: unknown, with why
@@ -271,12 +260,7 @@ def _segment(
             notes.append("a group's GPU or model lacks catalog figures: placement not searched")
         state = NOT_MODELLED
         if kind == "colocated":  # no placement to search, but its queues still say whether it kept up
-            rows = np.array([row for row, role in roles.items() if role == "mixed"], dtype=np.int64)
-            seen = colocated_at_limit(grid, rows, first, last, p.capacity, calibration.caps_reported)
-            state = pool_state(
-                waiting, growth, (None, None), workers=max(1, len(roles)),
-                backlog_per_worker=p.backlog_per_worker, colocated_at_limit=seen,
-            )  # fmt: skip
+            state = _colocated_state(grid, roles, span, calibration, waiting, growth, p)
             notes.append(f"pool state from its queues: {state.state.value} ({state.evidence})")
         return SegmentAnalysis(
             first, last, start, end, mix, roles, capacities, None, colocated, tuple(notes), waiting,
@@ -298,27 +282,11 @@ def _segment(
         load_tolerance=p.routing_load_tolerance,
         speed_gap=p.routing_speed_gap,
     )
-    if routing.decode_equal or routing.prefill_equal:
-        notes.append(
-            "the router spreads "
-            + " and ".join(
-                n for n, eq in (("prefill", routing.prefill_equal), ("decode", routing.decode_equal)) if eq
-            )
-            + " work equally over workers of unequal speed (round-robin): the slowest bounds the phase"
-        )
+    notes += _routing_notes(routing)
     measured = measured_phases(
         grid, current_roles, first, last, routing, p.capacity, calibration.caps_reported
     )
-    for phase, value in zip(("prefill", "decode"), measured, strict=True):
-        if value is not None and phase == "prefill" and p.capacity.ttft_slo_s is not None:
-            notes.append(
-                "the prefill phase was seen saturated: under the TTFT target the current plan counts the "
-                "load that meets it, not what the phase delivered while queueing"
-            )
-        elif value is not None:
-            notes.append(
-                f"the {phase} phase was seen saturated: its delivered throughput is its capacity now"
-            )
+    notes += _measured_notes(measured, p.capacity.ttft_slo_s)
     sizes = tuple(len(members) for members in current_roles)
     # A saturated prefill phase queues: what it delivered then is raw throughput, whatever its TTFT, so
     # under a TTFT target the current plan counts its target-bounded capacity instead (which the buckets
@@ -351,21 +319,77 @@ def _segment(
     placement = replace(placement, demand_limited=state.state is PoolState.DEMAND_LIMITED)
     notes.append(f"pool state from its queues: {state.state.value} ({state.evidence})")
     return SegmentAnalysis(
-        first,
-        last,
-        start,
-        end,
-        mix,
-        roles,
-        capacities,
-        placement,
-        placement.current.tokens_per_s,
-        tuple(notes),
-        waiting,
-        measured,
-        growth,
-        state,
-    )
+        first, last, start, end, mix, roles, capacities, placement, placement.current.tokens_per_s,
+        tuple(notes), waiting, measured, growth, state,
+    )  # fmt: skip
+
+
+def _roles_held(pool: Pool, states: np.ndarray, first: int, last: int) -> dict[int, str]:
+    """Grid row -> the role each worker held most over buckets [first, last), for those that served most of
+    them (a worker down for half the segment or more holds none)."""
+    roles: dict[int, str] = {}
+    for i, row in enumerate(pool.members):
+        held = Counter(states[i, first:last].tolist())
+        state, count = held.most_common(1)[0]
+        if state != _DOWN and count * 2 >= (last - first):
+            roles[row] = str(ROLES[state])
+    return roles
+
+
+def _unplaceable_notes(pool: Pool, capacities: tuple[GroupCapacity, ...]) -> list[str]:
+    """A note per group that cannot hold the model with room for its KV cache in either role."""
+    return [
+        f"{len(group.members)} worker(s) on {group.tp} x {group.sku.name} cannot hold "
+        f"{pool.model_id} with room for its KV cache in either role: kept as they are, and no role "
+        "is ever recommended onto it"
+        for group, cap in zip(pool.groups, capacities, strict=True)
+        if group.deployment is not None and not cap.prefill.fits and not cap.decode.fits
+    ]
+
+
+def _colocated_state(
+    grid: WorkerGrid,
+    roles: Mapping[int, str],
+    span: tuple[int, int],
+    calibration: PoolCalibration,
+    waiting: float,
+    growth: float,
+    p: PoolParams,
+) -> StateEvidence:
+    """A colocated pool's state from its queues, its workers standing in for the phases."""
+    rows = np.array([row for row, role in roles.items() if role == "mixed"], dtype=np.int64)
+    seen = colocated_at_limit(grid, rows, *span, p.capacity, calibration.caps_reported)
+    return pool_state(
+        waiting, growth, (None, None), workers=max(1, len(roles)),
+        backlog_per_worker=p.backlog_per_worker, colocated_at_limit=seen,
+    )  # fmt: skip
+
+
+def _routing_notes(routing: Routing) -> list[str]:
+    """Why a phase is bounded by its slowest worker: the router spreads its work equally."""
+    equal = [n for n, eq in (("prefill", routing.prefill_equal), ("decode", routing.decode_equal)) if eq]
+    if not equal:
+        return []
+    return [
+        f"the router spreads {' and '.join(equal)} work equally over workers of unequal speed (round-robin): "
+        "the slowest bounds the phase"
+    ]
+
+
+def _measured_notes(measured: tuple[float | None, float | None], ttft_slo_s: float | None) -> list[str]:
+    """A note per phase seen saturated: what its delivered throughput stands for now."""
+    notes = []
+    for phase, value in zip(("prefill", "decode"), measured, strict=True):
+        if value is not None and phase == "prefill" and ttft_slo_s is not None:
+            notes.append(
+                "the prefill phase was seen saturated: under the TTFT target the current plan counts the "
+                "load that meets it, not what the phase delivered while queueing"
+            )
+        elif value is not None:
+            notes.append(
+                f"the {phase} phase was seen saturated: its delivered throughput is its capacity now"
+            )
+    return notes
 
 
 def _standing(previous: SegmentAnalysis) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
