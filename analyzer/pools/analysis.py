@@ -16,9 +16,14 @@ import numpy as np
 
 from analyzer.pools.calibration import CapacityParams, PoolCalibration, calibrate
 from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv, ttft_unmet
-from analyzer.pools.limits import busy_share, limits
+from analyzer.pools.phase_evidence import (
+    infer_routing,
+    measured_notes,
+    measured_phases,
+    routing_notes,
+    worker_loads,
+)
 from analyzer.pools.plan_choice import ACT, CONFIDENCE, DOMINANCE, HEADROOM, MIN_GAIN
-from analyzer.pools.plan_rates import Routing
 from analyzer.pools.pool import Pool
 from analyzer.pools.pool_state import (
     NOT_MODELLED,
@@ -29,9 +34,8 @@ from analyzer.pools.pool_state import (
     queued_requests,
 )
 from analyzer.pools.reported_budgets import ReportedBudgets
-from analyzer.pools.saturation import colocated_at_limit, saturated_together
+from analyzer.pools.saturation import colocated_at_limit
 from analyzer.pools.split_search import DECISION_SEED, PlacementResult, place
-from analyzer.pools.worker_choice import WorkerLoad
 from analyzer.pools.workload import PoolTraffic, TrafficMix, acting_roles, pool_traffic
 from analyzer.telemetry.drift import ChangePoint, DriftParams, change_points, segments, state_changes
 from analyzer.telemetry.frames import ROLES
@@ -282,11 +286,11 @@ def _segment(
         load_tolerance=p.routing_load_tolerance,
         speed_gap=p.routing_speed_gap,
     )
-    notes += _routing_notes(routing)
+    notes += routing_notes(routing)
     measured = measured_phases(
         grid, current_roles, first, last, routing, p.capacity, calibration.caps_reported
     )
-    notes += _measured_notes(measured, p.capacity.ttft_slo_s)
+    notes += measured_notes(measured, p.capacity.ttft_slo_s)
     sizes = tuple(len(members) for members in current_roles)
     # A saturated prefill phase queues: what it delivered then is raw throughput, whatever its TTFT, so
     # under a TTFT target the current plan counts its target-bounded capacity instead (which the buckets
@@ -365,33 +369,6 @@ def _colocated_state(
     )  # fmt: skip
 
 
-def _routing_notes(routing: Routing) -> list[str]:
-    """Why a phase is bounded by its slowest worker: the router spreads its work equally."""
-    equal = [n for n, eq in (("prefill", routing.prefill_equal), ("decode", routing.decode_equal)) if eq]
-    if not equal:
-        return []
-    return [
-        f"the router spreads {' and '.join(equal)} work equally over workers of unequal speed (round-robin): "
-        "the slowest bounds the phase"
-    ]
-
-
-def _measured_notes(measured: tuple[float | None, float | None], ttft_slo_s: float | None) -> list[str]:
-    """A note per phase seen saturated: what its delivered throughput stands for now."""
-    notes = []
-    for phase, value in zip(("prefill", "decode"), measured, strict=True):
-        if value is not None and phase == "prefill" and ttft_slo_s is not None:
-            notes.append(
-                "the prefill phase was seen saturated: under the TTFT target the current plan counts the "
-                "load that meets it, not what the phase delivered while queueing"
-            )
-        elif value is not None:
-            notes.append(
-                f"the {phase} phase was seen saturated: its delivered throughput is its capacity now"
-            )
-    return notes
-
-
 def _standing(previous: SegmentAnalysis) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The move recommended in the previous segment (workers per group, prefill workers per group), for
     the hysteresis of the next; None where it recommended none."""
@@ -399,106 +376,6 @@ def _standing(previous: SegmentAnalysis) -> tuple[tuple[int, ...], tuple[int, ..
     if placement is None or placement.best.prefill == placement.current.prefill:
         return None
     return placement.sizes, placement.best.prefill
-
-
-def _median(values: np.ndarray) -> float:
-    finite = values[np.isfinite(values)]
-    return float(np.median(finite)) if finite.size else math.nan
-
-
-def worker_loads(
-    grid: WorkerGrid, rows: list[int], first: int, last: int, nodes: Mapping[int, str]
-) -> dict[int, WorkerLoad]:
-    """Per worker, medians over buckets [first, last) of its KV cache usage, requests running and waiting."""
-    sl = slice(first, last)
-    return {
-        row: WorkerLoad(
-            kv_usage=_median(grid.kv_usage[row, sl]),
-            in_flight=_median(grid.running[row, sl]),
-            waiting=_median(grid.waiting[row, sl]),
-            node=nodes.get(row),
-        )
-        for row in rows
-    }
-
-
-def infer_routing(
-    grid: WorkerGrid,
-    current_roles: list[list[tuple[int, str]]],
-    capacities: tuple[GroupCapacity, ...],
-    first: int,
-    last: int,
-    *,
-    load_tolerance: float = 0.05,
-    speed_gap: float = 0.10,
-) -> Routing:
-    """Round-robin or load-aware, per phase: equal work per worker across SKU groups whose speeds differ
-    means the router ignores speed. Work a decode worker receives is its prompt counter (the KV handed to
-    it); a prefill worker's is its prompt tokens."""
-    sl = slice(first, last)
-
-    def equal(role: str, speed: list[float]) -> bool:
-        loads, speeds = [], []
-        for members, cap in zip(current_roles, speed, strict=True):
-            rows = [row for row, r in members if r == role]
-            if not rows or cap <= 0:
-                continue
-            received = grid.rate(grid.prompt_tokens[rows, sl], (rows, sl))
-            if not np.isfinite(received).any() or np.nanmean(received) <= 0:
-                received = grid.rate(grid.generation_tokens[rows, sl], (rows, sl))
-            if not np.isfinite(received).any():
-                continue
-            loads.append(float(np.nanmean(received)))
-            speeds.append(cap)
-        if len(loads) < 2 or min(loads) <= 0:
-            return False
-        return (
-            max(loads) / min(loads) <= 1.0 + load_tolerance and max(speeds) / min(speeds) >= 1.0 + speed_gap
-        )
-
-    return Routing(
-        prefill_equal=equal("prefill", [c.prefill.tokens_per_s for c in capacities]),
-        decode_equal=equal("decode", [c.decode.tokens_per_s for c in capacities]),
-    )
-
-
-def measured_phases(
-    grid: WorkerGrid,
-    current_roles: list[list[tuple[int, str]]],
-    first: int,
-    last: int,
-    routing: Routing,
-    params: CapacityParams,
-    caps: Mapping[int, int] | None = None,
-) -> tuple[float | None, float | None]:
-    """Prompt and generated tokens/s each phase delivered while saturated (None where never seen so).
-
-    A phase is saturated in a bucket when its workers queue work at their limit (decode: KV cache full or
-    running at the engine's concurrency cap (``caps``, else the plateau) with a queue; prefill:
-    ``saturated_busy`` busy with a queue): all of them under a load-aware router, any one
-    under round-robin, where the slowest bounds the phase. Needs ``min_saturated_buckets`` such buckets;
-    the median over them.
-    """
-    sl = slice(first, last)
-    out: list[float | None] = []
-    for role, equal in (("prefill", routing.prefill_equal), ("decode", routing.decode_equal)):
-        rows = np.array([row for members in current_roles for row, r in members if r == role], dtype=np.int64)
-        if rows.size == 0:
-            out.append(None)
-            continue
-        reached = limits(grid, rows, busy_share(grid, rows), params, caps)
-        if role == "decode":
-            at_limit = reached.decode[:, sl]
-            tokens = grid.rate(grid.generation_tokens[rows, sl], (rows, sl))
-        else:
-            at_limit = reached.prefill[:, sl]
-            tokens = grid.rate(grid.prompt_tokens[rows, sl], (rows, sl))
-        phase = saturated_together(grid, rows, sl, reached.queued[:, sl] & at_limit, any_one=equal)
-        if phase.sum() < params.min_saturated_buckets:
-            out.append(None)
-            continue
-        out.append(float(np.median(np.nansum(tokens[:, phase], axis=0))))
-    return out[0], out[1]
 
 
 def colocated_tokens_per_s(

@@ -146,7 +146,7 @@ def colocated_at_limit(
     """Whether a colocated pool's workers (``rows``, each serving both phases) were seen saturated over
     buckets [first, last): in at least ``min_saturated_buckets`` buckets all of them queued work at their
     limit (KV cache full or running at its cap, or busy): the rule of a disaggregated pool's phase
-    (``analysis.measured_phases``) under a load-aware router."""
+    (``phase_evidence.measured_phases``) under a load-aware router."""
     if rows.size == 0:
         return False
     sl = slice(first, last)
