@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
+import numpy.typing as npt
 
 from analyzer.pools.analysis import SegmentAnalysis
 from analyzer.pools.plan_rates import capacity_draws, draw_rates, evaluate
@@ -151,52 +152,24 @@ def _outcome(
 ) -> ChangeOutcome | None:
     """``skus``: worker -> (GPU model before, after) for workers that moved across GPU models; ``gpus``:
     worker -> its GPU UUIDs, to pair a replaced worker with its replacement."""
-    moves = skus or {}
-    moved = [
-        MovedWorker(
-            worker_id=workers[row],
-            from_role=before.roles[row],
-            to_role=after.roles[row],
-            from_sku=moves[workers[row]][0] if workers[row] in moves else None,
-            to_sku=moves[workers[row]][1] if workers[row] in moves else None,
-        )
-        for row in sorted(before.roles.keys() & after.roles.keys())
-        if before.roles[row] != after.roles[row] or workers[row] in moves
-    ]
-    moved += replaced(before, after, workers, gpus)
+    moved = _moved_workers(before, after, workers, skus or {}) + replaced(before, after, workers, gpus)
     if not moved:
         return None
     at, hours = iso(after.start), after.hours
-
-    def unscored(reason: str) -> ChangeOutcome:
-        verdict = Verdict.UNSCORED.value
-        return ChangeOutcome(
-            at=at, moved=moved, followed="unknown", verdict=verdict, reason=reason, hours_after=hours
-        )
-
     pb, pa = before.placement, after.placement
-    if pb is None or pa is None:
-        return unscored("no placement was modelled")
+    why_not = _not_comparable(before, after)
+    if why_not is not None or pb is None or pa is None:
+        return ChangeOutcome(
+            at=at, moved=moved, followed="unknown", verdict=Verdict.UNSCORED.value,
+            reason=why_not or "no placement was modelled", hours_after=hours,
+        )  # fmt: skip
     keys = [g.group.key for g in pb.groups]
-    if sorted(keys) != sorted(g.group.key for g in pa.groups):
-        return unscored("the pool's GPU groups changed")
-    if _serving_per_group(pb, before.roles) != _serving_per_group(pa, after.roles):
-        return unscored("the pool's serving workers changed with the roles")
     x_before = np.array(pb.current.prefill, dtype=np.int64)
     counted = _prefill_per_group(pa, after.roles)
     x_after = np.minimum(np.array([counted[k] for k in keys], dtype=np.int64), np.array(pb.sizes))
     followed = _followed(x_before, x_after, np.array(pb.best.prefill, dtype=np.int64))
     isl, osl = pb.isl, pb.osl
-    sizes = np.array(pb.sizes, dtype=np.int64)
-    cp = np.array([g.prefill.tokens_per_s if g.prefill.fits else 0.0 for g in pb.groups])
-    cd = np.array([g.decode.tokens_per_s if g.decode.fits else 0.0 for g in pb.groups])
-    # The model's gain for the split adopted, model against model (a measured offset applies to both sides).
-    modeled_now = float(evaluate(x_before, sizes, cp, cd, isl, osl, pb.routing)[0][0])
-    predicted_rate = float(evaluate(x_after, sizes, cp, cd, isl, osl, pb.routing)[0][0]) - modeled_now
-    draws_p, draws_d = capacity_draws(pb.groups, cp, cd, seed=DECISION_SEED)
-    gains = draw_rates(x_after, sizes, draws_p, draws_d, isl, osl, pb.routing) - draw_rates(
-        x_before, sizes, draws_p, draws_d, isl, osl, pb.routing
-    )
+    predicted_rate, gains = _predicted(pb, x_before, x_after)
     rate_before = _rate(pb.current.prefill_tokens_per_s, pb.current.decode_tokens_per_s, isl, osl)
     rate_after = _rate(pa.current.prefill_tokens_per_s, pa.current.decode_tokens_per_s, isl, osl)
     unmeasured = [
@@ -228,31 +201,8 @@ def _outcome(
         delivered_output_tokens_per_s_after=num(after.mix.output_rate),
         hours_after=round(hours, 2),
     )
-    if served is not None and served[1] and outcome.hours_after >= p.min_hours_after:
-        floor = min(outcome.predicted_tokens_per_s_low or 0.0, outcome.predicted_tokens_per_s or 0.0)
-        if realized_rate * tokens < floor:  # a lower bound short of the prediction's range decides nothing
-            reason = (
-                f"the pool served all its demand after the change: it realized at least "
-                f"{realized_rate * tokens:+,.0f} tokens/s (served/offered before and after, at the demand "
-                f"before), short of the predicted range's low end {floor:+,.0f}; how much more is not "
-                "measurable until it queues again"
-            )
-            return outcome.model_copy(update={"verdict": Verdict.NOT_MEASURABLE.value, "reason": reason})
-        judged = _judge(outcome, rate_before * tokens, p)
-        return judged.model_copy(
-            update={
-                "realized_to_predicted": None,  # a lower bound: kept out of the running error
-                "reason": judged.reason + "; realized is a lower bound: served/offered rose to all of it",
-            }
-        )
     if served is not None:
-        judged = _judge(outcome, rate_before * tokens, p)
-        return judged.model_copy(
-            update={
-                "reason": judged.reason
-                + "; realized from served/offered before and after, at the demand before"
-            }
-        )
+        return _judged_by_service(outcome, served[1], realized_rate * tokens, rate_before * tokens, p)
     if unmeasured and outcome.hours_after >= p.min_hours_after:
         served_all = "; the pool served all its demand after it" if pa.demand_limited else ""
         reason = (
@@ -262,6 +212,86 @@ def _outcome(
         )
         return outcome.model_copy(update={"verdict": Verdict.NOT_MEASURABLE.value, "reason": reason})
     return _judge(outcome, rate_before * tokens, p)
+
+
+def _moved_workers(
+    before: SegmentAnalysis,
+    after: SegmentAnalysis,
+    workers: Sequence[str],
+    moves: Mapping[str, tuple[str, str]],
+) -> list[MovedWorker]:
+    """The workers present on both sides whose role or GPU model changed."""
+    return [
+        MovedWorker(
+            worker_id=workers[row],
+            from_role=before.roles[row],
+            to_role=after.roles[row],
+            from_sku=moves[workers[row]][0] if workers[row] in moves else None,
+            to_sku=moves[workers[row]][1] if workers[row] in moves else None,
+        )
+        for row in sorted(before.roles.keys() & after.roles.keys())
+        if before.roles[row] != after.roles[row] or workers[row] in moves
+    ]
+
+
+def _not_comparable(before: SegmentAnalysis, after: SegmentAnalysis) -> str | None:
+    """Why the two sides' placements cannot be compared (None: they can)."""
+    pb, pa = before.placement, after.placement
+    if pb is None or pa is None:
+        return "no placement was modelled"
+    if sorted(g.group.key for g in pb.groups) != sorted(g.group.key for g in pa.groups):
+        return "the pool's GPU groups changed"
+    if _serving_per_group(pb, before.roles) != _serving_per_group(pa, after.roles):
+        return "the pool's serving workers changed with the roles"
+    return None
+
+
+def _predicted(
+    pb: PlacementResult, x_before: npt.NDArray[np.int64], x_after: npt.NDArray[np.int64]
+) -> tuple[float, npt.NDArray[np.float64]]:
+    """The model's gain (requests/s) for the split adopted, model against model (a measured offset applies
+    to both sides), and that gain under each capacity draw."""
+    isl, osl = pb.isl, pb.osl
+    sizes = np.array(pb.sizes, dtype=np.int64)
+    cp = np.array([g.prefill.tokens_per_s if g.prefill.fits else 0.0 for g in pb.groups])
+    cd = np.array([g.decode.tokens_per_s if g.decode.fits else 0.0 for g in pb.groups])
+    modeled_now = float(evaluate(x_before, sizes, cp, cd, isl, osl, pb.routing)[0][0])
+    predicted_rate = float(evaluate(x_after, sizes, cp, cd, isl, osl, pb.routing)[0][0]) - modeled_now
+    draws_p, draws_d = capacity_draws(pb.groups, cp, cd, seed=DECISION_SEED)
+    gains = draw_rates(x_after, sizes, draws_p, draws_d, isl, osl, pb.routing) - draw_rates(
+        x_before, sizes, draws_p, draws_d, isl, osl, pb.routing
+    )
+    return predicted_rate, gains
+
+
+def _judged_by_service(
+    outcome: ChangeOutcome, all_served: bool, realized: float, before: float, p: OutcomeParams
+) -> ChangeOutcome:
+    """The verdict where the realized gain is measured from served/offered before and after (``realized``
+    tokens/s; ``all_served``: the pool served all its demand after, so that figure is a lower bound)."""
+    if all_served and outcome.hours_after >= p.min_hours_after:
+        floor = min(outcome.predicted_tokens_per_s_low or 0.0, outcome.predicted_tokens_per_s or 0.0)
+        if realized < floor:  # a lower bound short of the prediction's range decides nothing
+            reason = (
+                f"the pool served all its demand after the change: it realized at least "
+                f"{realized:+,.0f} tokens/s (served/offered before and after, at the demand "
+                f"before), short of the predicted range's low end {floor:+,.0f}; how much more is not "
+                "measurable until it queues again"
+            )
+            return outcome.model_copy(update={"verdict": Verdict.NOT_MEASURABLE.value, "reason": reason})
+        judged = _judge(outcome, before, p)
+        return judged.model_copy(
+            update={
+                "realized_to_predicted": None,  # a lower bound: kept out of the running error
+                "reason": judged.reason + "; realized is a lower bound: served/offered rose to all of it",
+            }
+        )
+    judged = _judge(outcome, before, p)
+    return judged.model_copy(
+        update={
+            "reason": judged.reason + "; realized from served/offered before and after, at the demand before"
+        }
+    )
 
 
 def served_share(seg: SegmentAnalysis) -> float:
