@@ -162,8 +162,10 @@ def place(
         best = current
     lost = max(0.0, best.tokens_per_s - current.tokens_per_s)
     drawn = _Drawn(sizes, current_x, draws_p, draws_d, isl, osl, r)
-    low, high, cause = _loss_range(groups, choice, drawn, current, modeled, best, min_gain)
-    costs = _Costs.of(groups, current_roles, current, best, demand_tokens_per_s, peak_demand_tokens_per_s)
+    low, high, cause = _loss_range(groups, choice, drawn, current, modeled, best, lost, min_gain)
+    costs = _Costs.of(
+        groups, current_roles, current, best, lost, demand_tokens_per_s, peak_demand_tokens_per_s
+    )
     return PlacementResult(
         groups=tuple(groups),
         current=current,
@@ -222,11 +224,11 @@ def _loss_range(
     current: Plan,
     modeled: Plan,
     best: Plan,
+    lost: float,
     min_gain: float,
 ) -> tuple[float, float, str]:
     """(low, high, cause) of the loss ``best`` minus ``current``: the recommended move's, or the held-back
     one's, gain over the draws (docs/analyzer.md#split_search, "The loss's range")."""
-    lost = max(0.0, best.tokens_per_s - current.tokens_per_s)
     moved = best.prefill != current.prefill
     other = np.array(best.prefill, dtype=np.int64) if moved else choice.held_back
     if other is None:
@@ -270,13 +272,13 @@ class _Costs:
         current_roles: Sequence[Sequence[tuple[int, str]]],
         current: Plan,
         best: Plan,
+        lost: float,
         demand: float,
         peak: float,
     ) -> _Costs:
         gpus = int(sum(len(m) * g.group.tp for g, m in zip(groups, current_roles, strict=True)))
         weekly = weekly_cost_usd(groups, [len(m) for m in current_roles])
         capacity = current.tokens_per_s
-        lost = max(0.0, best.tokens_per_s - capacity)
         utilisation = demand / capacity if capacity > 0 else float("nan")
         idle = weekly * max(0.0, 1.0 - utilisation) if weekly is not None and capacity > 0 else None
         misplacement = (
