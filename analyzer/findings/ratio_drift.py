@@ -105,16 +105,23 @@ def _pool(analysis: PoolAnalysis, inputs: FindingInputs, severity_params: Severi
             **losses,
             recommendation=Recommendation(
                 action="rebalance-pool",
-                detail=(
-                    f"move the pool from {ratio.now} to {ratio.recommended} prefill:decode workers "
-                    f"({evidence['workers_to_flip']}){gain_text}"
-                )[:2000],
+                detail=move_text(ratio.now, ratio.recommended, str(evidence["workers_to_flip"]), gain_text),
                 expected_gain_tokens_per_s=known(gain),
             ),
             first_seen=utc(began),
             last_seen=utc(segment.end),
         )
     ]
+
+
+def move_text(now: str, recommended: str, workers: str, gain_text: str) -> str:
+    """The recommendation's words. Where the pool's prefill:decode split stays (the moves swap roles across
+    its SKUs, their workers unjudged), it says so: "from 4:4 to 4:4" read as a move that changes nothing."""
+    if now == recommended:
+        text = f"keep the pool's {now} prefill:decode split and swap these workers' roles across its SKUs"
+    else:
+        text = f"move the pool from {now} to {recommended} prefill:decode workers"
+    return f"{text} ({workers}){gain_text}"[:2000]
 
 
 def _carried(analysis: PoolAnalysis, inputs: FindingInputs) -> list[list[tuple[Change, FindingKind]]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analyzer.findings.ratio_drift import move_text
 from analyzer.pipeline import analyze, input_from_samples
 from fleet.catalog import load_catalog
 from fleet.contract import FindingKind, Severity
@@ -52,3 +53,12 @@ def test_a_move_of_workers_nobody_can_judge_is_reported_at_the_pool(tmp_path: Pa
     assert pool.lost_output_tokens_per_s is not None and pool.lost_output_tokens_per_s > 0
     whole = result.summary["pools"][0]["lost"]["output_tokens_per_s"]["value"]
     assert round(pool.lost_output_tokens_per_s, 1) == whole  # the whole pool's loss: every move is carried
+
+
+def test_a_swap_that_keeps_the_split_says_so_instead_of_from_4_4_to_4_4() -> None:
+    swap = move_text("4:4", "4:4", "h100-decode-1->prefill, h200-prefill-1->decode", ": +900 output tokens/s")
+    assert swap.startswith("keep the pool's 4:4 prefill:decode split and swap these workers' roles")
+    assert "from 4:4 to 4:4" not in swap and swap.endswith("->decode): +900 output tokens/s")
+    rebalance = move_text("5:3", "3:5", "a->decode, b->decode", "")
+    assert rebalance == "move the pool from 5:3 to 3:5 prefill:decode workers (a->decode, b->decode)"
+    assert len(move_text("1:1", "2:0", "x" * 3000, "")) == 2000  # the contract's bound on a detail
