@@ -1,6 +1,7 @@
 """Telemetry degraded: the worker's GPUs are lost (Xid 79), marked degraded, silent while the engine
 reports, or report utilisation only (no profiling counters), for a share of the range or throughout the
-latest buckets: its bottleneck cannot be measured there."""
+latest buckets: its bottleneck cannot be measured there. A lost GPU is reported however briefly it was lost:
+it is a hardware fault, not a gap."""
 
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ def detect(inputs: FindingInputs, p: DegradedParams) -> list[Finding]:
     tail = min(p.latest_buckets, n)
     for row, ctx in inputs.context.items():
         share = float(flagged[row].mean())
-        if share < p.share and not bool(flagged[row, n - tail :].all()):
+        # A lost GPU (Xid 79) is a hardware fault whatever its length: it is reported even where it was
+        # short and has recovered (status resolved), unlike a gap or a missing field, which must last.
+        if share < p.share and not bool(flagged[row, n - tail :].all()) and not bool(lost[row].any()):
             continue
         run = latest_run(flagged[row])
         if run is None:

@@ -116,6 +116,20 @@ def test_a_lost_gpu_degrades_telemetry_and_leaves_the_placement() -> None:
     assert result.grid.row("node01/decode-2") not in last.roles  # not counted while its GPUs are gone
 
 
+def test_a_gpu_lost_briefly_and_recovered_is_reported_as_resolved() -> None:
+    # Lost for 2 of 24 hours (8%, under the 25% a gap must last) and back since: a hardware fault still.
+    fleet = Fleet(
+        workers([("node00", H100, 4, 0), ("node01", H200, 2, 2)]),
+        hours=24,
+        lost=[("node01/decode-2", 9.0, 11.0)],
+    )
+    result = _run(fleet)
+    (degraded,) = [f for f in result.findings if f.kind is FindingKind.TELEMETRY_DEGRADED]
+    assert degraded.worker_id == "node01/decode-2" and "lost" in str(degraded.evidence["main"])
+    assert degraded.status is FindingStatus.RESOLVED and degraded.severity is Severity.WARNING
+    assert float(degraded.evidence["flagged_share"]) < 0.25
+
+
 def test_basic_nvml_telemetry_says_it_cannot_tell() -> None:
     result = _run(
         Fleet(workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)]), hours=6, source="nvml-basic")
