@@ -26,6 +26,7 @@ MIN_ADMITTED_SHARE = 0.5
 _WHOLE_PROMPT_QUANTILE = 0.9
 
 _PREFILL, _DECODE, _MIXED = ROLES.index(Role.PREFILL), ROLES.index(Role.DECODE), ROLES.index(Role.MIXED)
+_UNKNOWN = ROLES.index(Role.UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -172,33 +173,53 @@ def counts_whole_prompts(prompt: FloatArray, decode_prompt: FloatArray) -> bool:
 
 
 def acting_roles(pool: Pool, grid: WorkerGrid) -> tuple[WorkerGrid, tuple[str, ...]]:
-    """The grid with the pool's prefill-labelled worker-buckets whose counters are a decode worker's read as
-    decode, and a note per such worker.
+    """The grid with the pool's worker-buckets read by what their counters show where a label is wrong or
+    missing, and a note per such worker.
 
-    A prefill leg generates one token per request (``max_tokens=1``); a worker labelled prefill that
-    generates more than ``MAX_PREFILL_OUTPUT_SHARE`` tokens per prompt token while the pool's other prefill
-    workers keep that convention runs decode under a stale or wrong label. Read by its label, its output
-    would count as prompts served (the mix's lengths collapse) and the placement would miss a decode worker.
-    The role-drift finding names the label; the analysis counts what the worker does."""
+    A prefill leg generates one token per request (``max_tokens=1``). Where the pool's prefill-labelled
+    workers keep that convention, a worker-bucket generating more than ``MAX_PREFILL_OUTPUT_SHARE`` tokens
+    per prompt token is a decode worker's:
+
+    - a worker labelled prefill that does so runs decode under a stale or wrong label. Read by its label, its
+      output would count as prompts served (the mix's lengths collapse) and the placement would miss a
+      decode worker. The role-drift finding names the label; the analysis counts what the worker does;
+    - a worker that reports no role (``unknown``) is read as decode where it does so, and as prefill where
+      it prefilled and kept the convention. Left out, its GPUs would be missing from the pool's capacity
+      and from every split the search compares (a pool of 16 workers, 5 unlabelled, read at 64% of its
+      capacity). A bucket where it served nothing stays unknown.
+    """
     rows = np.array(pool.members, dtype=np.int64)
     role = grid.role[rows]
     prompt = np.nan_to_num(grid.rate(grid.prompt_tokens[rows], rows))
     generated = np.nan_to_num(grid.rate(grid.generation_tokens[rows], rows))
-    labelled = (role == _PREFILL) & (grid.engine_s[rows] > 0) & (prompt > 0)
-    decoding = labelled & (generated > MAX_PREFILL_OUTPUT_SHARE * prompt)
-    keeping = labelled & ~decoding
-    if not decoding.any() or not keeping.any():
-        return grid, ()  # none, or no prefill worker keeps the convention: nothing to tell a label by
+    serving = grid.engine_s[rows] > 0
+    generating = generated > MAX_PREFILL_OUTPUT_SHARE * prompt
+    labelled = (role == _PREFILL) & serving & (prompt > 0)
+    if not (labelled & ~generating).any():
+        return grid, ()  # no prefill worker keeps the convention: nothing to tell a role by
+    decoding = labelled & generating
+    unlabelled = (role == _UNKNOWN) & serving
+    as_decode = unlabelled & generating & (generated > 0)
+    as_prefill = unlabelled & ~generating & (prompt > 0)
+    if not (decoding.any() or as_decode.any() or as_prefill.any()):
+        return grid, ()
     new_role = grid.role.copy()
-    new_role[rows] = np.where(decoding, _DECODE, role)
-    notes = tuple(
+    new_role[rows] = np.where(decoding | as_decode, _DECODE, np.where(as_prefill, _PREFILL, role))
+    notes = [
         f"{grid.workers[row]} is labelled prefill but generated "
         f"{generated[i][decoding[i]].sum() / prompt[i][decoding[i]].sum():.2f} tokens per prompt token in "
         f"{int(decoding[i].sum())} buckets, as a decode worker does: counted as decode there"
         for i, row in enumerate(rows)
         if decoding[i].any()
-    )
-    return replace(grid, role=new_role), notes
+    ]
+    notes += [
+        f"{grid.workers[row]} reports no role; its counters are a prefill worker's in "
+        f"{int(as_prefill[i].sum())} buckets and a decode worker's in {int(as_decode[i].sum())}: counted so "
+        "there"
+        for i, row in enumerate(rows)
+        if as_prefill[i].any() or as_decode[i].any()
+    ]
+    return replace(grid, role=new_role), tuple(notes)
 
 
 def role_transitions(role: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:

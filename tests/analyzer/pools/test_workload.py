@@ -206,3 +206,49 @@ def test_without_traffic_the_mix_is_0_where_engines_reported_and_unknown_where_n
     for idle in (traffic.window(1, 2), traffic.window(0, 4)):  # engines reported no tokens: an idle pool
         assert (idle.prompt_rate, idle.output_rate, idle.request_rate) == (0.0, 0.0, 0.0)
         assert np.isnan(idle.isl) and np.isnan(idle.osl)
+
+
+def test_workers_that_report_no_role_are_read_by_their_counters() -> None:
+    fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6, rate_rps=lambda h: 50.0)
+    gpu, engine = fleet.columns()
+    unlabelled = {"node00/prefill-1", "node01/decode-1"}
+    engine["role"] = [
+        "unknown" if worker in unlabelled else role
+        for worker, role in zip(engine["worker_id"], engine["role"], strict=True)
+    ]
+    _, grid = _traffic_of(gpu, engine)
+    (pool,) = build_pools(
+        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
+    )
+    acting, notes = acting_roles(pool, grid)
+    prefill, decode = grid.workers.index("node00/prefill-1"), grid.workers.index("node01/decode-1")
+    assert (grid.role[[prefill, decode], :6] == ROLES.index("unknown")).all()
+    assert (acting.role[prefill, :6] == ROLES.index("prefill")).all()
+    assert (acting.role[decode, :6] == ROLES.index("decode")).all()
+    assert sorted(note.split(" ", 1)[0] for note in notes) == sorted(unlabelled)
+    assert all("reports no role" in note for note in notes)
+    traffic = pool_traffic(pool, acting)
+    assert traffic.prefill_workers[0] == 3 and traffic.decode_workers[0] == 2  # none left out
+    mix = traffic.window(0, 6)
+    assert mix.isl == pytest.approx(1300.0, rel=1e-3) and mix.osl == pytest.approx(180.0, rel=1e-3)
+
+
+def test_a_worker_with_no_role_that_served_nothing_stays_unknown() -> None:
+    fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=3)
+    gpu, engine = fleet.columns()
+    idle = "node00/prefill-2"
+    engine["role"] = [
+        "unknown" if worker == idle else role
+        for worker, role in zip(engine["worker_id"], engine["role"], strict=True)
+    ]
+    for key in ("prompt_tokens", "generation_tokens"):
+        engine[key] = [
+            0 if worker == idle else v for v, worker in zip(engine[key], engine["worker_id"], strict=True)
+        ]
+    _, grid = _traffic_of(gpu, engine)
+    (pool,) = build_pools(
+        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
+    )
+    acting, notes = acting_roles(pool, grid)
+    row = grid.workers.index(idle)
+    assert (acting.role[row, :3] == ROLES.index("unknown")).all() and notes == ()
