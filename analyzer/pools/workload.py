@@ -186,7 +186,9 @@ def acting_roles(pool: Pool, grid: WorkerGrid) -> tuple[WorkerGrid, tuple[str, .
     - a worker that reports no role (``unknown``) is read as decode where it does so, and as prefill where
       it prefilled and kept the convention. Left out, its GPUs would be missing from the pool's capacity
       and from every split the search compares (a pool of 16 workers, 5 unlabelled, read at 64% of its
-      capacity). A bucket where it served nothing stays unknown.
+      capacity). One that showed a single phase holds it throughout, its idle buckets too (idle hours must
+      not read as role changes); one that showed both is read bucket by bucket; one that served nothing
+      stays unknown.
     """
     rows = np.array(pool.members, dtype=np.int64)
     role = grid.role[rows]
@@ -201,6 +203,12 @@ def acting_roles(pool: Pool, grid: WorkerGrid) -> tuple[WorkerGrid, tuple[str, .
     unlabelled = (role == _UNKNOWN) & serving
     as_decode = unlabelled & generating & (generated > 0)
     as_prefill = unlabelled & ~generating & (prompt > 0)
+    # A worker that showed one phase only holds it in its idle buckets too: idle hours must not read as role
+    # changes that cut the pool's segments.
+    only_prefill = as_prefill.any(axis=1) & ~as_decode.any(axis=1)
+    only_decode = as_decode.any(axis=1) & ~as_prefill.any(axis=1)
+    as_prefill |= (role == _UNKNOWN) & only_prefill[:, None]
+    as_decode |= (role == _UNKNOWN) & only_decode[:, None]
     if not (decoding.any() or as_decode.any() or as_prefill.any()):
         return grid, ()
     new_role = grid.role.copy()
@@ -212,14 +220,22 @@ def acting_roles(pool: Pool, grid: WorkerGrid) -> tuple[WorkerGrid, tuple[str, .
         for i, row in enumerate(rows)
         if decoding[i].any()
     ]
-    notes += [
-        f"{grid.workers[row]} reports no role; its counters are a prefill worker's in "
-        f"{int(as_prefill[i].sum())} buckets and a decode worker's in {int(as_decode[i].sum())}: counted so "
-        "there"
-        for i, row in enumerate(rows)
-        if as_prefill[i].any() or as_decode[i].any()
-    ]
+    notes += [_unlabelled_note(grid.workers[row], as_prefill[i], as_decode[i]) for i, row in enumerate(rows)]
+    notes = [note for note in notes if note]
     return replace(grid, role=new_role), tuple(notes)
+
+
+def _unlabelled_note(worker: str, prefill: npt.NDArray[np.bool_], decode: npt.NDArray[np.bool_]) -> str:
+    """What a worker that reports no role was counted as ("" where it served nothing)."""
+    if prefill.any() != decode.any():
+        phase = "prefill" if prefill.any() else "decode"
+        return f"{worker} reports no role; its counters are a {phase} worker's: counted as {phase}"
+    if not prefill.any():
+        return ""
+    return (
+        f"{worker} reports no role; its counters are a prefill worker's in {int(prefill.sum())} buckets "
+        f"and a decode worker's in {int(decode.sum())}: counted so there"
+    )
 
 
 def role_transitions(role: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_]:

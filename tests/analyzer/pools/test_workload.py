@@ -227,6 +227,8 @@ def test_workers_that_report_no_role_are_read_by_their_counters() -> None:
     assert (acting.role[decode, :6] == ROLES.index("decode")).all()
     assert sorted(note.split(" ", 1)[0] for note in notes) == sorted(unlabelled)
     assert all("reports no role" in note for note in notes)
+    assert any(note.endswith("counted as prefill") for note in notes)
+    assert any(note.endswith("counted as decode") for note in notes)
     traffic = pool_traffic(pool, acting)
     assert traffic.prefill_workers[0] == 3 and traffic.decode_workers[0] == 2  # none left out
     mix = traffic.window(0, 6)
@@ -252,3 +254,28 @@ def test_a_worker_with_no_role_that_served_nothing_stays_unknown() -> None:
     acting, notes = acting_roles(pool, grid)
     row = grid.workers.index(idle)
     assert (acting.role[row, :3] == ROLES.index("unknown")).all() and notes == ()
+
+
+def test_a_worker_with_no_role_idle_for_hours_holds_the_phase_it_showed() -> None:
+    fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6)
+    gpu, engine = fleet.columns()
+    quiet = "node00/prefill-3"
+    first_hour = min(engine["ts"]) // 3600
+    idle = [
+        w == quiet and t // 3600 - first_hour >= 3
+        for w, t in zip(engine["worker_id"], engine["ts"], strict=True)
+    ]
+    engine["role"] = [
+        "unknown" if worker == quiet else role
+        for worker, role in zip(engine["worker_id"], engine["role"], strict=True)
+    ]
+    for key in ("prompt_tokens", "generation_tokens"):  # up, but sent nothing for the last three hours
+        engine[key] = [0 if off else v for v, off in zip(engine[key], idle, strict=True)]
+    _, grid = _traffic_of(gpu, engine)
+    (pool,) = build_pools(
+        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
+    )
+    acting, notes = acting_roles(pool, grid)
+    row = grid.workers.index(quiet)
+    assert (acting.role[row, :6] == ROLES.index("prefill")).all()  # no role change at hour 3
+    assert notes == (f"{quiet} reports no role; its counters are a prefill worker's: counted as prefill",)
