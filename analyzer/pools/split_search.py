@@ -72,8 +72,13 @@ def _plan(
 ) -> Plan:
     rate, prompt, generated = evaluate(x, sizes, cp, cd, isl, osl, routing)
     r = float(rate[0])
-    bound = "prefill" if prompt[0] / isl <= generated[0] / osl else "decode"
+    bound = _bound(float(prompt[0]), float(generated[0]), isl, osl)
     return Plan(tuple(int(v) for v in x), r, r * (isl + osl), float(prompt[0]), float(generated[0]), bound)
+
+
+def _bound(prompt: float, generated: float, isl: float, osl: float) -> str:
+    """The phase that bounds a plan's request rate (prefill on ties)."""
+    return "prefill" if prompt / isl <= generated / osl else "decode"
 
 
 def _with_measured(plan: Plan, measured: tuple[float | None, float | None], isl: float, osl: float) -> Plan:
@@ -83,7 +88,7 @@ def _with_measured(plan: Plan, measured: tuple[float | None, float | None], isl:
     if (prompt, generated) == (plan.prefill_tokens_per_s, plan.decode_tokens_per_s):
         return plan
     rate = min(prompt / isl, generated / osl)
-    bound = "prefill" if prompt / isl <= generated / osl else "decode"
+    bound = _bound(prompt, generated, isl, osl)
     return Plan(plan.prefill, rate, rate * (isl + osl), prompt, generated, bound)
 
 

@@ -201,7 +201,7 @@ def acting_roles(pool: Pool, grid: WorkerGrid) -> tuple[WorkerGrid, tuple[str, .
         return grid, ()  # no prefill worker keeps the convention: nothing to tell a role by
     decoding = labelled & generating
     unlabelled = (role == _UNKNOWN) & serving
-    as_decode = unlabelled & generating & (generated > 0)
+    as_decode = unlabelled & generating  # generating implies generated > 0
     as_prefill = unlabelled & ~generating & (prompt > 0)
     # A worker that showed one phase only holds it in its idle buckets too: idle hours must not read as role
     # changes that cut the pool's segments.
