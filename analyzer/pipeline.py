@@ -17,7 +17,7 @@ from analyzer.findings.registry import FindingParams, detect_all
 from analyzer.pools.analysis import PoolAnalysis, PoolParams
 from analyzer.pools.move_stage import MoveStageInput, MoveStageParams, gpu_move_outcomes
 from analyzer.pools.outcomes import OutcomeParams
-from analyzer.pools.parallel import analyze_pools
+from analyzer.pools.parallel import analyze_fleet_pools, analyze_pools
 from analyzer.pools.pool import Inventory, build_pools, inventory_from_samples
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.pools.saturation import SaturationParams
@@ -190,7 +190,13 @@ def analyze(
     pool_params = {pool.key: params_of_pool(p, pool.key, targets[pool.key]) for pool in pools}
     analyses = [
         replace(a, targets=targets[a.pool.key], notes=(*a.notes, *targets[a.pool.key].notes))
-        for a in analyze_pools(pools, grid, lambda pool: pool_params[pool.key], nodes, budgets, processes)
+        for a in analyze_fleet_pools(
+            pools,
+            lambda some, peers: analyze_pools(
+                some, grid, lambda pool: pool_params[pool.key], nodes, budgets, processes, peers
+            ),
+            budgets.engines,
+        )
     ]
     extra_warnings = [*fleet_notes(targets, rules), *extra_warnings]
     moved = gpu_move_outcomes(

@@ -16,6 +16,7 @@ import numpy as np
 
 from analyzer.pools.calibration import CapacityParams, PoolCalibration, calibrate
 from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv, ttft_unmet
+from analyzer.pools.peer_decode import DecodePeers, peer_note
 from analyzer.pools.phase_evidence import (
     infer_routing,
     measured_notes,
@@ -180,15 +181,17 @@ def analyze_pool(
     params: PoolParams | None = None,
     nodes: Mapping[int, str] | None = None,
     budgets: ReportedBudgets | None = None,
+    peers: DecodePeers | None = None,
 ) -> PoolAnalysis:
     """``nodes`` (grid row -> node name, where known) lets a decode and a prefill worker on one node that
     trade roles be paired as a swap in place. ``budgets`` (the KV budgets the fleet's engines report and
-    each worker's engine, :meth:`ReportedBudgets.from_workers`) come before any modelled budget."""
+    each worker's engine, :meth:`ReportedBudgets.from_workers`) come before any modelled budget; ``peers``
+    (other pools' decode steps on the same deployments) before a decode figure transferred by the model."""
     p = params or PoolParams()
     grid, acting = acting_roles(pool, grid)
     notes = [*pool.notes, *acting]
     traffic = pool_traffic(pool, grid)
-    calibration = calibrate(pool, grid, traffic, p.capacity, budgets)
+    calibration = calibrate(pool, grid, traffic, p.capacity, budgets, peers)
     if not traffic.requests_counted:
         lengths = lengths_from_kv(pool, grid, traffic, calibration)
         if lengths is not None:
@@ -200,9 +203,14 @@ def analyze_pool(
             with np.errstate(invalid="ignore", divide="ignore"):
                 rate = np.where(traffic.prompt_rate > 0, traffic.prompt_rate / isl, np.nan)
             traffic = replace(traffic, request_rate=rate)
-            calibration = calibrate(pool, grid, traffic, p.capacity, budgets)
+            calibration = calibrate(pool, grid, traffic, p.capacity, budgets, peers)
         else:
             notes.append("mean prompt and output lengths unknown: no placement analysis")
+    notes += [
+        peer_note(g, calibration.decode_peers[g.key])
+        for g in pool.groups
+        if g.key in calibration.decode_peers
+    ]
     states = worker_states(pool, grid, p.serving_share)
     kind = _serving_kind(Counter(states[states >= 0].ravel().tolist()))
     points = change_points(

@@ -21,6 +21,7 @@ from analyzer.model.perf_model import Workload, default_budget, predict
 from analyzer.pools.concurrency import group_cap
 from analyzer.pools.decode_fit import DecodeLine, fit_decode_line
 from analyzer.pools.limits import Limits, busy_share, limits
+from analyzer.pools.peer_decode import DecodePeers, DecodePoints
 from analyzer.pools.pool import Pool, SkuGroup
 from analyzer.pools.reported_budgets import ReportedBudgets, peer_key, reported_median
 from analyzer.pools.ttft_evidence import TtftPoints, ttft_points
@@ -127,6 +128,10 @@ class PoolCalibration:
     concurrency_cap: dict[str, tuple[float, str]] = field(default_factory=dict)
     caps_reported: dict[int, int] = field(default_factory=dict)  # grid row -> its engine's reported cap
     prefill_ttft: dict[str, TtftPoints] = field(default_factory=dict)  # group -> its prefill buckets' TTFT
+    # group -> the (running, context, TPOT) points its own decode workers measured (lent to peer pools)
+    decode_points: dict[str, DecodePoints] = field(default_factory=dict)
+    # group -> the pools whose decode points its line was fitted on, where it had none of its own
+    decode_peers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float | str | None]:
         out: dict[str, float | str | None] = {
@@ -184,12 +189,14 @@ def calibrate(
     traffic: PoolTraffic,
     params: CapacityParams | None = None,
     budgets: ReportedBudgets | None = None,
+    peers: DecodePeers | None = None,
 ) -> PoolCalibration:
     """Fit the pool's calibration from every bucket of the grid; ``budgets`` are the KV budgets the
-    fleet's engines report (and each worker's engine), where known."""
+    fleet's engines report (and each worker's engine), where known; ``peers`` the decode steps other pools
+    measured on the same deployments, for groups that measured none (:mod:`analyzer.pools.peer_decode`)."""
     p = params or CapacityParams()
     cal = PoolCalibration()  # filled in place below, then frozen into the result
-    decode_points: dict[str, tuple[FloatArray, FloatArray, FloatArray]] = {}
+    decode_points = cal.decode_points
     cal.skus.update({group.key: group.sku for group in pool.groups})
     if budgets is not None:
         _reported(pool, budgets, cal)
@@ -204,7 +211,7 @@ def calibrate(
             if points is not None:
                 decode_points[group.key] = points
     _peer_caps(pool, cal)
-    return _pooled(pool, cal, decode_points)
+    return _pooled(pool, cal, decode_points, peers)
 
 
 def _memory_held(
@@ -318,15 +325,21 @@ def _decode_evidence(
 
 
 def _pooled(
-    pool: Pool, cal: PoolCalibration, decode_points: dict[str, tuple[FloatArray, FloatArray, FloatArray]]
+    pool: Pool, cal: PoolCalibration, decode_points: dict[str, DecodePoints], peers: DecodePeers | None
 ) -> PoolCalibration:
-    """The decode lines fitted with the pooled prefill factor, and the pool-wide factors and scales."""
+    """The decode lines fitted with the pooled prefill factor (on a peer pool's points where a group
+    measured none), and the pool-wide factors and scales."""
     factors = [f for f, _ in cal.prefill_factor.values()]
     pooled_prefill = float(np.median(factors)) if factors else 1.0
     fleet = replace(cal, pooled_prefill=pooled_prefill).params()
     for group in pool.groups:
-        if group.key in decode_points and group.deployment is not None:
+        if group.deployment is None:
+            continue
+        if group.key in decode_points:
             cal.decode[group.key] = fit_decode_line(group.deployment, fleet, *decode_points[group.key])
+        elif peers is not None and (borrowed := peers.borrowed(pool, group)) is not None:
+            cal.decode_peers[group.key], points = borrowed
+            cal.decode[group.key] = fit_decode_line(group.deployment, fleet, *points)
     scale = 1.0
     if cal.decode:
         weights = np.array([line.points for line in cal.decode.values()], dtype=np.float64)

@@ -265,9 +265,10 @@ def _decode(
         uncertainty = min(uncertainty, _held_out_band(d, p))
     # Where the model is weakest: the budget's own range (this group's), the MoE routing band (shared).
     kv_part = _budget_part(d, cal, isl, osl, budget, scale, tokens, p)
-    routing_part = _routing_part(d, cal, isl, osl, kv, scale, tokens, p)
-    if source != "model":  # the fitted scale holds the routing of the batches seen: modelled only beyond
-        routing_part *= min(1.0, doublings)
+    if source == "model":
+        routing_part = _routing_part(d, cal, isl, osl, kv, scale, tokens, p)
+    else:  # the fitted scale holds the routing of the batches seen: only its change beyond them is unknown
+        routing_part = routing_band_beyond_seen(d, cal, mean_context(isl, osl), batch, seen)
     uncertainty = min(1.0, bands.combine(uncertainty, kv_part, routing_part))
     shared = bands.combine(shared, routing_part)
     return RoleCapacity(
@@ -314,6 +315,27 @@ def _routing_part(
     if alternative <= 0:
         return 1.0
     return max(alternative / tokens, tokens / alternative) - 1.0
+
+
+def routing_band_beyond_seen(
+    d: Deployment, cal: PoolCalibration, context: float, batch: float, seen: float
+) -> float:
+    """The MoE routing band of a decode figure fitted on batches up to ``seen``: how much more (or less) a
+    step with tokens spread over half the experts differs from uniform routing at ``batch`` than at
+    ``seen``. A batch that already touches every expert at ``seen`` reads every expert's weights at any
+    larger batch, and the fitted scale holds whatever routing the engines showed there, so the band is then
+    near 0; a few sequences touching few experts leave much to extrapolate (0 if dense or not beyond)."""
+    experts = routing_experts(d)
+    if experts is None or batch <= seen or seen < 1.0:
+        return 0.0
+    params = cal.decode_params()
+
+    def effect(b: float) -> float:
+        uniform = step_time(d, params, decode_seqs=b, context_len=context).total_s
+        return step_time(d, params, decode_seqs=b, context_len=context, experts=experts).total_s / uniform
+
+    beyond, at_seen = effect(batch), effect(seen)
+    return max(beyond / at_seen, at_seen / beyond) - 1.0
 
 
 def _modeled_decode(

@@ -14,6 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from analyzer.pools.analysis import PoolAnalysis, PoolParams, analyze_pool
+from analyzer.pools.peer_decode import DecodePeers
 from analyzer.pools.pool import Pool
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.telemetry.grid import WorkerGrid
@@ -50,12 +51,13 @@ def analyze_pools(
     nodes: Mapping[int, str],
     budgets: ReportedBudgets,
     processes: int = 1,
+    peers: DecodePeers | None = None,
 ) -> list[PoolAnalysis]:
     """Each pool's analysis, in ``processes`` forked processes when more than one pool and process."""
 
     def job(index: int) -> PoolAnalysis:
         pool = pools[index]
-        return analyze_pool(pool, grid, params_of(pool), nodes=nodes, budgets=budgets)
+        return analyze_pool(pool, grid, params_of(pool), nodes=nodes, budgets=budgets, peers=peers)
 
     if processes <= 1 or len(pools) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return [job(i) for i in range(len(pools))]
@@ -67,3 +69,22 @@ def analyze_pools(
     ) as ex:
         done = dict(zip(order, ex.map(_run, order), strict=True))
     return [done[i] for i in range(len(pools))]
+
+
+def analyze_fleet_pools(
+    pools: Sequence[Pool],
+    run: Callable[[Sequence[Pool], DecodePeers | None], list[PoolAnalysis]],
+    engines: Mapping[int, str | None],
+) -> list[PoolAnalysis]:
+    """Every pool's analysis (``run``: :func:`analyze_pools` over some pools, with or without peers); then
+    again, on the decode steps other pools measured on the same deployments, for the pools with a group that
+    measured none where a peer did (:mod:`analyzer.pools.peer_decode`). ``engines``: each grid row's."""
+    first = run(pools, None)
+    peers = DecodePeers.gather(((a.pool, a.calibration.decode_points) for a in first), engines)
+    again = [i for i, a in enumerate(first) if peers.wanted(a.pool, a.calibration.decode_points)]
+    if not again:
+        return first
+    out = list(first)
+    for i, analysis in zip(again, run([pools[i] for i in again], peers), strict=True):
+        out[i] = analysis
+    return out

@@ -11,7 +11,7 @@ from analyzer.model.kv_budget import BudgetSource
 from analyzer.model.moe import kv_bytes_per_token_slot
 from analyzer.model.validation import widen
 from analyzer.pools.calibration import CapacityParams, PoolCalibration
-from analyzer.pools.capacity import RoleCapacity, group_capacity, kv_budget_of
+from analyzer.pools.capacity import RoleCapacity, group_capacity, kv_budget_of, routing_band_beyond_seen
 from analyzer.pools.decode_fit import DecodeLine
 from analyzer.pools.pool import SkuGroup
 from fleet.catalog import load_catalog
@@ -200,9 +200,12 @@ def test_moe_routing_band_is_shared_by_every_group_of_the_pool() -> None:
         assert decode.shared > dense_decode.shared  # and what widens it is common to the pool's groups
 
 
-def test_a_calibrated_moe_decode_carries_the_routing_band_only_beyond_the_batches_seen() -> None:
+def test_a_fitted_moe_decode_carries_the_routing_band_only_as_it_changes_beyond_the_batches_seen() -> None:
     """The step times a decode line was fitted on hold the routing the engines saw: at the batches seen the
-    MoE routing band does not apply; at twice the largest it applies in full, as for the model alone."""
+    MoE routing band does not apply; beyond them, only as far as the routing's effect on a step changes
+    from the largest batch seen to the batch extrapolated to. A line seen up to 64 sequences (every expert
+    of Mixtral already touched) keeps a narrow band at 128; one seen up to 4 (few experts touched) a wide
+    one; the model alone the widest."""
     d = make_deployment(CATALOG, model="mixtral-8x7b", gpu="H100 SXM", precision="fp8", tp=2)
     group = SkuGroup(d.gpu, 2, (0,), d)
     reported = {group.key: (400_000.0, 0.0)}
@@ -215,8 +218,26 @@ def test_a_calibrated_moe_decode_carries_the_routing_band_only_beyond_the_batche
         )
         return group_capacity(group, cal, 1000.0, 200.0, p).decode
 
-    modelled, at_seen, beyond = decode(None), decode(128.0), decode(64.0)
-    assert modelled.source == "model" and at_seen.source == beyond.source == "calibrated"
+    modelled, at_seen, near, few = decode(None), decode(128.0), decode(64.0), decode(4.0)
+    assert modelled.source == "model" and at_seen.source == near.source == few.source == "calibrated"
     assert at_seen.batch == pytest.approx(128.0)
     assert at_seen.uncertainty == pytest.approx(p.measured_uncertainty)  # the fitted floor: no routing band
-    assert beyond.uncertainty > 0.2 > at_seen.uncertainty  # a doubling beyond: the routing band in full
+    extrapolation = p.extrapolation_per_doubling  # one doubling beyond 64
+    assert p.measured_uncertainty + extrapolation < near.uncertainty < 0.1
+    assert few.uncertainty > 0.15 > near.uncertainty
+    assert modelled.uncertainty > few.uncertainty
+
+
+def test_the_routing_band_beyond_the_batches_seen_is_zero_for_a_dense_model_and_at_the_batch_seen() -> None:
+    dense = make_deployment(CATALOG, model="llama-3.1-70b", gpu="H100 SXM", precision="fp8", tp=2)
+    moe = make_deployment(CATALOG, model="qwen3-235b-a22b", gpu="H200 SXM", precision="fp8", tp=8)
+    cal = PoolCalibration()
+    assert routing_band_beyond_seen(dense, cal, 1100.0, 512.0, 4.0) == 0.0
+    assert routing_band_beyond_seen(moe, cal, 1100.0, 128.0, 128.0) == 0.0
+    assert routing_band_beyond_seen(moe, cal, 1100.0, 64.0, 128.0) == 0.0  # within the batches seen
+    # 128 experts, 8 per token: 4 sequences touch a fraction of them, 64 nearly all.
+    assert (
+        routing_band_beyond_seen(moe, cal, 1100.0, 128.0, 4.0)
+        > 0.1
+        > routing_band_beyond_seen(moe, cal, 1100.0, 128.0, 64.0)
+    )
