@@ -18,6 +18,10 @@ from fleet.contract import Role
 
 # A prefill worker generating more than this many tokens per prompt token is not a max_tokens=1 leg.
 MAX_PREFILL_OUTPUT_SHARE = 0.05
+# A worker whose prompts bring this many times the tokens the pool's max_tokens=1 legs generate per prompt
+# token is decoding: at least 10 tokens per request where a prefill leg makes 1 (long prompts with short
+# answers put a decode worker under MAX_PREFILL_OUTPUT_SHARE: 3,000-token prompts, 70-token answers).
+DECODE_OVER_PREFILL_OUTPUT = 10.0
 # Decode workers whose share of the prompt tokens prefilled stays under this in nine buckets in ten do not
 # count whole prompts (an engine that counts only what it computed itself, none after a KV transfer): their
 # count says nothing of the requests admitted. Judged per pool over the range, never per bucket: an engine
@@ -195,10 +199,11 @@ def acting_roles(pool: Pool, grid: WorkerGrid) -> tuple[WorkerGrid, tuple[str, .
     prompt = np.nan_to_num(grid.rate(grid.prompt_tokens[rows], rows))
     generated = np.nan_to_num(grid.rate(grid.generation_tokens[rows], rows))
     serving = grid.engine_s[rows] > 0
-    generating = generated > MAX_PREFILL_OUTPUT_SHARE * prompt
     labelled = (role == _PREFILL) & serving & (prompt > 0)
-    if not (labelled & ~generating).any():
+    keeps = labelled & ~(generated > MAX_PREFILL_OUTPUT_SHARE * prompt)
+    if not keeps.any():
         return grid, ()  # no prefill worker keeps the convention: nothing to tell a role by
+    generating = generated > _decoding_share(prompt, generated, keeps) * prompt
     decoding = labelled & generating
     unlabelled = (role == _UNKNOWN) & serving
     as_decode = unlabelled & generating  # generating implies generated > 0
@@ -223,6 +228,20 @@ def acting_roles(pool: Pool, grid: WorkerGrid) -> tuple[WorkerGrid, tuple[str, .
     notes += [_unlabelled_note(grid.workers[row], as_prefill[i], as_decode[i]) for i, row in enumerate(rows)]
     notes = [note for note in notes if note]
     return replace(grid, role=new_role), tuple(notes)
+
+
+def _decoding_share(prompt: FloatArray, generated: FloatArray, keeps: npt.NDArray[np.bool_]) -> FloatArray:
+    """Per bucket, the tokens per prompt token above which a worker decodes: ``DECODE_OVER_PREFILL_OUTPUT``
+    times what the pool's prefill legs keeping the one-token convention generate (their median there, else
+    over every bucket), never above ``MAX_PREFILL_OUTPUT_SHARE``."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(keeps, generated / np.where(prompt > 0, prompt, np.nan), np.nan)
+    overall = float(np.nanmedian(share[keeps]))
+    seen = keeps.any(axis=0)
+    per_bucket = np.full(prompt.shape[1], overall)
+    if seen.any():
+        per_bucket[seen] = np.nanmedian(share[:, seen], axis=0)
+    return np.minimum(MAX_PREFILL_OUTPUT_SHARE, DECODE_OVER_PREFILL_OUTPUT * per_bucket)[None, :]
 
 
 def _unlabelled_note(worker: str, prefill: npt.NDArray[np.bool_], decode: npt.NDArray[np.bool_]) -> str:

@@ -279,3 +279,33 @@ def test_a_worker_with_no_role_idle_for_hours_holds_the_phase_it_showed() -> Non
     row = grid.workers.index(quiet)
     assert (acting.role[row, :6] == ROLES.index("prefill")).all()  # no role change at hour 3
     assert notes == (f"{quiet} reports no role; its counters are a prefill worker's: counted as prefill",)
+
+
+def test_a_worker_with_no_role_answering_briefly_to_long_prompts_is_read_as_decode() -> None:
+    """Long prompts with short answers (3,000 tokens in, 70 out: 2.3 generated per 100 prompt tokens) put a
+    decode worker under the 5% a max_tokens=1 leg may generate; it still makes 70 tokens per request where
+    the pool's prefill legs make 1, and is read as decode (it was read as prefill, and the mix's output
+    length collapsed to a few tokens)."""
+    fleet = Fleet(
+        workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]),
+        hours=6,
+        rate_rps=lambda h: 20.0,
+        isl=lambda h: 3000.0,
+        osl=lambda h: 70.0,
+    )
+    gpu, engine = fleet.columns()
+    unlabelled = "node01/decode-1"
+    engine["role"] = [
+        "unknown" if worker == unlabelled else role
+        for worker, role in zip(engine["worker_id"], engine["role"], strict=True)
+    ]
+    _, grid = _traffic_of(gpu, engine)
+    (pool,) = build_pools(
+        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
+    )
+    acting, notes = acting_roles(pool, grid)
+    row = grid.workers.index(unlabelled)
+    assert (acting.role[row, :6] == ROLES.index("decode")).all()
+    assert notes == (f"{unlabelled} reports no role; its counters are a decode worker's: counted as decode",)
+    mix = pool_traffic(pool, acting).window(0, 6)
+    assert mix.isl == pytest.approx(3000.0, rel=1e-3) and mix.osl == pytest.approx(70.0, rel=1e-3)
