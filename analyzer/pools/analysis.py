@@ -16,7 +16,7 @@ import numpy as np
 
 from analyzer.pools.calibration import CapacityParams, PoolCalibration, calibrate
 from analyzer.pools.capacity import GroupCapacity, group_capacity, lengths_from_kv, ttft_unmet
-from analyzer.pools.peer_decode import DecodePeers, peer_note
+from analyzer.pools.peer_evidence import PeerEvidence, peer_note
 from analyzer.pools.phase_evidence import (
     infer_routing,
     measured_notes,
@@ -181,12 +181,12 @@ def analyze_pool(
     params: PoolParams | None = None,
     nodes: Mapping[int, str] | None = None,
     budgets: ReportedBudgets | None = None,
-    peers: DecodePeers | None = None,
+    peers: PeerEvidence | None = None,
 ) -> PoolAnalysis:
     """``nodes`` (grid row -> node name, where known) lets a decode and a prefill worker on one node that
     trade roles be paired as a swap in place. ``budgets`` (the KV budgets the fleet's engines report and
     each worker's engine, :meth:`ReportedBudgets.from_workers`) come before any modelled budget; ``peers``
-    (other pools' decode steps on the same deployments) before a decode figure transferred by the model."""
+    (what other pools measured on the same deployments) before a figure resting on the model."""
     p = params or PoolParams()
     grid, acting = acting_roles(pool, grid)
     notes = [*pool.notes, *acting]
@@ -207,9 +207,10 @@ def analyze_pool(
         else:
             notes.append("mean prompt and output lengths unknown: no placement analysis")
     notes += [
-        peer_note(g, calibration.decode_peers[g.key])
+        peer_note(g, phase, peers_of[g.key])
+        for phase, peers_of in (("prefill", calibration.prefill_peers), ("decode", calibration.decode_peers))
         for g in pool.groups
-        if g.key in calibration.decode_peers
+        if g.key in peers_of
     ]
     states = worker_states(pool, grid, p.serving_share)
     kind = _serving_kind(Counter(states[states >= 0].ravel().tolist()))

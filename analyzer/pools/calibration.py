@@ -21,7 +21,7 @@ from analyzer.model.perf_model import Workload, default_budget, predict
 from analyzer.pools.concurrency import group_cap
 from analyzer.pools.decode_fit import DecodeLine, fit_decode_line
 from analyzer.pools.limits import Limits, busy_share, limits
-from analyzer.pools.peer_decode import DecodePeers, DecodePoints
+from analyzer.pools.peer_evidence import DecodePoints, PeerEvidence, PoolEvidence
 from analyzer.pools.pool import Pool, SkuGroup
 from analyzer.pools.reported_budgets import ReportedBudgets, peer_key, reported_median
 from analyzer.pools.ttft_evidence import TtftPoints, ttft_points
@@ -132,6 +132,19 @@ class PoolCalibration:
     decode_points: dict[str, DecodePoints] = field(default_factory=dict)
     # group -> the pools whose decode points its line was fitted on, where it had none of its own
     decode_peers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # group -> its unsaturated workers' speed over the model (a floor on its factor), and the pools whose
+    # saturated prefill factor it borrowed, where it saw none saturated itself
+    prefill_floor: dict[str, float] = field(default_factory=dict)
+    prefill_peers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def own_evidence(self) -> PoolEvidence:
+        """What this pool measured itself, to lend to peer pools: decode points, saturated prefill factors."""
+        saturated = {
+            k: f
+            for k, (f, _) in self.prefill_factor.items()
+            if k in self.prefill_saturated and k not in self.prefill_peers
+        }
+        return PoolEvidence(dict(self.decode_points), saturated)
 
     def as_dict(self) -> dict[str, float | str | None]:
         out: dict[str, float | str | None] = {
@@ -189,11 +202,11 @@ def calibrate(
     traffic: PoolTraffic,
     params: CapacityParams | None = None,
     budgets: ReportedBudgets | None = None,
-    peers: DecodePeers | None = None,
+    peers: PeerEvidence | None = None,
 ) -> PoolCalibration:
     """Fit the pool's calibration from every bucket of the grid; ``budgets`` are the KV budgets the
-    fleet's engines report (and each worker's engine), where known; ``peers`` the decode steps other pools
-    measured on the same deployments, for groups that measured none (:mod:`analyzer.pools.peer_decode`)."""
+    fleet's engines report (and each worker's engine), where known; ``peers`` what other pools measured on
+    the same deployments, for groups that measured none (:mod:`analyzer.pools.peer_evidence`)."""
     p = params or CapacityParams()
     cal = PoolCalibration()  # filled in place below, then frozen into the result
     decode_points = cal.decode_points
@@ -211,7 +224,23 @@ def calibrate(
             if points is not None:
                 decode_points[group.key] = points
     _peer_caps(pool, cal)
+    if peers is not None:
+        _peer_prefill(pool, cal, peers)
     return _pooled(pool, cal, decode_points, peers)
+
+
+def _peer_prefill(pool: Pool, cal: PoolCalibration, peers: PeerEvidence) -> None:
+    """Groups that saw no prefill saturated take a peer deployment's saturated factor, never below the floor
+    their own workers' speed sets."""
+    for group in pool.groups:
+        if group.key in cal.prefill_saturated or group.deployment is None:
+            continue
+        borrowed = peers.borrowed_prefill(pool, group)
+        if borrowed is None:
+            continue
+        cal.prefill_peers[group.key], factor = borrowed
+        floor = cal.prefill_floor.get(group.key, 0.0)
+        cal.prefill_factor[group.key] = (max(factor, floor), 0.0)
 
 
 def _memory_held(
@@ -245,7 +274,7 @@ def _prefill_speed(
         return
     speed_per_bucket = grid.rate(grid.prompt_tokens[rows], rows) / np.where(busy > 0, busy, np.nan)
     model = _model_prefill_series(d, traffic.isl, traffic.osl, prefill.any(axis=0)) if d is not None else None
-    per_worker, factors = [], []
+    per_worker, factors, floors = [], [], []
     # Saturated: busy at its limit with prompts queued. Only there is a worker's speed its capacity.
     saturated = prefill & reached.prefill & reached.queued
     for i in range(len(rows)):
@@ -269,7 +298,11 @@ def _prefill_speed(
             factors.append(factor if at_limit else max(factor, 1.0))
             if at_limit:
                 cal.prefill_saturated.add(group.key)
+            elif math.isfinite(factor):
+                floors.append(factor)
     cal.prefill_measured[group.key] = float(np.median(per_worker))
+    if floors:
+        cal.prefill_floor[group.key] = float(np.median(floors))
     finite = [f for f in factors if math.isfinite(f)]
     if finite:
         factor = float(np.median(finite))
@@ -325,7 +358,7 @@ def _decode_evidence(
 
 
 def _pooled(
-    pool: Pool, cal: PoolCalibration, decode_points: dict[str, DecodePoints], peers: DecodePeers | None
+    pool: Pool, cal: PoolCalibration, decode_points: dict[str, DecodePoints], peers: PeerEvidence | None
 ) -> PoolCalibration:
     """The decode lines fitted with the pooled prefill factor (on a peer pool's points where a group
     measured none), and the pool-wide factors and scales."""
@@ -337,7 +370,7 @@ def _pooled(
             continue
         if group.key in decode_points:
             cal.decode[group.key] = fit_decode_line(group.deployment, fleet, *decode_points[group.key])
-        elif peers is not None and (borrowed := peers.borrowed(pool, group)) is not None:
+        elif peers is not None and (borrowed := peers.borrowed_decode(pool, group)) is not None:
             cal.decode_peers[group.key], points = borrowed
             cal.decode[group.key] = fit_decode_line(group.deployment, fleet, *points)
     scale = 1.0

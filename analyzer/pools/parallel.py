@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from analyzer.pools.analysis import PoolAnalysis, PoolParams, analyze_pool
-from analyzer.pools.peer_decode import DecodePeers
+from analyzer.pools.peer_evidence import PeerEvidence
 from analyzer.pools.pool import Pool
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.telemetry.grid import WorkerGrid
@@ -51,7 +51,7 @@ def analyze_pools(
     nodes: Mapping[int, str],
     budgets: ReportedBudgets,
     processes: int = 1,
-    peers: DecodePeers | None = None,
+    peers: PeerEvidence | None = None,
 ) -> list[PoolAnalysis]:
     """Each pool's analysis, in ``processes`` forked processes when more than one pool and process."""
 
@@ -73,15 +73,16 @@ def analyze_pools(
 
 def analyze_fleet_pools(
     pools: Sequence[Pool],
-    run: Callable[[Sequence[Pool], DecodePeers | None], list[PoolAnalysis]],
+    run: Callable[[Sequence[Pool], PeerEvidence | None], list[PoolAnalysis]],
     engines: Mapping[int, str | None],
 ) -> list[PoolAnalysis]:
     """Every pool's analysis (``run``: :func:`analyze_pools` over some pools, with or without peers); then
-    again, on the decode steps other pools measured on the same deployments, for the pools with a group that
-    measured none where a peer did (:mod:`analyzer.pools.peer_decode`). ``engines``: each grid row's."""
+    again, on what other pools measured on the same deployments (decode steps, saturated prefill), for the
+    pools with a group that measured none where a peer did (:mod:`analyzer.pools.peer_evidence`).
+    ``engines``: each grid row's engine."""
     first = run(pools, None)
-    peers = DecodePeers.gather(((a.pool, a.calibration.decode_points) for a in first), engines)
-    again = [i for i, a in enumerate(first) if peers.wanted(a.pool, a.calibration.decode_points)]
+    peers = PeerEvidence.gather(((a.pool, a.calibration.own_evidence()) for a in first), engines)
+    again = [i for i, a in enumerate(first) if peers.wanted(a.pool, a.calibration.own_evidence())]
     if not again:
         return first
     out = list(first)

@@ -281,6 +281,17 @@ def test_a_worker_with_no_role_idle_for_hours_holds_the_phase_it_showed() -> Non
     assert notes == (f"{quiet} reports no role; its counters are a prefill worker's: counted as prefill",)
 
 
+def _relabelled(fleet: Fleet, roles: dict[str, str]):  # type: ignore[no-untyped-def]
+    """The fleet's pool and grid with the engine roles of ``roles``' workers replaced."""
+    gpu, engine = fleet.columns()
+    engine["role"] = [roles.get(w, r) for w, r in zip(engine["worker_id"], engine["role"], strict=True)]
+    _, grid = _traffic_of(gpu, engine)
+    (pool,) = build_pools(
+        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
+    )
+    return pool, grid
+
+
 def test_a_worker_with_no_role_answering_briefly_to_long_prompts_is_read_as_decode() -> None:
     """Long prompts with short answers (3,000 tokens in, 70 out: 2.3 generated per 100 prompt tokens) put a
     decode worker under the 5% a max_tokens=1 leg may generate; it still makes 70 tokens per request where
@@ -293,16 +304,8 @@ def test_a_worker_with_no_role_answering_briefly_to_long_prompts_is_read_as_deco
         isl=lambda h: 3000.0,
         osl=lambda h: 70.0,
     )
-    gpu, engine = fleet.columns()
     unlabelled = "node01/decode-1"
-    engine["role"] = [
-        "unknown" if worker == unlabelled else role
-        for worker, role in zip(engine["worker_id"], engine["role"], strict=True)
-    ]
-    _, grid = _traffic_of(gpu, engine)
-    (pool,) = build_pools(
-        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
-    )
+    pool, grid = _relabelled(fleet, {unlabelled: "unknown"})
     acting, notes = acting_roles(pool, grid)
     row = grid.workers.index(unlabelled)
     assert (acting.role[row, :6] == ROLES.index("decode")).all()
