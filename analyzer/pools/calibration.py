@@ -139,11 +139,7 @@ class PoolCalibration:
 
     def own_evidence(self) -> PoolEvidence:
         """What this pool measured itself, to lend to peer pools: decode points, saturated prefill factors."""
-        saturated = {
-            k: f
-            for k, (f, _) in self.prefill_factor.items()
-            if k in self.prefill_saturated and k not in self.prefill_peers
-        }
+        saturated = {k: f for k, (f, _) in self.prefill_factor.items() if k in self.prefill_saturated}
         return PoolEvidence(dict(self.decode_points), saturated)
 
     def as_dict(self) -> dict[str, float | str | None]:
@@ -209,7 +205,6 @@ def calibrate(
     the same deployments, for groups that measured none (:mod:`analyzer.pools.peer_evidence`)."""
     p = params or CapacityParams()
     cal = PoolCalibration()  # filled in place below, then frozen into the result
-    decode_points = cal.decode_points
     cal.skus.update({group.key: group.sku for group in pool.groups})
     if budgets is not None:
         _reported(pool, budgets, cal)
@@ -222,11 +217,11 @@ def calibrate(
         if group.deployment is not None:
             points = _decode_evidence(group, grid, rows, reached, traffic, p, cal)
             if points is not None:
-                decode_points[group.key] = points
+                cal.decode_points[group.key] = points
     _peer_caps(pool, cal)
     if peers is not None:
         _peer_prefill(pool, cal, peers)
-    return _pooled(pool, cal, decode_points, peers)
+    return _pooled(pool, cal, peers)
 
 
 def _peer_prefill(pool: Pool, cal: PoolCalibration, peers: PeerEvidence) -> None:
@@ -357,9 +352,7 @@ def _decode_evidence(
     return points
 
 
-def _pooled(
-    pool: Pool, cal: PoolCalibration, decode_points: dict[str, DecodePoints], peers: PeerEvidence | None
-) -> PoolCalibration:
+def _pooled(pool: Pool, cal: PoolCalibration, peers: PeerEvidence | None) -> PoolCalibration:
     """The decode lines fitted with the pooled prefill factor (on a peer pool's points where a group
     measured none), and the pool-wide factors and scales."""
     factors = [f for f, _ in cal.prefill_factor.values()]
@@ -368,8 +361,8 @@ def _pooled(
     for group in pool.groups:
         if group.deployment is None:
             continue
-        if group.key in decode_points:
-            cal.decode[group.key] = fit_decode_line(group.deployment, fleet, *decode_points[group.key])
+        if group.key in cal.decode_points:
+            cal.decode[group.key] = fit_decode_line(group.deployment, fleet, *cal.decode_points[group.key])
         elif peers is not None and (borrowed := peers.borrowed_decode(pool, group)) is not None:
             cal.decode_peers[group.key], points = borrowed
             cal.decode[group.key] = fit_decode_line(group.deployment, fleet, *points)

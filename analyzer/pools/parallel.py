@@ -81,8 +81,9 @@ def analyze_fleet_pools(
     pools with a group that measured none where a peer did (:mod:`analyzer.pools.peer_evidence`).
     ``engines``: each grid row's engine."""
     first = run(pools, None)
-    peers = PeerEvidence.gather(((a.pool, a.calibration.own_evidence()) for a in first), engines)
-    again = [i for i, a in enumerate(first) if peers.wanted(a.pool, a.calibration.own_evidence())]
+    own = [a.calibration.own_evidence() for a in first]
+    peers = PeerEvidence.gather(((a.pool, mine) for a, mine in zip(first, own, strict=True)), engines)
+    again = [i for i, a in enumerate(first) if peers.wanted(a.pool, own[i])]
     if not again:
         return first
     out = list(first)

@@ -24,6 +24,7 @@ from typing import TypeVar
 import numpy as np
 
 from analyzer.pools.pool import Pool, SkuGroup
+from analyzer.pools.reported_budgets import PeerKey, peer_key
 from analyzer.telemetry.frames import FloatArray
 
 _T = TypeVar("_T")
@@ -32,12 +33,10 @@ DecodePoints = tuple[FloatArray, FloatArray, FloatArray]  # running sequences, c
 
 @dataclass(frozen=True)
 class DeploymentKey:
-    """Deployments whose steps are interchangeable: everything that sets a step's time."""
+    """Deployments whose steps are interchangeable: the KV budget's peer key (model, precision, SKU, TP)
+    and what else sets a step's time, the expert-parallel degree and the engine."""
 
-    model: str
-    precision: str
-    sku: str
-    tp: int
+    peer: PeerKey
     ep: int
     engine: str | None  # None where the group's workers report none
 
@@ -45,13 +44,11 @@ class DeploymentKey:
 def deployment_key(pool: Pool, group: SkuGroup, engines: Mapping[int, str | None]) -> DeploymentKey | None:
     """The group's key, None where the model or SKU lacks catalog figures or its workers run different
     engines."""
-    d = group.deployment
-    if d is None or pool.precision is None:
-        return None
+    peer = peer_key(pool, group.deployment)
     named = {engines.get(row) for row in group.members}
-    if len(named) > 1:
+    if peer is None or group.deployment is None or len(named) > 1:
         return None
-    return DeploymentKey(d.model.key, str(d.precision), d.gpu.key, d.tp, d.ep, named.pop() if named else None)
+    return DeploymentKey(peer, group.deployment.ep, named.pop() if named else None)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,20 @@ def _traffic_of(gpu: dict[str, Any], engine: dict[str, Any]):  # type: ignore[no
     return pool_traffic(pool, grid), grid
 
 
+def _relabel(engine: dict[str, Any], roles: dict[str, str]) -> None:
+    """Replace the engine roles of ``roles``' workers in the engine columns."""
+    engine["role"] = [roles.get(w, r) for w, r in zip(engine["worker_id"], engine["role"], strict=True)]
+
+
+def _pool_and_grid(gpu: dict[str, Any], engine: dict[str, Any]):  # type: ignore[no-untyped-def]
+    """The fleet's one pool and its grid, from the sample columns."""
+    _, grid = _traffic_of(gpu, engine)
+    (pool,) = build_pools(
+        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
+    )
+    return pool, grid
+
+
 def test_disaggregated_traffic_counts_tokens_where_they_are_real() -> None:
     fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6, rate_rps=lambda h: 50.0)
     traffic, _ = _traffic(fleet)
@@ -109,15 +123,10 @@ def test_a_decode_worker_labelled_prefill_is_counted_as_the_decode_worker_it_is(
     fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6, rate_rps=lambda h: 50.0)
     gpu, engine = fleet.columns()
     stale = "node01/decode-1"
-    engine["role"] = [
-        "prefill" if worker == stale else role
-        for worker, role in zip(engine["worker_id"], engine["role"], strict=True)
-    ]
-    labelled, grid = _traffic_of(gpu, engine)
+    _relabel(engine, {stale: "prefill"})
+    labelled, _ = _traffic_of(gpu, engine)
     assert labelled.window(0, 6).isl < 1300.0 / 5  # its output read as prompts served: the lengths collapse
-    (pool,) = build_pools(
-        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
-    )
+    pool, grid = _pool_and_grid(gpu, engine)
     acting, notes = acting_roles(pool, grid)
     row = grid.workers.index(stale)
     assert (grid.role[row, :6] == ROLES.index("prefill")).all()
@@ -135,10 +144,7 @@ def test_without_prefill_workers_keeping_the_convention_no_label_is_overruled() 
         v + 200 * 60 if role == "prefill" else v
         for v, role in zip(engine["generation_tokens"], engine["role"], strict=True)
     ]
-    _, grid = _traffic_of(gpu, engine)
-    (pool,) = build_pools(
-        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
-    )
+    pool, grid = _pool_and_grid(gpu, engine)
     acting, notes = acting_roles(pool, grid)
     assert acting is grid and notes == ()
 
@@ -212,14 +218,8 @@ def test_workers_that_report_no_role_are_read_by_their_counters() -> None:
     fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6, rate_rps=lambda h: 50.0)
     gpu, engine = fleet.columns()
     unlabelled = {"node00/prefill-1", "node01/decode-1"}
-    engine["role"] = [
-        "unknown" if worker in unlabelled else role
-        for worker, role in zip(engine["worker_id"], engine["role"], strict=True)
-    ]
-    _, grid = _traffic_of(gpu, engine)
-    (pool,) = build_pools(
-        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
-    )
+    _relabel(engine, dict.fromkeys(unlabelled, "unknown"))
+    pool, grid = _pool_and_grid(gpu, engine)
     acting, notes = acting_roles(pool, grid)
     prefill, decode = grid.workers.index("node00/prefill-1"), grid.workers.index("node01/decode-1")
     assert (grid.role[[prefill, decode], :6] == ROLES.index("unknown")).all()
@@ -239,18 +239,12 @@ def test_a_worker_with_no_role_that_served_nothing_stays_unknown() -> None:
     fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=3)
     gpu, engine = fleet.columns()
     idle = "node00/prefill-2"
-    engine["role"] = [
-        "unknown" if worker == idle else role
-        for worker, role in zip(engine["worker_id"], engine["role"], strict=True)
-    ]
+    _relabel(engine, {idle: "unknown"})
     for key in ("prompt_tokens", "generation_tokens"):
         engine[key] = [
             0 if worker == idle else v for v, worker in zip(engine[key], engine["worker_id"], strict=True)
         ]
-    _, grid = _traffic_of(gpu, engine)
-    (pool,) = build_pools(
-        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
-    )
+    pool, grid = _pool_and_grid(gpu, engine)
     acting, notes = acting_roles(pool, grid)
     row = grid.workers.index(idle)
     assert (acting.role[row, :3] == ROLES.index("unknown")).all() and notes == ()
@@ -265,31 +259,14 @@ def test_a_worker_with_no_role_idle_for_hours_holds_the_phase_it_showed() -> Non
         w == quiet and t // 3600 - first_hour >= 3
         for w, t in zip(engine["worker_id"], engine["ts"], strict=True)
     ]
-    engine["role"] = [
-        "unknown" if worker == quiet else role
-        for worker, role in zip(engine["worker_id"], engine["role"], strict=True)
-    ]
+    _relabel(engine, {quiet: "unknown"})
     for key in ("prompt_tokens", "generation_tokens"):  # up, but sent nothing for the last three hours
         engine[key] = [0 if off else v for v, off in zip(engine[key], idle, strict=True)]
-    _, grid = _traffic_of(gpu, engine)
-    (pool,) = build_pools(
-        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
-    )
+    pool, grid = _pool_and_grid(gpu, engine)
     acting, notes = acting_roles(pool, grid)
     row = grid.workers.index(quiet)
     assert (acting.role[row, :6] == ROLES.index("prefill")).all()  # no role change at hour 3
     assert notes == (f"{quiet} reports no role; its counters are a prefill worker's: counted as prefill",)
-
-
-def _relabelled(fleet: Fleet, roles: dict[str, str]):  # type: ignore[no-untyped-def]
-    """The fleet's pool and grid with the engine roles of ``roles``' workers replaced."""
-    gpu, engine = fleet.columns()
-    engine["role"] = [roles.get(w, r) for w, r in zip(engine["worker_id"], engine["role"], strict=True)]
-    _, grid = _traffic_of(gpu, engine)
-    (pool,) = build_pools(
-        input_from_samples(gpu, engine).inventory, {w: i for i, w in enumerate(grid.workers)}, CATALOG
-    )
-    return pool, grid
 
 
 def test_a_worker_with_no_role_answering_briefly_to_long_prompts_is_read_as_decode() -> None:
@@ -304,8 +281,10 @@ def test_a_worker_with_no_role_answering_briefly_to_long_prompts_is_read_as_deco
         isl=lambda h: 3000.0,
         osl=lambda h: 70.0,
     )
+    gpu, engine = fleet.columns()
     unlabelled = "node01/decode-1"
-    pool, grid = _relabelled(fleet, {unlabelled: "unknown"})
+    _relabel(engine, {unlabelled: "unknown"})
+    pool, grid = _pool_and_grid(gpu, engine)
     acting, notes = acting_roles(pool, grid)
     row = grid.workers.index(unlabelled)
     assert (acting.role[row, :6] == ROLES.index("decode")).all()
