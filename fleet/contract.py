@@ -28,7 +28,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from fleet import histograms
+from fleet import histogram_grid
 
 # No C0/C1 controls, no zero-width, bidirectional or other invisible format characters: names end up in
 # labels, logs and HTML, where such characters hide or reorder text.
@@ -175,8 +175,8 @@ class LatencyHistogram(BaseModel):
     @model_validator(mode="after")
     def _is_a_histogram(self) -> LatencyHistogram:
         try:
-            histograms.check(self.le, self.counts, self.count)
-        except histograms.HistogramError as exc:
+            histogram_grid.check(self.le, self.counts, self.count)
+        except histogram_grid.HistogramError as exc:
             raise ValueError(str(exc)) from None
         return self
 

@@ -10,64 +10,35 @@ bound of vLLM's, SGLang's and Dynamo's default latency buckets, so for those eng
 nothing and a quantile of the re-binned histogram is the engine's own ``histogram_quantile``.
 
 Stored as a short byte string (:func:`encode`): the knots of the cumulative curve, about 5 bytes per
-engine bucket that holds observations.
+engine bucket that holds observations. The grid itself, the check and the stored form of a histogram on
+it live in :mod:`fleet.histogram_grid` (no numpy, for ingest) and are re-exported here.
 Pure: no I/O. Reasoning: docs/analyzer.md#goodput
 """
 
 from __future__ import annotations
 
-import functools
-import operator
-import struct
 from collections.abc import Iterable, Sequence
-from itertools import islice
 
 import numpy as np
 import numpy.typing as npt
 
+from fleet.histogram_grid import BOUNDS_S, COUNT, KNOT, SIZE, TOTAL, HistogramError, check, stored
+
+__all__ = [
+    "BOUNDS_S", "SIZE", "FloatArray", "HistogramError", "check", "cumulative_span", "decode",
+    "decode_many", "encode", "encode_cumulative", "merged", "quantile", "rebin", "stored", "summed",
+    "to_contract",
+]  # fmt: skip
+
 FloatArray = npt.NDArray[np.float64]
 
-_STEPS = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.5, 8.0)  # per decade: the engines' round numbers
-# Upper bounds in seconds, 1 ms to 8,000 s; 160, 640 and 2,560 s are vLLM's top TTFT bounds.
-BOUNDS_S: tuple[float, ...] = tuple(
-    sorted(
-        {round(step * 10.0**exponent, 6) for exponent in range(-3, 4) for step in _STEPS}
-        | {160.0, 640.0, 2560.0}
-    )
-)
-SIZE = len(BOUNDS_S) + 1  # the buckets: one per bound, then everything above the last (+Inf)
 _BOUNDS = np.asarray(BOUNDS_S, dtype=np.float64)
-_INDEX = {bound: i for i, bound in enumerate(BOUNDS_S)}
 _XS = np.concatenate(([0.0], _BOUNDS))
 _WIDTHS_S = np.diff(_XS)  # each finite bucket's width in seconds (the first from 0)
 _SPAN_SHARE = (_XS[1:-1] - _XS[:-2]) / (_XS[2:] - _XS[:-2])  # where each bound lies between its neighbours
 _POSITIONS = np.arange(len(BOUNDS_S))
-_KNOT_DTYPE = np.dtype([("index", "u1"), ("value", "<f4")])  # _KNOT, packed
-_COUNT, _KNOT, _TOTAL = struct.Struct("<B"), struct.Struct("<Bf"), struct.Struct("<f")
-_HEADERS = tuple(_COUNT.pack(n) for n in range(len(BOUNDS_S) + 1))
-
-
-class HistogramError(ValueError):
-    """A histogram that is not one (bounds out of order, cumulative counts that fall)."""
-
-
-def check(le: Sequence[float], counts: Sequence[float], count: float) -> None:
-    """Raise :class:`HistogramError` unless ``le`` rises strictly, ``counts`` (cumulative, one per bound)
-    never falls, and ``count`` (the +Inf bucket: every observation) is at least the last of them."""
-    if len(le) != len(counts):
-        raise HistogramError(f"{len(le)} bucket bounds but {len(counts)} cumulative counts")
-    if not all(map(operator.lt, le, islice(le, 1, None))):  # C speed: this runs for every histogram
-        i = next(i for i in range(1, len(le)) if le[i] <= le[i - 1])
-        raise HistogramError(f"bucket bounds must rise: le[{i}] = {le[i]} after {le[i - 1]}")
-    if not all(map(operator.le, counts, islice(counts, 1, None))):
-        i = next(i for i in range(1, len(counts)) if counts[i] < counts[i - 1])
-        raise HistogramError(
-            f"cumulative counts must not fall: counts[{i}] = {counts[i]} after {counts[i - 1]}"
-        )
-    if counts and count < counts[-1]:
-        raise HistogramError(
-            f"count {count} (every observation) is below the last cumulative count {counts[-1]}"
-        )
+_KNOT_DTYPE = np.dtype([("index", "u1"), ("value", "<f4")])  # KNOT, packed
+_HEADERS = tuple(COUNT.pack(n) for n in range(len(BOUNDS_S) + 1))
 
 
 def rebin(le: Sequence[float], counts: Sequence[float], count: float) -> FloatArray:
@@ -140,9 +111,9 @@ def encode(buckets: FloatArray | None) -> bytes | None:
     line = ys[:-2] + (ys[2:] - ys[:-2]) * _SPAN_SHARE
     kept = np.append(np.abs(ys[1:-1] - line) > tolerance, ys[-1] != ys[-2])
     knots = [(int(i), float(finite[i])) for i in np.flatnonzero(kept)]
-    parts = [_COUNT.pack(len(knots))]
-    parts.extend(_KNOT.pack(index, value) for index, value in knots)
-    parts.append(_TOTAL.pack(float(cumulative[-1])))
+    parts = [COUNT.pack(len(knots))]
+    parts.extend(KNOT.pack(index, value) for index, value in knots)
+    parts.append(TOTAL.pack(float(cumulative[-1])))
     return b"".join(parts)
 
 
@@ -152,38 +123,6 @@ def decode(stored_value: bytes | memoryview | None) -> FloatArray | None:
         return None
     decoded: FloatArray = summed([stored_value], np.zeros(1, np.int64), 1)[0]
     return decoded
-
-
-def stored(le: Sequence[float], counts: Sequence[float], count: float) -> bytes:
-    """``encode(rebin(le, counts, count))`` of a histogram :func:`check` accepts (the contract checked it),
-    at a few microseconds where every one of ``le`` is a bound of the shared grid (the engines' defaults
-    are): the engine's own points are the knots, the flat start and end trimmed. Other bounds go the long
-    way (interpolated onto the grid, then encoded)."""
-    try:
-        indices = [_INDEX[bound] for bound in le]
-    except KeyError:
-        encoded = encode(rebin(le, counts, count))
-        assert encoded is not None
-        return encoded
-    n = len(counts)
-    start = 0
-    while start + 1 < n and counts[start + 1] == 0.0:
-        start += 1  # keep the last empty bound before the first observation: the line starts there
-    end = n
-    while end - 1 > start and counts[end - 2] == counts[end - 1]:
-        end -= 1  # past the last rise the curve is flat: np.interp holds the last knot's count
-    if end - start == 1 and counts[start] == 0.0:
-        start = end  # nothing observed below any bound: no knot
-    flat: list[float] = []
-    for i in range(start, end):
-        flat += (indices[i], counts[i])
-    return _packer(end - start).pack(end - start, *flat, max(count, counts[-1] if counts else 0.0))
-
-
-@functools.lru_cache(maxsize=len(BOUNDS_S) + 1)
-def _packer(knots: int) -> struct.Struct:
-    """The stored form of ``knots`` knots in one struct: their count, each (index, count), the total."""
-    return struct.Struct("<B" + "Bf" * knots + "f")
 
 
 def encode_cumulative(cumulative: FloatArray, totals: FloatArray) -> list[bytes]:
@@ -198,7 +137,7 @@ def encode_cumulative(cumulative: FloatArray, totals: FloatArray) -> list[bytes]
     knots["value"] = cumulative[rows, index]
     blob = knots.tobytes()
     packed_totals = np.asarray(totals, dtype="<f4").tobytes()
-    ends = (np.cumsum(last - first) * _KNOT.size).tolist()
+    ends = (np.cumsum(last - first) * KNOT.size).tolist()
     out: list[bytes] = []
     begin = 0
     for i, (j, k, end) in enumerate(zip(first.tolist(), last.tolist(), ends, strict=True)):
@@ -236,14 +175,14 @@ def summed(
     lengths = np.fromiter(map(len, stored_values), dtype=np.int64, count=n)
     data = np.frombuffer(b"".join(stored_values), dtype=np.uint8)
     starts = np.cumsum(lengths) - lengths
-    if np.any(lengths < _COUNT.size + _TOTAL.size):
+    if np.any(lengths < COUNT.size + TOTAL.size):
         raise HistogramError("a stored histogram too short to hold its knot count and total")
     sizes = data[starts].astype(np.int64)
-    if np.any(lengths != _COUNT.size + _KNOT.size * sizes + _TOTAL.size):
+    if np.any(lengths != COUNT.size + KNOT.size * sizes + TOTAL.size):
         raise HistogramError("a stored histogram's length does not match its knot count")
-    totals = _floats_at(data, starts + lengths - _TOTAL.size)
+    totals = _floats_at(data, starts + lengths - TOTAL.size)
     nth = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    at = np.repeat(starts, sizes) + _COUNT.size + _KNOT.size * nth  # each knot's index byte
+    at = np.repeat(starts, sizes) + COUNT.size + KNOT.size * nth  # each knot's index byte
     knot_index = data[at].astype(np.int64)
     if knot_index.size and int(knot_index.max()) >= len(BOUNDS_S):
         raise HistogramError("a stored histogram's knot lies beyond the shared grid")

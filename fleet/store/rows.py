@@ -17,7 +17,7 @@ from enum import StrEnum
 from operator import attrgetter
 from typing import Any, Literal, TypeVar
 
-from fleet import histograms
+from fleet import histogram_grid
 from fleet.contract import EngineSample, GpuSample, LatencyHistogram, activity_evidence
 from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store import codes, variants
@@ -74,7 +74,7 @@ def stored_histogram(histogram: LatencyHistogram | None) -> bytes | None:
     """A contract histogram as the store holds it: re-binned onto the shared grid, encoded."""
     if histogram is None:
         return None
-    return histograms.stored(histogram.le, histogram.counts, histogram.count)
+    return histogram_grid.stored(histogram.le, histogram.counts, histogram.count)
 
 
 def _stored_histograms(column: Sequence[Any]) -> Sequence[Any]:

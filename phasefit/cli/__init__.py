@@ -103,9 +103,16 @@ app.add_typer(docs.app, name="docs")
 
 
 def main() -> None:
+    import gc
     import sys
 
     from phasefit.cli.extras import missing_extra_exits
 
-    with missing_extra_exits(sys.argv[1:]):  # a missing optional dependency names its extra, no traceback
-        app()
+    try:
+        with missing_extra_exits(sys.argv[1:]):  # a missing optional dependency names its extra, no traceback
+            app()
+    finally:
+        # The command is over (its files closed, its store committed): the objects it made are the OS's to
+        # free, not the collector's to walk once more at interpreter exit (0.2 s of a 200,000-record
+        # ingest's 3 s, on 2 shared cores). atexit handlers still run.
+        gc.freeze()

@@ -7,6 +7,7 @@ by a meta-path finder that refuses the module, as an environment without the ext
 from __future__ import annotations
 
 import builtins
+import gc
 import subprocess
 import sys
 from pathlib import Path
@@ -140,6 +141,7 @@ def test_main_names_the_store_extra_when_sqlalchemy_is_missing(
     monkeypatch.setattr(builtins, "__import__", without_sqlalchemy)
     with pytest.raises(SystemExit) as stopped:
         cli.main()
+    gc.unfreeze()  # main leaves the objects it saw to the OS at exit; this process goes on
     monkeypatch.setattr(builtins, "__import__", real_import)
     assert stopped.value.code == 1
     err = capsys.readouterr().err
