@@ -1,8 +1,23 @@
 """The shell that composes phasefit: the ``phasefit`` CLI and the FastAPI service."""
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-try:
-    __version__ = version("phasefit")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+import functools
+
+
+def __getattr__(name: str) -> str:
+    """``__version__``, looked up when first asked for: the package metadata scan costs about 30 ms, which
+    every ``phasefit`` command would otherwise pay at start-up."""
+    if name == "__version__":
+        return _version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("phasefit")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0.0.0+unknown"

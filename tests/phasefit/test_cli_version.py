@@ -35,3 +35,12 @@ def test_without_an_installed_distribution_the_pyproject_version_is_used(
 
 def test_an_unreadable_pyproject_gives_unknown(tmp_path: Path) -> None:
     assert cli._pyproject_version(tmp_path / "missing.toml") == "unknown"
+
+
+def test_the_package_version_is_read_when_first_asked_for() -> None:
+    """Every command would pay the metadata scan (~30 ms) at start-up if ``import phasefit`` made it."""
+    import phasefit
+
+    assert phasefit.__version__ == cli.package_version()
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = phasefit.nothing_here  # type: ignore[attr-defined]
