@@ -33,6 +33,7 @@ from analyzer.pools.pool_state import (
     pool_state,
     queue_growth,
     queued_requests,
+    queued_share,
 )
 from analyzer.pools.reported_budgets import ReportedBudgets
 from analyzer.pools.saturation import colocated_at_limit
@@ -327,8 +328,9 @@ def _segment(
         ),
     )
     state = pool_state(
-        waiting, growth, measured, workers=max(1, len(roles)), backlog_per_worker=p.backlog_per_worker
-    )
+        waiting, growth, measured, workers=max(1, len(roles)), backlog_per_worker=p.backlog_per_worker,
+        queued=queued_share(grid, pool.members, first, last),
+    )  # fmt: skip
     placement = replace(placement, demand_limited=state.state is PoolState.DEMAND_LIMITED)
     notes.append(f"pool state from its queues: {state.state.value} ({state.evidence})")
     return SegmentAnalysis(
@@ -375,6 +377,7 @@ def _colocated_state(
     return pool_state(
         waiting, growth, (None, None), workers=max(1, len(roles)),
         backlog_per_worker=p.backlog_per_worker, colocated_at_limit=seen,
+        queued=queued_share(grid, tuple(roles), *span),
     )  # fmt: skip
 
 

@@ -41,6 +41,10 @@ class StateEvidence:
 # Queues growing slower than this (requests/s: about 4 an hour) are holding, not growing: a least-squares
 # slope is never exactly 0.
 GROWING = 1e-3
+# A queue present in fewer than this share of the segment's windows is one the pool clears between bursts
+# (a peak, long prompts arriving together): its median window has no request waiting, however large the
+# mean queue of its median hour. A backlog never clears: its share is near 1.
+SUSTAINED = 0.5
 NOT_MODELLED = StateEvidence(PoolState.UNKNOWN, "no placement was modelled")
 
 
@@ -52,11 +56,13 @@ def pool_state(
     workers: int = 1,
     backlog_per_worker: float = 1.0,
     colocated_at_limit: bool = False,
+    queued: float = math.nan,
 ) -> StateEvidence:
     """``waiting``: requests waiting in the median bucket (NaN: no queue reported); ``growth``: requests/s
     the queues grew by; ``measured``: what each phase delivered while seen saturated (None: never);
     ``workers``: the pool's serving workers, of which each may hold ``backlog_per_worker`` without a
-    backlog; ``colocated_at_limit``: a colocated pool's workers, which serve both phases, seen saturated."""
+    backlog; ``colocated_at_limit``: a colocated pool's workers, which serve both phases, seen saturated;
+    ``queued``: the share of windows with a request waiting (:func:`queued_share`; NaN: unknown)."""
     if not math.isfinite(waiting):
         return StateEvidence(
             PoolState.UNKNOWN, "no engine reports a queue: whether it served its demand is unknown"
@@ -67,6 +73,12 @@ def pool_state(
         return StateEvidence(
             PoolState.DEMAND_LIMITED,
             f"{waiting:,.1f} requests waiting in the median bucket{per}: it served what arrived",
+        )
+    if math.isfinite(queued) and queued < SUSTAINED:
+        return StateEvidence(
+            PoolState.DEMAND_LIMITED,
+            f"{waiting:,.1f} requests waiting in the median bucket, but in only {queued:.0%} of its windows: "
+            "bursts it clears between them, so it served what arrived",
         )
     at_limit = [name for name, v in zip(("prefill", "decode"), measured, strict=True) if v is not None]
     growing = math.isfinite(growth) and growth >= GROWING
@@ -112,3 +124,15 @@ def queue_growth(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int)
     total = np.nansum(queue[:, reported], axis=0)
     slope = float(np.polyfit(t - t[0], total, 1)[0])
     return max(0.0, slope)
+
+
+def queued_share(grid: WorkerGrid, rows: tuple[int, ...], first: int, last: int) -> float:
+    """The share of the windows in buckets [first, last) in which a request waited somewhere in the pool:
+    per bucket, its most-queued worker's share (a backlog on the decode workers alone is the pool's, whatever
+    the idle prefill workers show; where workers queue at different moments, a lower bound), averaged over
+    the buckets that say. NaN where none says (no queue reported, or rolled up before migration 0011)."""
+    share = grid.queued_share[np.array(rows, dtype=np.int64), first:last]
+    known = np.isfinite(share).any(axis=0)
+    if not known.any():
+        return math.nan
+    return float(np.nanmax(share[:, known], axis=0).mean())

@@ -24,6 +24,7 @@ from fleet.store.engine import is_sqlite
 from fleet.store.findings import finding_subject, resolve_findings, upsert_findings
 from fleet.store.histogram_rollups import Summed, held_histograms, histogram_sums
 from fleet.store.queries import engine_rollups, gpu_rollups, list_gpus, list_workers, rolled_up_until
+from fleet.store.retention import queued_share
 from fleet.store.rows import HISTOGRAM_COLUMNS
 from fleet.store.schema import (
     AnalysisRunRow,
@@ -139,6 +140,7 @@ def aggregate_raw_engine(
             func.avg(c.ttft_p90_s),
             func.avg(c.tpot_p90_s),
             func.avg(c.e2e_p90_s),
+            queued_share(c.requests_waiting),
         )
         .where(c.ts >= since, c.ts < until)
         .group_by(c.worker_id, bucket)

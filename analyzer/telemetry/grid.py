@@ -56,6 +56,7 @@ ENGINE_BUCKET_COLUMNS = (
     "ttft_p90_s_avg",
     "tpot_p90_s_avg",
     "e2e_p90_s_avg",
+    "queued_share",
 )
 _GPU_MEANS = ("sm_active", "tensor_active", "dram_active", "gpu_util", "gr_engine_active", "mem_copy_util")
 _ENGINE_MEANS = (
@@ -175,6 +176,9 @@ def aggregate_engine_samples(columns: Columns, bucket_s: float = BUCKET_S) -> di
         out[f"{name}_avg"] = _mean(group, _floats(columns.get(name, [None] * ts.size)), n)
     for name in _ENGINE_MAXIMA:
         out[f"{name}_max"] = _max(group, _floats(columns.get(name, [None] * ts.size)), n)
+    waiting = _floats(columns.get("requests_waiting", [None] * ts.size))
+    with np.errstate(invalid="ignore"):
+        out["queued_share"] = _mean(group, np.where(np.isnan(waiting), np.nan, waiting > 0), n)
     for name in HISTOGRAM_COLUMNS:  # summed per bucket, as the store's rollups sum them
         if name in columns:
             out[name] = summed_by_group(columns[name], group, n)
@@ -195,6 +199,9 @@ class WorkerGrid:
     running: FloatArray  # means (NaN where none)
     waiting: FloatArray
     waiting_max: FloatArray
+    # Share of the bucket's windows (of those reporting a queue) with a request waiting: a queue held all
+    # hour reads near 1, bursts the pool clears between them well under it (analyzer.pools.pool_state).
+    queued_share: FloatArray
     kv_usage: FloatArray
     kv_usage_max: FloatArray
     ttft_s: FloatArray
@@ -354,6 +361,7 @@ def build_grid(
         running=e_mean("requests_running_avg"),
         waiting=e_mean("requests_waiting_avg"),
         waiting_max=e_max("requests_waiting_max"),
+        queued_share=e_mean("queued_share"),
         kv_usage=e_mean("kv_cache_usage_avg"),
         kv_usage_max=e_max("kv_cache_usage_max"),
         ttft_s=e_mean("ttft_p50_s_avg"),

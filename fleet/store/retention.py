@@ -112,6 +112,13 @@ def _bucket(connection: Connection, column: Any, resolution: str) -> ColumnEleme
     return func.date_trunc(literal_column(f"'{_UNITS[resolution]}'"), column, literal_column("'UTC'"))
 
 
+def queued_share(requests_waiting: ColumnElement[Any]) -> ColumnElement[Any]:
+    """SQL: the share of the rows that report a queue in which a request waited (NULL where none reports
+    one: unknown, never "no queue"). A queue held through the bucket reads near 1; bursts the pool clears
+    between them well under it (analyzer.pools.pool_state)."""
+    return func.avg(case((requests_waiting > 0, 1.0), (requests_waiting.is_not(None), 0.0)))
+
+
 def _gpu_rollup(
     connection: Connection, target: Table, start: datetime, end: datetime, resolution: str
 ) -> int:
@@ -155,6 +162,7 @@ def _engine_rollup(
         "requests_running_avg": func.avg(c.requests_running),
         "requests_waiting_avg": func.avg(c.requests_waiting),
         "requests_waiting_max": func.max(c.requests_waiting),
+        "queued_share": queued_share(c.requests_waiting),
         "kv_cache_usage_avg": func.avg(c.kv_cache_usage),
         "kv_cache_usage_max": func.max(c.kv_cache_usage),
         "ttft_p50_s_avg": func.avg(c.ttft_p50_s),

@@ -339,6 +339,10 @@ class _EngineRollup:
     ttft_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
     tpot_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
     e2e_histogram: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # Migration 0011: the share of the bucket's samples (of those reporting a queue) with a request
+    # waiting (fleet.store.retention.queued_share); NULL where none reported one, and in buckets rolled up
+    # before 0011 (unknown: pool state then reads the queue's size alone).
+    queued_share: Mapped[float | None] = mapped_column(Float)
 
 
 class GpuSample1mRow(_GpuRollup, Base):

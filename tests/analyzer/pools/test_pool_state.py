@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from analyzer.pipeline import analyze, input_from_samples
-from analyzer.pools.pool_state import PoolState, pool_state
+from analyzer.pools.pool_state import PoolState, pool_state, queued_share
+from analyzer.telemetry.grid import WorkerGrid, aggregate_engine_samples, aggregate_gpu_samples, build_grid
 from fleet.catalog import load_catalog
 from fleetsim.examine import simulate
 from fleetsim.scenario import builtin_scenarios
@@ -66,3 +69,50 @@ def test_a_colocated_pool_has_a_state_from_its_queues_though_no_placement(tmp_pa
         assert [s.demand_limited for s in pool.segments] == [demand_limited] * len(pool.segments)
         if not demand_limited:
             assert "colocated workers seen saturated" in pool.segments[0].pool_state_evidence
+
+
+def test_a_queue_the_pool_clears_between_bursts_is_no_backlog() -> None:
+    """Requests wait in the median bucket and the phases hit their limit in the bursts, but the typical
+    window has no queue: the pool served what arrived (an outside probe at 81% load queued in 45%)."""
+    bursty = pool_state(6.0, 0.01, (12_000.0, None), workers=4, queued=0.45)
+    assert bursty.state is PoolState.DEMAND_LIMITED
+    assert "only 45% of its windows" in bursty.evidence and "bursts" in bursty.evidence
+    held = pool_state(6.0, 0.01, (12_000.0, None), workers=4, queued=0.97)
+    assert held.state is PoolState.SUPPLY_LIMITED
+    # Where no source says how often requests waited (a store rolled up before 0011), the size decides.
+    assert pool_state(6.0, 0.01, (12_000.0, None), workers=4).state is PoolState.SUPPLY_LIMITED
+
+
+def _grid(waiting: dict[str, list[float | None]]) -> WorkerGrid:
+    """One hour of one-minute engine windows per worker, with the requests waiting at each."""
+    rows = [(worker, i, q) for worker, queue in waiting.items() for i, q in enumerate(queue)]
+    engine = {
+        "ts": [60.0 * i + 30.0 for _, i, _ in rows],
+        "worker_id": [w for w, _, _ in rows],
+        "role": ["decode"] * len(rows),
+        "window_s": [60.0] * len(rows),
+        "prompt_tokens": [0.0] * len(rows),
+        "generation_tokens": [0.0] * len(rows),
+        "requests_waiting": [q for _, _, q in rows],
+    }
+    return build_grid(
+        tuple(waiting), {}, aggregate_gpu_samples({"ts": []}), aggregate_engine_samples(engine, 3600.0),
+        start=0.0, end=3600.0, bucket_s=3600.0,
+    )  # fmt: skip
+
+
+def test_the_queued_share_is_of_windows_with_a_request_waiting_somewhere_in_the_pool() -> None:
+    # Decode workers hold a backlog all hour; the prefill workers queue now and then, or never.
+    backlog = _grid({
+        "decode-0": [8.0] * 60, "decode-1": [9.0] * 60,
+        "prefill-0": [1.0] * 6 + [0.0] * 54, "prefill-1": [0.0] * 60,
+    })  # fmt: skip
+    assert backlog.queued_share[:, 0].tolist() == [1.0, 1.0, 0.1, 0.0]
+    assert queued_share(backlog, (0, 1, 2, 3), 0, 1) == 1.0
+    assert queued_share(backlog, (2, 3), 0, 1) == pytest.approx(0.1)
+    # Bursts: every worker queues in 27 of 60 windows.
+    burst = [20.0] * 27 + [0.0] * 33
+    assert queued_share(_grid({"a": burst, "b": burst}), (0, 1), 0, 1) == pytest.approx(0.45)
+    # Windows that report no queue are left out of the share; a pool with none at all is unknown.
+    assert _grid({"a": [3.0] * 30 + [None] * 30}).queued_share[0, 0] == 1.0
+    assert math.isnan(queued_share(_grid({"a": [None] * 60}), (0,), 0, 1))
