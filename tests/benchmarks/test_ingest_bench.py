@@ -4,6 +4,7 @@ PostgreSQL (skipped with the reason otherwise; under CI=true it fails instead, s
 
 from __future__ import annotations
 
+import importlib.util
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -16,10 +17,13 @@ from sqlalchemy import text
 
 from benchmarks.ingest_bench import (
     OURS,
+    PACKAGES,
     PARSE_COPY,
     RAW,
+    ROOT,
     Inputs,
     Run,
+    compile_packages,
     generate,
     postgres_store,
     ratios,
@@ -119,3 +123,12 @@ def test_ratios_pair_the_runs_in_order() -> None:
     runs = [Run("sqlite", path, 100, seconds) for path, seconds in timings]
     assert ratios(runs, PARSE_COPY) == "0.75 (0.50..1.00)"
     assert ratios(runs, RAW) == ""
+
+
+def test_the_packages_are_byte_compiled_as_an_install_leaves_them() -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set, each timed `phasefit ingest` would compile its modules again."""
+    cached = [Path(importlib.util.cache_from_source(str(ROOT / name / "__init__.py"))) for name in PACKAGES]
+    for path in cached:
+        path.unlink(missing_ok=True)
+    compile_packages()
+    assert [path for path in cached if not path.is_file()] == []
