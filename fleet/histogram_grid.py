@@ -2,9 +2,9 @@
 
 Ingest checks every histogram a record carries and stores it in the grid's short byte form; both are
 plain Python where the engine's bounds lie on the grid (the engines' defaults do). Importing numpy costs
-about 0.1 s, before ``phasefit ingest`` can fork its parsing processes, so only the fallback for other
-bounds (:func:`fleet.histograms.rebin`, then :func:`fleet.histograms.encode`) imports it, when first met.
-:mod:`fleet.histograms` holds the rest and re-exports these names. Pure: no I/O.
+about 0.1 s, before ``phasefit ingest`` can fork its parsing processes, so only histograms on other bounds
+take :mod:`fleet.histograms` (numpy), imported when first met. That module holds the rest and re-exports
+these names. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -52,19 +52,16 @@ def check(le: Sequence[float], counts: Sequence[float], count: float) -> None:
         )
 
 
-def stored(le: Sequence[float], counts: Sequence[float], count: float) -> bytes:
+def stored_on_grid(le: Sequence[float], counts: Sequence[float], count: float) -> bytes | None:
     """``encode(rebin(le, counts, count))`` of a histogram :func:`check` accepts (the contract checked it),
-    at a few microseconds where every one of ``le`` is a bound of the shared grid (the engines' defaults
-    are): the engine's own points are the knots, the flat start and end trimmed. Other bounds go the long
-    way (interpolated onto the grid, then encoded, by :mod:`fleet.histograms`)."""
+    at a few microseconds, where every one of ``le`` is a bound of the shared grid (the engines' defaults
+    are): the engine's own points are the knots, the flat start and end trimmed. None where a bound is off
+    the grid: :func:`fleet.histograms.stored` then takes the long way (interpolated onto the grid with
+    numpy, then encoded)."""
     try:
         indices = [INDEX[bound] for bound in le]
     except KeyError:
-        from fleet import histograms  # numpy: only for bounds off the grid
-
-        encoded = histograms.encode(histograms.rebin(le, counts, count))
-        assert encoded is not None
-        return encoded
+        return None
     n = len(counts)
     start = 0
     while start + 1 < n and counts[start + 1] == 0.0:

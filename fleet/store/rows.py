@@ -74,7 +74,12 @@ def stored_histogram(histogram: LatencyHistogram | None) -> bytes | None:
     """A contract histogram as the store holds it: re-binned onto the shared grid, encoded."""
     if histogram is None:
         return None
-    return histogram_grid.stored(histogram.le, histogram.counts, histogram.count)
+    quick = histogram_grid.stored_on_grid(histogram.le, histogram.counts, histogram.count)
+    if quick is not None:
+        return quick
+    from fleet import histograms  # numpy, for bounds off the grid only (fleet.histogram_grid)
+
+    return histograms.stored(histogram.le, histogram.counts, histogram.count)
 
 
 def _stored_histograms(column: Sequence[Any]) -> Sequence[Any]:

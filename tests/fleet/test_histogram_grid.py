@@ -19,4 +19,8 @@ def test_the_parsing_half_of_ingest_imports_no_numpy() -> None:
 
 def test_bounds_off_the_grid_take_the_numpy_way() -> None:
     le, counts, count = [0.013, 0.27, 4.4], [1.0, 5.0, 9.0], 10.0
-    assert histogram_grid.stored(le, counts, count) == histograms.encode(histograms.rebin(le, counts, count))
+    assert histogram_grid.stored_on_grid(le, counts, count) is None
+    assert histograms.stored(le, counts, count) == histograms.encode(histograms.rebin(le, counts, count))
+    on_grid = [0.01, 0.025, 0.05]
+    quick = histogram_grid.stored_on_grid(on_grid, counts, count)
+    assert quick is not None and histograms.stored(on_grid, counts, count) == quick
