@@ -15,9 +15,14 @@ def __getattr__(name: str) -> str:
 
 @functools.cache
 def _version() -> str:
+    return installed_version() or "0.0.0+unknown"  # a source tree that was never installed
+
+
+def installed_version() -> str | None:
+    """The installed distribution's version, None where phasefit runs from a source tree never installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("phasefit")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        return "0.0.0+unknown"
+    except PackageNotFoundError:
+        return None

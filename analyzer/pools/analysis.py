@@ -254,6 +254,7 @@ def _segment(
     # Supply-limited means queueing most of the time, not at a diurnal peak: the median bucket's queue.
     waiting = queued_requests(grid, pool.members, first, last, 0.5)
     growth = queue_growth(grid, pool.members, first, last)
+    queued = queued_share(grid, pool.members, first, last)
     if not (math.isfinite(mix.isl) and math.isfinite(mix.osl)) or mix.isl <= 0 or mix.osl <= 0:
         notes.append("no traffic with known lengths in this segment")
         return SegmentAnalysis(
@@ -274,7 +275,7 @@ def _segment(
             notes.append("a group's GPU or model lacks catalog figures: placement not searched")
         state = NOT_MODELLED
         if kind == "colocated":  # no placement to search, but its queues still say whether it kept up
-            state = _colocated_state(grid, roles, span, calibration, waiting, growth, p)
+            state = _colocated_state(grid, roles, span, calibration, (waiting, growth, queued), p)
             notes.append(f"pool state from its queues: {state.state.value} ({state.evidence})")
         return SegmentAnalysis(
             first, last, start, end, mix, roles, capacities, None, colocated, tuple(notes), waiting,
@@ -329,7 +330,7 @@ def _segment(
     )
     state = pool_state(
         waiting, growth, measured, workers=max(1, len(roles)), backlog_per_worker=p.backlog_per_worker,
-        queued=queued_share(grid, pool.members, first, last),
+        queued=queued,
     )  # fmt: skip
     placement = replace(placement, demand_limited=state.state is PoolState.DEMAND_LIMITED)
     notes.append(f"pool state from its queues: {state.state.value} ({state.evidence})")
@@ -367,17 +368,17 @@ def _colocated_state(
     roles: Mapping[int, str],
     span: tuple[int, int],
     calibration: PoolCalibration,
-    waiting: float,
-    growth: float,
+    queues: tuple[float, float, float],
     p: PoolParams,
 ) -> StateEvidence:
-    """A colocated pool's state from its queues, its workers standing in for the phases."""
+    """A colocated pool's state from its queues (waiting in the median bucket, growth, queued share), its
+    workers standing in for the phases."""
     rows = np.array([row for row, role in roles.items() if role == "mixed"], dtype=np.int64)
     seen = colocated_at_limit(grid, rows, *span, p.capacity, calibration.caps_reported)
+    waiting, growth, queued = queues
     return pool_state(
         waiting, growth, (None, None), workers=max(1, len(roles)),
-        backlog_per_worker=p.backlog_per_worker, colocated_at_limit=seen,
-        queued=queued_share(grid, tuple(roles), *span),
+        backlog_per_worker=p.backlog_per_worker, colocated_at_limit=seen, queued=queued,
     )  # fmt: skip
 
 

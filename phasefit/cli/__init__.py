@@ -43,12 +43,9 @@ PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 def package_version() -> str:
     """The installed distribution's version, else the source tree's pyproject.toml, else ``unknown``."""
-    from importlib.metadata import PackageNotFoundError, version
+    from phasefit import installed_version
 
-    try:
-        return version("phasefit")
-    except PackageNotFoundError:
-        return _pyproject_version(PYPROJECT)
+    return installed_version() or _pyproject_version(PYPROJECT)
 
 
 def _pyproject_version(path: Path) -> str:
