@@ -198,8 +198,9 @@ def _changes(placement: PlacementResult, worker_ids: Sequence[str]) -> tuple[Rol
 
 
 def loss_gain(placement: PlacementResult) -> Gain:
-    """The gain of moving to the best plan: the placement's loss and its range."""
-    tokens = Figure(placement.lost_tokens_per_s, placement.lost_low, placement.lost_high)
+    """The gain of moving to the recommended plan: the placement's loss and its range (0 up to the range's
+    high end where the move is held back: nothing is recommended, though the pool likely loses its gain)."""
+    tokens = Figure(placement.recommended_gain, placement.lost_low, placement.lost_high)
     return gain_from_tokens(tokens, placement.isl, placement.osl)
 
 
@@ -255,7 +256,11 @@ def pool_plan(analysis: PoolAnalysis, worker_ids: Sequence[str]) -> PoolPlan:
             notes,
         )
     changed = placement.best.prefill != placement.current.prefill
-    settled = "the current split is the best the analyzer can tell apart from its uncertainty"
+    settled = (
+        placement.range_cause
+        if placement.unsure is not None
+        else ("the current split is the best the analyzer can tell apart from its uncertainty")
+    )
     return PoolPlan(
         pool.key,
         pool.cluster,

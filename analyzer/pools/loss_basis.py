@@ -4,8 +4,9 @@ The loss is the best split's rate minus the current one's, and each rate is set 
 it. Its basis is the least direct source among the figures those two phases sum: the current split's
 bounding phase is ``measured`` where the pool was seen saturated in it, otherwise the weakest source of the
 groups serving it; the best split's, the weakest source of the groups that would serve its bounding phase.
-Where no move is recommended the loss is 0 because every other split was compared and none was surely
-better, so the basis is the weakest capacity of the whole comparison. Reasoning:
+Where no move is recommended and the loss is 0, every other split was compared and none was likely
+enough better, so the basis is the weakest capacity of the whole comparison; where the move was held back
+only because its gain is not sure, the loss is that split's gain and rests on its figures. Reasoning:
 docs/analyzer.md#split_search
 """
 
@@ -77,7 +78,7 @@ def loss_basis(pl: PlacementResult | None) -> LossBasis | None:
         return None
     bound_measured = pl.current_measured[0 if pl.current.bound == "prefill" else 1]
     current = _side(pl, pl.current, "current", bound_measured)
-    if pl.best.prefill == pl.current.prefill:  # no move: every split was compared against this one
+    if pl.best.prefill == pl.current.prefill and pl.unsure is None:  # no move, no loss: every split compared
         every = [
             (_role(g, r).source, f"{g.group.key} {r}")
             for g in pl.groups
@@ -86,7 +87,7 @@ def loss_basis(pl: PlacementResult | None) -> LossBasis | None:
         ]
         source, what = _weakest(every + ([current] if current else []))
         return LossBasis(source, f"no move recommended; the splits were compared on the {what} capacity")
-    best = _side(pl, pl.best, "best", False)
+    best = _side(pl, pl.counted, "best" if pl.unsure is None else "held-back", False)
     sides = [s for s in (current, best) if s is not None]
     if not sides:
         return None

@@ -72,17 +72,28 @@ def range_cause(
 
 
 def held_back_cause(
-    gains: npt.NDArray[np.float64], high: float, small_gain: float | None = None, min_gain: float = 0.0
+    wins: float,
+    high: float,
+    small_gain: float | None = None,
+    min_gain: float = 0.0,
+    lost: float = 0.0,
 ) -> str:
-    """Why nothing is recommended though a split might help: its gain's low end is not positive, or
-    (``small_gain``, its expected gain as a share of the current rate) it is below ``min_gain``."""
+    """Why nothing is recommended though a split might help: its gain's low end is not positive (it
+    sustains more in only ``wins`` of the capacity draws), or (``small_gain``, its expected gain as a share
+    of the current rate) it is below ``min_gain``. ``lost``: the held-back split's gain at the central
+    capacities where it is the loss (``PlacementResult.unsure``)."""
     if small_gain is not None:
         return (
             f"no move is recommended: the best other split would add {small_gain:.1%} on average (up to "
             f"{high:,.0f} tokens/s), under the {min_gain:.0%} a move must gain to be worth its role changes "
             "(pool.min_gain): the pool is at its best split within what matters"
         )
-    wins = float((gains > 0).mean())
+    if lost > 0:
+        return (
+            f"no move is recommended: the split held back would most likely add {lost:,.0f} tokens/s "
+            f"(the loss; up to {high:,.0f}), but it sustains more in only {wins:.0%} of the capacity draws "
+            "(the low end of its gain is not positive)"
+        )
     return (
         f"no move is recommended: the best other split might add up to {high:,.0f} tokens/s, but "
         f"it sustains more in only {wins:.0%} of the capacity draws (the low end of its gain is not "

@@ -191,7 +191,7 @@ def _outcome(
         predicted_tokens_per_s=num(predicted_rate * tokens),
         predicted_tokens_per_s_low=num(float(np.quantile(gains, 0.1)) * tokens),
         predicted_tokens_per_s_high=num(float(np.quantile(gains, 0.9)) * tokens),
-        recommended_tokens_per_s=num(pb.lost_tokens_per_s),
+        recommended_tokens_per_s=num(pb.recommended_gain),
         realized_tokens_per_s=num(realized_rate * tokens),
         predicted_output_tokens_per_s=num(predicted_rate * osl),
         realized_output_tokens_per_s=num(realized_rate * osl),
@@ -417,7 +417,7 @@ def _standing(segments: Sequence[SegmentAnalysis], p: OutcomeParams) -> list[Cha
             followed="not carried out",
             verdict=Verdict.NOT_CARRIED_OUT.value,
             reason=f"recommended for {hours:,.1f} h and not carried out",
-            recommended_tokens_per_s=num(latest.placement.lost_tokens_per_s),
+            recommended_tokens_per_s=num(latest.placement.recommended_gain),
             hours_after=round(hours, 2),
         )
     ]

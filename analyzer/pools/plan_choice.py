@@ -54,6 +54,9 @@ class PlanChoice:
     # is the best split's rate minus the current one, and in each world the draws allow the best split may
     # be another: this is the loss's own spread, whichever plan is recommended.
     reachable: npt.NDArray[np.float64] | None = None
+    # The share of the draws in which ``held_back`` sustains more than the current plan, where ``act`` alone
+    # held it back (the decision's own test); None otherwise.
+    unsure_wins: float | None = None
 
 
 def choose_plan(
@@ -119,9 +122,11 @@ def choose_plan(
             i = int(found[np.lexsort((-buffer[found], -wins[found], -expected[found]))[0]])
             chosen, chosen_rates, chosen_buffer, moved = plans[i], rates[i], float(buffer[i]), True
             path.append((chosen, chosen_rates))
-    held_back, small_gain = None, None
+    held_back, small_gain, unsure_wins = None, None, None
     if moved and current_rates.mean() > 0:
         chosen, held_back, small_gain = _act_on(path, current, current_rates, act, min_gain)
+        if held_back is not None and small_gain is None and np.array_equal(chosen, current):
+            unsure_wins = float((path[-1][1] > current_rates * (1.0 + _SAME_RATE)).mean())
         if not np.array_equal(chosen, current):
             chosen = _undominated(
                 plans, rates, expected, changes, chosen, current_rates, (act, min_gain, dominance)
@@ -131,14 +136,16 @@ def choose_plan(
             standing, chosen, current, (sizes, draws_p, draws_d, isl, osl, r), tolerance, act, min_gain
         )
     if not np.array_equal(chosen, current):
-        small_gain = None
+        small_gain, unsure_wins = None, None
         if held_back is not None and np.array_equal(held_back, chosen):
             held_back = None
     elif held_back is None and current_rates.mean() > 0:
         held_back = _best_other(plans, expected, current)  # what the range's high end may reach
         alternative = held_back is not None
     reachable = np.maximum(rates.max(axis=0), current_rates) - current_rates
-    return PlanChoice(np.asarray(chosen, dtype=np.int64), held_back, small_gain, alternative, reachable)
+    return PlanChoice(
+        np.asarray(chosen, dtype=np.int64), held_back, small_gain, alternative, reachable, unsure_wins
+    )
 
 
 def _undominated(

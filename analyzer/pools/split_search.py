@@ -48,8 +48,21 @@ class PlacementResult:
     isl: float = math.nan  # the mix the plans were evaluated at (mean prompt and output tokens)
     osl: float = math.nan
     range_cause: str = ""  # where lost_low is 0 while the loss is not: the uncertainty that takes it there
+    # The plan the search chose but did not recommend because its gain was not sure (``act``): the loss
+    # is its gain at the central capacities, its range running down to 0. None: the loss is ``best``'s.
+    unsure: Plan | None = None
     # Whether the current plan's prefill and decode figures are measurements (seen saturated), not the model's
     current_measured: tuple[bool, bool] = (False, False)
+
+    @property
+    def counted(self) -> Plan:
+        """The split the loss is counted against: ``best``, or the ``unsure`` plan held back."""
+        return self.best if self.unsure is None else self.unsure
+
+    @property
+    def recommended_gain(self) -> float:
+        """Tokens/s the recommendation gains: the loss, or 0 where the move was held back (``unsure``)."""
+        return self.lost_tokens_per_s if self.unsure is None else 0.0
 
     def lost_requests(self, bound: str = "") -> float:
         """Lost requests/s (``bound`` "", "low" or "high"): every plan's tokens are requests x (isl + osl)."""
@@ -165,11 +178,13 @@ def place(
         # The same split is the same pool: its figure is the current one (measured where it was), never a
         # modelled twin of it, so a pool already at its best split loses nothing.
         best = current
-    lost = max(0.0, best.tokens_per_s - current.tokens_per_s)
+    unsure = _unsure(choice, current, best is current, sizes, cp, cd, isl, osl, r)
+    counted = best if unsure is None else unsure
+    lost = max(0.0, counted.tokens_per_s - current.tokens_per_s)
     drawn = _Drawn(sizes, current_x, draws_p, draws_d, isl, osl, r)
     low, high, cause = _loss_range(groups, choice, drawn, current, modeled, best, lost, min_gain)
     costs = _Costs.of(
-        groups, current_roles, current, best, lost, demand_tokens_per_s, peak_demand_tokens_per_s
+        groups, current_roles, current, counted, lost, demand_tokens_per_s, peak_demand_tokens_per_s
     )
     return PlacementResult(
         groups=tuple(groups),
@@ -193,7 +208,31 @@ def place(
         osl=osl,
         range_cause=cause,
         current_measured=(measured[0] is not None, measured[1] is not None),
+        unsure=unsure,
     )
+
+
+def _unsure(
+    choice: PlanChoice,
+    current: Plan,
+    stays: bool,
+    sizes: npt.NDArray[np.int64],
+    cp: npt.NDArray[np.float64],
+    cd: npt.NDArray[np.float64],
+    isl: float,
+    osl: float,
+    r: Routing,
+) -> Plan | None:
+    """The plan whose gain is the loss though it is not recommended: the search's choice, held back only
+    because its gain is not sure (``act``). The estimate and the decision are apart: the pool most likely
+    loses that gain, and whether to move for it is the decision. None where the current plan ``stays``
+    for another reason: no plan won the search (``alternative``), or the gain is below ``min_gain`` (the
+    pool is at its best split within what matters), or the plan is not above the current one's figure
+    (measured where a phase was seen saturated)."""
+    if not stays or choice.held_back is None or choice.unsure_wins is None:
+        return None
+    plan = _plan([int(v) for v in choice.held_back], sizes, cp, cd, isl, osl, r)
+    return plan if plan.tokens_per_s > current.tokens_per_s else None
 
 
 @dataclass(frozen=True)
@@ -252,10 +291,13 @@ def _loss_range(
         low = max(0.0, min(lost, float(np.quantile(gains, 0.1))))
         if lost > 0 and low <= 0:
             cause = range_cause(groups, gains, gain_at, drawn.draws_p, drawn.draws_d, offset)
+    elif lost > 0:  # held back, though most likely better (``unsure``): the move might not help
+        low = 0.0
     if choice.reachable is not None:  # in some worlds the draws allow, another split gains more
         high = max(high, float(np.quantile(choice.reachable * tokens - offset, 0.9)))
     if not moved and high > 0:
-        cause = held_back_cause(gains, high, choice.small_gain, min_gain)
+        wins = float((gains > 0).mean()) if choice.unsure_wins is None else choice.unsure_wins
+        cause = held_back_cause(wins, high, choice.small_gain, min_gain, lost)
     return low, high, cause
 
 

@@ -48,6 +48,13 @@ TargetSourceName = Literal["settings", "catalog", "global", "none"]
 LossBasisName = Literal["measured", "calibrated", "transferred", "model"]
 
 TokensPerS = Annotated[float | None, Field(description="Tokens/s (prompt + output); null where unknown.")]
+BestTokensPerS = Annotated[
+    float | None,
+    Field(
+        description="Tokens/s (prompt + output) of the split the loss is counted against: the recommended "
+        "one, or one held back because its gain is not sure (capacity + loss); null where unknown."
+    ),
+]
 Usd = Annotated[float | None, Field(description="US dollars per week; null where no catalog price is set.")]
 CountsBySkuRole = dict[str, dict[str, int]]
 # Lost capacity: the units an SRE acts on first, total tokens last (secondary); each an estimate, a range.
@@ -208,7 +215,7 @@ class SegmentSummary(_Model):
     loss_basis_detail: LossBasisDetail = None
     capacity_tokens_per_s: TokensPerS
     capacity_reason: str | None = Field(description="Why the capacity is unknown; null when it is known.")
-    best_tokens_per_s: TokensPerS
+    best_tokens_per_s: BestTokensPerS
     utilisation: float | None
     demand_limited: bool | None = Field(
         description="It served its demand (its loss is idle capacity); null where its state is unknown."
@@ -308,7 +315,7 @@ class PoolSummary(_Model):
     )
     capacity_tokens_per_s: TokensPerS
     capacity_reason: str | None
-    best_tokens_per_s: TokensPerS
+    best_tokens_per_s: BestTokensPerS
     demand_output_tokens_per_s: float | None
     demand_tokens_per_s: float | None
     utilisation: float | None
@@ -387,7 +394,7 @@ class FleetTotals(_Model):
     lost_unknown_pools: list[str]
     lost_mean: LostCapacity = Field(description="The pools' time-weighted means added up.")
     capacity_tokens_per_s: TokensPerS
-    best_tokens_per_s: TokensPerS
+    best_tokens_per_s: BestTokensPerS
     capacity_unknown_pools: list[str]
     demand_output_tokens_per_s: float | None
     demand_tokens_per_s: float | None

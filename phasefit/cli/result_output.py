@@ -208,6 +208,8 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             "yes" if row.ratio_drift else "",
         )
         notes += [f"{row.pool}: {note}" for note in row.notes]
+        if row.loss_range_to_zero:  # why its loss's low end is 0: a move held back, an uncertain capacity
+            notes.append(f"{row.pool}: {row.loss_range_to_zero}")
         targets = targets_phrase(row.targets)
         if targets:
             notes.append(f"{row.pool}: {targets}")

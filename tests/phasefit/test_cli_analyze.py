@@ -288,3 +288,17 @@ def test_a_range_the_prune_expired_says_so_and_an_unpruned_one_does_not() -> Non
     kept = datetime(2025, 2, 1, tzinfo=UTC).timestamp()
     assert _retention_notes(settings, since, data(kept, later), now) == []  # type: ignore[arg-type]
     assert _retention_notes(SimpleNamespace(rollup_hour_retention_days=0), since, data(later), now) == []  # type: ignore[arg-type]
+
+
+def test_why_a_pools_loss_reaches_zero_is_a_pool_note() -> None:
+    """A move held back (its gain not sure) leaves a loss with a range from 0 and no recommendation: the
+    pools table's notes say why, in the summary's own words."""
+    result = _analysis(Fleet(workers([("node00", H100, 2, 0), ("node01", H200, 0, 2)]), hours=4))
+    why = "no move is recommended: the split held back would most likely add 1,234 tokens/s [not markup]"
+    pools = [
+        p.model_copy(update={"loss_range_to_zero": why if i == 0 else None})
+        for i, p in enumerate(result.typed_summary.pools)
+    ]
+    typed = result.typed_summary.model_copy(update={"pools": pools})
+    text = _printed(dataclasses.replace(result, typed_summary=typed, findings=[]))
+    assert f"{pools[0].pool}: {why}" in text.split("Pool notes", 1)[1]

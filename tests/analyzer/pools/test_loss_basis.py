@@ -99,3 +99,33 @@ def test_an_unknown_source_never_reads_as_measured() -> None:
     result = _inverted("calibrated", "someone's guess")
     basis = loss_basis(result)
     assert basis is not None and basis.source == "model"
+
+
+def test_a_move_held_back_rests_on_the_held_back_split_whose_gain_is_the_loss() -> None:
+    """The H200s decode 12% faster than the H100s, each figure within 10%: the swap is held back (its
+    gain is not sure), and the loss, its likely gain, rests on what the swapped split would be bound by."""
+    h100 = GroupCapacity(
+        SkuGroup(CATALOG.gpus.get("H100-SXM"), 2, (0, 1), None),
+        RoleCapacity(13_000.0, 0.1, "calibrated"),
+        RoleCapacity(6_500.0, 0.1, "calibrated"),
+        kv_bytes=60e9,
+    )
+    h200 = GroupCapacity(
+        SkuGroup(CATALOG.gpus.get("H200-SXM"), 2, (2, 3), None),
+        RoleCapacity(13_000.0, 0.1, "calibrated"),
+        RoleCapacity(7_280.0, 0.1, "transferred"),
+        kv_bytes=60e9,
+    )
+    result = place(
+        [h100, h200],
+        [_roles(range(0, 2), 0), _roles(range(2, 4), 2)],
+        isl=1000.0,
+        osl=1000.0,
+        demand_tokens_per_s=1.0,
+        peak_demand_tokens_per_s=1.0,
+    )
+    assert result.best == result.current and result.unsure is not None and result.lost_tokens_per_s > 0
+    basis = loss_basis(result)
+    assert basis is not None and basis.source == "transferred"  # the H200 decode figure the swap needs
+    assert "held-back split's decode rate: the H200-SXM/tp2 decode capacity (transferred)" in basis.detail
+    assert not basis.detail.startswith("no move recommended")

@@ -8,6 +8,7 @@ import pytest
 
 from analyzer.findings.loss import range_to_zero
 from analyzer.pipeline import analyze, input_from_samples
+from analyzer.planning.plan import loss_gain
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
 from analyzer.pools.loss_range import held_back_cause
 from analyzer.pools.plan_choice import ACT, DOMINANCE, choose_plan
@@ -73,7 +74,7 @@ def test_a_sure_but_small_gain_is_held_back_by_min_gain_and_says_so() -> None:
     assert choose_plan(SIZES, prefill, decode, ISL, OSL, CURRENT, min_gain=0.02).chosen.tolist() == (
         SWAP.tolist()
     )
-    cause = held_back_cause(np.array([120.0]), 120.0, choice.small_gain, 0.05)
+    cause = held_back_cause(1.0, 120.0, choice.small_gain, 0.05)
     assert "3.0% on average" in cause and "pool.min_gain" in cause and "only" not in cause
 
 
@@ -111,9 +112,10 @@ def test_identical_pools_under_different_seeds_get_the_same_decision(scenario: s
     assert decisions[1] == decisions[0] and decisions[2] == decisions[0]
 
 
-def test_a_move_held_back_shows_its_possible_gain_as_a_range_from_zero() -> None:
-    """No move is recommended, so nothing is lost; but the split that might help shows how much it might
-    (the loss's high end), and ``range_cause`` says why its low end is 0."""
+def test_a_move_held_back_counts_its_likely_gain_as_the_loss_with_a_range_from_zero() -> None:
+    """No move is recommended (its gain is not sure), yet the pool most likely loses what it would add: the
+    estimate and the decision are apart. The loss is the held-back split's gain at the central capacities,
+    its range runs from 0 (the move might not help) and ``range_cause`` says why nothing is recommended."""
     from tests.analyzer.pools.test_split_search import _group, _roles
 
     # The H200 decodes 12% faster than the H100, each figure known within 10%: the swap may not help.
@@ -128,9 +130,20 @@ def test_a_move_held_back_shows_its_possible_gain_as_a_range_from_zero() -> None
         peak_demand_tokens_per_s=1.0,
     )
     assert result.best == result.current and result.changes == ()
-    assert result.lost_tokens_per_s == 0.0 and result.lost_low == 0.0 and result.lost_high > 0.0
-    assert result.range_cause.startswith("no move is recommended: the best other split might add up to")
+    assert result.unsure is not None and result.unsure.prefill == (2, 0)  # the swap, held back
+    expected_gain = result.unsure.tokens_per_s - result.current.tokens_per_s
+    assert result.lost_tokens_per_s == pytest.approx(expected_gain) and expected_gain > 0
+    assert result.lost_low == 0.0 and result.lost_high > result.lost_tokens_per_s
+    assert result.recommended_gain == 0.0  # nothing is recommended
+    assert result.counted == result.unsure
+    assert result.range_cause.startswith(
+        f"no move is recommended: the split held back would most likely add {expected_gain:,.0f} tokens/s"
+    )
+    assert "it sustains more in only" in result.range_cause
     assert range_to_zero(result) == result.range_cause
+    # `phasefit plan` recommends no change: its gain is 0, up to what the held-back move might add.
+    gain = loss_gain(result).tokens_per_s
+    assert (gain.value, gain.low, gain.high) == (0.0, 0.0, result.lost_high)
     # A pool whose split is its best has no such range.
     settled = place(
         [h100, h200],
