@@ -88,7 +88,7 @@ def colocated_check(analysis: PoolAnalysis, segment: SegmentAnalysis, p: NotPayi
     if segment.placement is None:
         return None
     colocated = colocated_tokens_per_s(analysis.pool, segment.capacities, segment.roles, segment.mix)
-    best = segment.placement.counted.tokens_per_s
+    best = segment.placement.best.tokens_per_s
     return Check(
         "colocated-vs-disaggregated",
         colocated / best if best > 0 else None,
