@@ -307,6 +307,10 @@ def _segment(
     # under a TTFT target the current plan counts its target-bounded capacity instead (which the buckets
     # seen within the target raise to what they show: a loose target that queueing met bounds little).
     in_plan = (None if p.capacity.ttft_slo_s is not None else measured[0], measured[1])
+    state = pool_state(
+        waiting, growth, measured, workers=max(1, len(roles)), backlog_per_worker=p.backlog_per_worker,
+        queued=queued,
+    )  # fmt: skip
     placement = place(
         capacities,
         current_roles,
@@ -327,11 +331,8 @@ def _segment(
         loads=worker_loads(
             grid, [row for members in current_roles for row, _ in members], first, last, nodes
         ),
+        supply_limited=state.state is PoolState.SUPPLY_LIMITED,
     )
-    state = pool_state(
-        waiting, growth, measured, workers=max(1, len(roles)), backlog_per_worker=p.backlog_per_worker,
-        queued=queued,
-    )  # fmt: skip
     placement = replace(placement, demand_limited=state.state is PoolState.DEMAND_LIMITED)
     notes.append(f"pool state from its queues: {state.state.value} ({state.evidence})")
     return SegmentAnalysis(

@@ -6,7 +6,8 @@ bounding phase is ``measured`` where the pool was seen saturated in it, otherwis
 groups serving it; the best split's, the weakest source of the groups that would serve its bounding phase.
 Where no move is recommended and the loss is 0, every other split was compared and none was likely
 enough better, so the basis is the weakest capacity of the whole comparison; where the move was held back
-only because its gain is not sure, the loss is that split's gain and rests on its figures. Reasoning:
+only because its gain is not sure (a supply-limited pool), the loss is that split's gain and rests on its
+figures. Reasoning:
 docs/analyzer.md#split_search
 """
 

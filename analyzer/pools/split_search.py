@@ -48,8 +48,9 @@ class PlacementResult:
     isl: float = math.nan  # the mix the plans were evaluated at (mean prompt and output tokens)
     osl: float = math.nan
     range_cause: str = ""  # where lost_low is 0 while the loss is not: the uncertainty that takes it there
-    # The plan the search chose but did not recommend because its gain was not sure (``act``): the loss
-    # is its gain at the central capacities, its range running down to 0. None: the loss is ``best``'s.
+    # The plan the search chose but did not recommend because its gain was not sure (``act``), on a
+    # supply-limited pool: the loss is its gain at the central capacities, its range running down to 0.
+    # None: the loss is ``best``'s.
     unsure: Plan | None = None
     # Whether the current plan's prefill and decode figures are measurements (seen saturated), not the model's
     current_measured: tuple[bool, bool] = (False, False)
@@ -138,13 +139,17 @@ def place(
     act: float = ACT,
     min_gain: float = MIN_GAIN,
     dominance: float = DOMINANCE,
+    supply_limited: bool = False,
 ) -> PlacementResult:
     """Best placement of a disaggregated pool's workers. ``current_roles`` lists, per group, the
     (grid row, "prefill"|"decode") of each available worker; ``loads`` (grid row -> ``WorkerLoad``) chooses
     the workers that change role. ``measured``: the current placement's prompt and generated tokens/s where
     the pool was seen saturated in that phase, which replace the model's figures for the current plan.
     ``standing``: prefill workers per group of the plan recommended for the same workers before (the
-    previous segment), kept while its gain's high end stays positive. Reasoning: docs/analyzer.md#split_search
+    previous segment), kept while its gain's high end stays positive. ``supply_limited``: the pool's own
+    evidence shows demand it does not serve (``pool_state``), so a move held back only because its gain is
+    not sure counts its likely gain as the loss (``PlacementResult.unsure``); a pool that serves its demand
+    reports 0 then, nothing showing that the capacity is needed. Reasoning: docs/analyzer.md#split_search
     """
     r = routing or Routing()
     sizes = np.array([len(m) for m in current_roles], dtype=np.int64)
@@ -178,7 +183,7 @@ def place(
         # The same split is the same pool: its figure is the current one (measured where it was), never a
         # modelled twin of it, so a pool already at its best split loses nothing.
         best = current
-    unsure = _unsure(choice, current, best is current, sizes, cp, cd, isl, osl, r)
+    unsure = _unsure(choice, current, supply_limited and best is current, sizes, cp, cd, isl, osl, r)
     counted = best if unsure is None else unsure
     lost = max(0.0, counted.tokens_per_s - current.tokens_per_s)
     drawn = _Drawn(sizes, current_x, draws_p, draws_d, isl, osl, r)
@@ -225,10 +230,11 @@ def _unsure(
 ) -> Plan | None:
     """The plan whose gain is the loss though it is not recommended: the search's choice, held back only
     because its gain is not sure (``act``). The estimate and the decision are apart: the pool most likely
-    loses that gain, and whether to move for it is the decision. None where the current plan ``stays``
-    for another reason: no plan won the search (``alternative``), or the gain is below ``min_gain`` (the
-    pool is at its best split within what matters), or the plan is not above the current one's figure
-    (measured where a phase was seen saturated)."""
+    loses that gain, and whether to move for it is the decision. None unless the current plan ``stays``
+    on a supply-limited pool, or where it stays for another reason: no plan won the search
+    (``alternative``), or the gain is below ``min_gain`` (the pool is at its best split within what
+    matters), or the plan is not above the current one's figure (measured where a phase was seen
+    saturated)."""
     if not stays or choice.held_back is None or choice.unsure_wins is None:
         return None
     plan = _plan([int(v) for v in choice.held_back], sizes, cp, cd, isl, osl, r)

@@ -103,7 +103,8 @@ def test_an_unknown_source_never_reads_as_measured() -> None:
 
 def test_a_move_held_back_rests_on_the_held_back_split_whose_gain_is_the_loss() -> None:
     """The H200s decode 12% faster than the H100s, each figure within 10%: the swap is held back (its
-    gain is not sure), and the loss, its likely gain, rests on what the swapped split would be bound by."""
+    gain is not sure), and on a supply-limited pool the loss, its likely gain, rests on what the swapped
+    split would be bound by."""
     h100 = GroupCapacity(
         SkuGroup(CATALOG.gpus.get("H100-SXM"), 2, (0, 1), None),
         RoleCapacity(13_000.0, 0.1, "calibrated"),
@@ -123,6 +124,7 @@ def test_a_move_held_back_rests_on_the_held_back_split_whose_gain_is_the_loss() 
         osl=1000.0,
         demand_tokens_per_s=1.0,
         peak_demand_tokens_per_s=1.0,
+        supply_limited=True,
     )
     assert result.best == result.current and result.unsure is not None and result.lost_tokens_per_s > 0
     basis = loss_basis(result)
