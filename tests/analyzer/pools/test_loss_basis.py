@@ -7,6 +7,7 @@ from analyzer.pools.loss_basis import loss_basis
 from analyzer.pools.pool import SkuGroup
 from analyzer.pools.split_search import PlacementResult, place
 from fleet.catalog import load_catalog
+from tests.analyzer.pools.test_split_search import place_inverted_pair
 
 CATALOG = load_catalog()
 
@@ -117,15 +118,7 @@ def test_a_move_held_back_rests_on_the_held_back_split_whose_gain_is_the_loss() 
         RoleCapacity(7_280.0, 0.1, "transferred"),
         kv_bytes=60e9,
     )
-    result = place(
-        [h100, h200],
-        [_roles(range(0, 2), 0), _roles(range(2, 4), 2)],
-        isl=1000.0,
-        osl=1000.0,
-        demand_tokens_per_s=1.0,
-        peak_demand_tokens_per_s=1.0,
-        supply_limited=True,
-    )
+    result = place_inverted_pair(h100, h200, supply_limited=True)
     assert result.best == result.current and result.unsure is not None and result.lost_tokens_per_s > 0
     basis = loss_basis(result)
     assert basis is not None and basis.source == "transferred"  # the H200 decode figure the swap needs

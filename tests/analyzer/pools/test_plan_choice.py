@@ -118,24 +118,12 @@ def test_a_move_held_back_counts_its_likely_gain_as_the_loss_on_a_supply_limited
     central capacities, its range runs from 0 (the move might not help) and ``range_cause`` says why nothing
     is recommended. A pool that serves its demand reports 0 with the same range: nothing shows that the
     capacity is needed."""
-    from tests.analyzer.pools.test_split_search import _group, _roles
+    from tests.analyzer.pools.test_split_search import _group, _roles, place_inverted_pair
 
     # The H200 decodes 12% faster than the H100, each figure known within 10%: the swap may not help.
     h100 = _group("H100-SXM", range(0, 2), 13_000.0, 6_500.0, uncertainty=0.1)
     h200 = _group("H200-SXM", range(2, 4), 13_000.0, 7_280.0, uncertainty=0.1)
-
-    def placed(supply_limited: bool) -> PlacementResult:
-        return place(
-            [h100, h200],
-            [_roles(range(0, 2), 0), _roles(range(2, 4), 2)],
-            isl=1000.0,
-            osl=1000.0,
-            demand_tokens_per_s=1.0,
-            peak_demand_tokens_per_s=1.0,
-            supply_limited=supply_limited,
-        )
-
-    result = placed(supply_limited=True)
+    result = place_inverted_pair(h100, h200, supply_limited=True)
     assert result.best == result.current and result.changes == ()
     assert result.unsure is not None and result.unsure.prefill == (2, 0)  # the swap, held back
     expected_gain = result.unsure.tokens_per_s - result.current.tokens_per_s
@@ -151,7 +139,7 @@ def test_a_move_held_back_counts_its_likely_gain_as_the_loss_on_a_supply_limited
     # `phasefit plan` recommends no change: its gain is 0, up to what the held-back move might add.
     gain = loss_gain(result).tokens_per_s
     assert (gain.value, gain.low, gain.high) == (0.0, 0.0, result.lost_high)
-    serves = placed(supply_limited=False)
+    serves = place_inverted_pair(h100, h200, supply_limited=False)
     assert serves.unsure is None and serves.lost_tokens_per_s == serves.lost_low == 0.0
     assert serves.lost_high == result.lost_high and serves.counted == serves.current
     assert serves.range_cause.startswith("no move is recommended: the best other split might add up to")

@@ -10,7 +10,7 @@ from analyzer.pools.plan_choice import CONFIDENCE, HEADROOM, choose_plan
 from analyzer.pools.plan_rates import Routing, capacity_draws, evaluate, spare
 from analyzer.pools.plan_rates import draw_rates as evaluate_draws
 from analyzer.pools.pool import SkuGroup
-from analyzer.pools.split_search import place
+from analyzer.pools.split_search import PlacementResult, place
 from fleet.catalog import load_catalog
 
 CATALOG = load_catalog()
@@ -41,6 +41,22 @@ def _group(
 
 def _roles(rows: range, n_prefill: int) -> list[tuple[int, str]]:
     return [(row, "prefill" if i < n_prefill else "decode") for i, row in enumerate(rows)]
+
+
+def place_inverted_pair(
+    h100: GroupCapacity, h200: GroupCapacity, *, supply_limited: bool = False
+) -> PlacementResult:
+    """Two workers per SKU, the H100s decoding and the H200s prefilling, 1,000-token prompts and outputs
+    (``h100`` on grid rows 0-1, ``h200`` on rows 2-3)."""
+    return place(
+        [h100, h200],
+        [_roles(range(0, 2), 0), _roles(range(2, 4), 2)],
+        isl=1000.0,
+        osl=1000.0,
+        demand_tokens_per_s=1.0,
+        peak_demand_tokens_per_s=1.0,
+        supply_limited=supply_limited,
+    )
 
 
 def test_decode_belongs_on_the_higher_bandwidth_sku() -> None:
