@@ -256,11 +256,9 @@ def pool_plan(analysis: PoolAnalysis, worker_ids: Sequence[str]) -> PoolPlan:
             notes,
         )
     changed = placement.best.prefill != placement.current.prefill
-    settled = (
-        placement.range_cause
-        if placement.unsure is not None
-        else ("the current split is the best the analyzer can tell apart from its uncertainty")
-    )
+    settled = "the current split is the best the analyzer can tell apart from its uncertainty"
+    if placement.unsure is not None:  # held back: why, and what the pool most likely loses meanwhile
+        settled = placement.range_cause
     return PoolPlan(
         pool.key,
         pool.cluster,
