@@ -1,12 +1,11 @@
 """The findings of ``phasefit analyze``: a table where every column fits the console unwrapped, else one
-block per finding, so no column and no worker name is ever dropped or cut (a terminal of any width, a log).
-An unknown figure reads "-", never 0."""
+block per finding (:mod:`phasefit.cli.fitted_table`). An unknown figure reads "-", never 0."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from phasefit.cli.output import add_row
+from phasefit.cli.fitted_table import print_fitted
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -67,49 +66,6 @@ def finding_cells(number: int, f: Finding) -> tuple[str, ...]:
 
 def print_findings(findings: list[Finding], console: Console) -> None:
     """The findings as a table when every cell fits the console's width unwrapped, else stacked: one block
-    per finding, its worker on a line of its own. Either way no column is dropped or cut and every name
-    prints whole (a stacked line longer than the width is left for the terminal to wrap, never folded or
-    truncated), in a terminal of any width as in a log."""
-    from rich.measure import Measurement
-    from rich.table import Table
-
+    per finding, its worker on a line of its own (:func:`phasefit.cli.fitted_table.print_fitted`)."""
     rows = [finding_cells(number, f) for number, f in enumerate(findings, start=1)]
-    table = Table(title="Findings", title_justify="left")
-    for column in FINDING_COLUMNS:
-        table.add_column(column, no_wrap=True)
-    for cells in rows:
-        add_row(table, *cells)
-    natural = Measurement.get(console, console.options.update_width(1_000_000), table).maximum
-    if natural <= console.width:
-        console.print(table)
-        return
-    _print_stacked(rows, console)
-
-
-def _print_stacked(rows: list[tuple[str, ...]], console: Console) -> None:
-    """Narrow consoles: ``#N worker / pool: NAME`` on a line of its own, then the other columns as
-    ``label: value`` items packed into indented lines of the console's width (an item is never split)."""
-    from rich.text import Text
-
-    console.print("Findings", style="italic")
-    indent = "   "
-    for cells in rows:
-        number, name = cells[0], cells[FINDING_COLUMNS.index("worker / pool")]
-        head = Text.assemble((f"#{number} ", "bold"), ("worker / pool: ", "dim"), (name, "bold"))
-        console.print(
-            head, soft_wrap=True
-        )  # a long name runs on whole: the terminal wraps it, rich never cuts
-        items = [
-            Text.assemble((f"{label}: ", "dim"), value)
-            for label, value in zip(FINDING_COLUMNS, cells, strict=True)
-            if label not in ("#", "worker / pool")
-        ]
-        line = Text(indent)
-        for item in items:
-            if len(line) > len(indent) and line.cell_len + 2 + item.cell_len > console.width:
-                console.print(line, soft_wrap=True)
-                line = Text(indent)
-            if len(line) > len(indent):
-                line.append("; ")
-            line.append_text(item)
-        console.print(line, soft_wrap=True)
+    print_fitted(console, "Findings", FINDING_COLUMNS, rows, "worker / pool")

@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from phasefit.cli.findings_table import figure_range, print_findings, rate
-from phasefit.cli.output import add_row, escape
+from phasefit.cli.fitted_table import print_fitted
+from phasefit.cli.output import escape
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from analyzer.pipeline import AnalysisResult
-    from analyzer.results.summary import FleetTotals, LatencyTargets, Loss, TargetAttainment
+    from analyzer.results.summary import FleetTotals, LatencyTargets, Loss, Summary, TargetAttainment
 
 
 def _tokens(value: float | None) -> str:
@@ -121,7 +122,6 @@ def target_notes(warnings: Sequence[str]) -> list[str]:
 
 def print_result(result: AnalysisResult, console: Console) -> None:
     """The fleet summary, the pools (with their notes) and the findings as rich tables."""
-    from rich.table import Table
 
     summary = result.typed_summary
     fleet = summary.fleet
@@ -163,59 +163,8 @@ def print_result(result: AnalysisResult, console: Console) -> None:
     )
     for line in target_notes(summary.warnings):
         console.print(line, markup=False)
-    pools = Table(title="Pools", title_justify="left")
-    for column in (
-        "pool",
-        "serving",
-        "GPUs by SKU x role",
-        "prompt/output",
-        "capacity tok/s",
-        "utilisation",
-        "bound",
-        "P:D now -> best",
-        "lost output tok/s (range)",
-        "lost req/s",
-        "total tok/s (secondary)",
-        "drift",
-    ):
-        pools.add_column(column, overflow="fold")
-    notes: list[str] = []
-    for row in summary.pools:
-        traffic = row.traffic
-        mix = (
-            f"{traffic.mean_prompt_tokens:,.0f}/{traffic.mean_output_tokens:,.0f}"
-            if traffic.mean_prompt_tokens is not None and traffic.mean_output_tokens is not None
-            else "unknown"
-        )
-        by_sku = "; ".join(
-            f"{sku} " + ",".join(f"{n} {role}" for role, n in roles.items())
-            for sku, roles in row.workers_by_sku_role.items()
-        )
-        utilisation = f"{row.utilisation:.0%}" if row.utilisation is not None else "unknown"
-        add_row(
-            pools,
-            row.pool,
-            row.serving,
-            by_sku,
-            mix,
-            _tokens(row.capacity_tokens_per_s),
-            utilisation,
-            row.bound or "-",
-            f"{row.prefill_decode_now or '-'} -> {row.prefill_decode_recommended or '-'}",
-            _lost(row.lost.output_tokens_per_s),
-            rate(row.lost.requests_per_s.value, 2),
-            rate(row.lost.tokens_per_s.value),
-            "yes" if row.ratio_drift else "",
-        )
-        notes += [f"{row.pool}: {note}" for note in row.notes]
-        if row.loss_range_to_zero:  # why its loss's low end is 0: a move held back, an uncertain capacity
-            notes.append(f"{row.pool}: {row.loss_range_to_zero}")
-        targets = targets_phrase(row.targets)
-        if targets:
-            notes.append(f"{row.pool}: {targets}")
-        if row.capacity_reason:
-            notes.append(f"{row.pool}: capacity unknown: {row.capacity_reason}")
-    console.print(pools)
+    rows, notes = _pool_rows(summary)
+    print_fitted(console, "Pools", POOL_COLUMNS, rows, "pool")
     if notes:
         console.print("Pool notes", style="bold")
         for line in notes:
@@ -235,3 +184,60 @@ def print_result(result: AnalysisResult, console: Console) -> None:
             console.print(unjudged_sentence(fleet), markup=False)
     else:
         console.print(judged_sentence(fleet), markup=False)
+
+
+POOL_COLUMNS = (
+    "pool",
+    "serving",
+    "GPUs by SKU x role",
+    "prompt/output",
+    "capacity tok/s",
+    "utilisation",
+    "bound",
+    "P:D now -> recommended",
+    "lost output tok/s (range)",
+    "lost req/s",
+    "total tok/s (secondary)",
+    "drift",
+)
+
+
+def _pool_rows(summary: Summary) -> tuple[list[tuple[str, ...]], list[str]]:
+    """Each pool's cells in :data:`POOL_COLUMNS` order, and the notes printed under the table."""
+    rows: list[tuple[str, ...]] = []
+    notes: list[str] = []
+    for row in summary.pools:
+        traffic = row.traffic
+        mix = (
+            f"{traffic.mean_prompt_tokens:,.0f}/{traffic.mean_output_tokens:,.0f}"
+            if traffic.mean_prompt_tokens is not None and traffic.mean_output_tokens is not None
+            else "unknown"
+        )
+        by_sku = "; ".join(
+            f"{sku} " + ",".join(f"{n} {role}" for role, n in roles.items())
+            for sku, roles in row.workers_by_sku_role.items()
+        )
+        utilisation = f"{row.utilisation:.0%}" if row.utilisation is not None else "unknown"
+        rows.append((
+            row.pool,
+            row.serving,
+            by_sku,
+            mix,
+            _tokens(row.capacity_tokens_per_s),
+            utilisation,
+            row.bound or "-",
+            f"{row.prefill_decode_now or '-'} -> {row.prefill_decode_recommended or '-'}",
+            _lost(row.lost.output_tokens_per_s),
+            rate(row.lost.requests_per_s.value, 2),
+            rate(row.lost.tokens_per_s.value),
+            "yes" if row.ratio_drift else "no",
+        ))  # fmt: skip
+        notes += [f"{row.pool}: {note}" for note in row.notes]
+        if row.loss_range_to_zero:  # why its loss's low end is 0: a move held back, an uncertain capacity
+            notes.append(f"{row.pool}: {row.loss_range_to_zero}")
+        targets = targets_phrase(row.targets)
+        if targets:
+            notes.append(f"{row.pool}: {targets}")
+        if row.capacity_reason:
+            notes.append(f"{row.pool}: capacity unknown: {row.capacity_reason}")
+    return rows, notes
