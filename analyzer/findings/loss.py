@@ -117,9 +117,11 @@ def _bound(value: float | None, spec: str) -> str:
 def range_to_zero(placement: PlacementResult | None) -> str | None:
     """Why the low end of the placement's loss reaches 0 while the loss does not; None otherwise (the
     finding's evidence and the summary's ``loss_range_to_zero`` say it in these words)."""
+    if placement is not None and placement.unsure is not None:  # a move held back is the loss: why
+        return placement.range_cause or None
     if placement is None or not (placement.lost_high > 0 and placement.lost_low <= 0):
         return None
-    if placement.lost_tokens_per_s <= 0 or placement.unsure is not None:  # no move recommended: its why
+    if placement.lost_tokens_per_s <= 0:  # no move recommended, one might help: the range runs from 0
         return placement.range_cause or None
     cause = placement.range_cause or "the capacities' uncertainty"
     return f"the low end of the loss reaches 0 through {cause}"

@@ -59,9 +59,11 @@ def worker_recommendation(
     """The recommended action for one changed worker, and the options considered (as evidence)."""
     p = params or RecommendParams()
     group = placement.groups[change.group]
-    gain = placement.lost_tokens_per_s * change.share
-    output = placement.lost_output_tokens() * change.share
-    requests = placement.lost_requests() * change.share
+    # The recommended move's own gain (not a larger move held back that the pool's loss may count)
+    gain = placement.recommended_gain * change.share
+    per_request = placement.isl + placement.osl
+    requests = gain / per_request if per_request > 0 else math.nan
+    output = requests * placement.osl
     now_role = "decode" if change.to_role == "prefill" else "prefill"
     rate_now = (group.decode if now_role == "decode" else group.prefill).tokens_per_s
     swap_cost = rate_now * p.restart_s  # tokens not served while it restarts

@@ -99,3 +99,13 @@ def held_back_cause(
         f"it sustains more in only {wins:.0%} of the capacity draws (the low end of its gain is not "
         "positive)"
     )
+
+
+def larger_move_cause(lost: float, recommended: float, wins: float) -> str:
+    """Why a pool's loss exceeds the gain of the move recommended: the loss counts a larger move, held back
+    because it sustains more in only ``wins`` of the capacity draws (``PlacementResult.unsure``)."""
+    return (
+        f"the loss counts a larger move held back: it would most likely add {lost:,.0f} tokens/s, but it "
+        f"sustains more in only {wins:.0%} of the capacity draws; the move recommended surely adds "
+        f"{recommended:,.0f} of it"
+    )

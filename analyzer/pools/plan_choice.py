@@ -125,8 +125,9 @@ def choose_plan(
     held_back, small_gain, unsure_wins = None, None, None
     if moved and current_rates.mean() > 0:
         chosen, held_back, small_gain = _act_on(path, current, current_rates, act, min_gain)
-        if held_back is not None and small_gain is None and np.array_equal(chosen, current):
-            unsure_wins = float((path[-1][1] > current_rates * (1.0 + _SAME_RATE)).mean())
+        if held_back is not None and small_gain is None:
+            last_wins = float((path[-1][1] > current_rates * (1.0 + _SAME_RATE)).mean())
+            unsure_wins = last_wins if last_wins < act else None
         if not np.array_equal(chosen, current):
             chosen = _undominated(
                 plans, rates, expected, changes, chosen, current_rates, (act, min_gain, dominance)
@@ -136,9 +137,9 @@ def choose_plan(
             standing, chosen, current, (sizes, draws_p, draws_d, isl, osl, r), tolerance, act, min_gain
         )
     if not np.array_equal(chosen, current):
-        small_gain, unsure_wins = None, None
+        small_gain = None
         if held_back is not None and np.array_equal(held_back, chosen):
-            held_back = None
+            held_back, unsure_wins = None, None
     elif held_back is None and current_rates.mean() > 0:
         held_back = _best_other(plans, expected, current)  # what the range's high end may reach
         alternative = held_back is not None

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from analyzer.pools.capacity import GroupCapacity
-from analyzer.pools.loss_range import held_back_cause, range_cause
+from analyzer.pools.loss_range import held_back_cause, larger_move_cause, range_cause
 from analyzer.pools.plan_choice import ACT, CONFIDENCE, DOMINANCE, HEADROOM, MIN_GAIN, PlanChoice, choose_plan
 from analyzer.pools.plan_rates import Plan, Routing, capacity_draws, draw_rates, evaluate
 from analyzer.pools.worker_choice import Change, WorkerLoad, changes_for
@@ -62,8 +62,11 @@ class PlacementResult:
 
     @property
     def recommended_gain(self) -> float:
-        """Tokens/s the recommendation gains: the loss, or 0 where the move was held back (``unsure``)."""
-        return self.lost_tokens_per_s if self.unsure is None else 0.0
+        """Tokens/s the recommendation gains: the loss, or what the recommended split adds where a larger
+        move held back is the loss (``unsure``; 0 where nothing is recommended)."""
+        if self.unsure is None:
+            return self.lost_tokens_per_s
+        return max(0.0, self.best.tokens_per_s - self.current.tokens_per_s)
 
     def lost_requests(self, bound: str = "") -> float:
         """Lost requests/s (``bound`` "", "low" or "high"): every plan's tokens are requests x (isl + osl)."""
@@ -183,11 +186,14 @@ def place(
         # The same split is the same pool: its figure is the current one (measured where it was), never a
         # modelled twin of it, so a pool already at its best split loses nothing.
         best = current
-    unsure = _unsure(choice, current, supply_limited and best is current, sizes, cp, cd, isl, osl, r)
+    unsure = _unsure(choice, best, supply_limited, sizes, cp, cd, isl, osl, r)
     counted = best if unsure is None else unsure
     lost = max(0.0, counted.tokens_per_s - current.tokens_per_s)
     drawn = _Drawn(sizes, current_x, draws_p, draws_d, isl, osl, r)
     low, high, cause = _loss_range(groups, choice, drawn, current, modeled, best, lost, min_gain)
+    if unsure is not None and best is not current:  # a sure move recommended, a larger one is the loss
+        assert choice.unsure_wins is not None
+        cause = larger_move_cause(lost, best.tokens_per_s - current.tokens_per_s, choice.unsure_wins)
     costs = _Costs.of(
         groups, current_roles, current, counted, lost, demand_tokens_per_s, peak_demand_tokens_per_s
     )
@@ -219,8 +225,8 @@ def place(
 
 def _unsure(
     choice: PlanChoice,
-    current: Plan,
-    stays: bool,
+    best: Plan,
+    supply_limited: bool,
     sizes: npt.NDArray[np.int64],
     cp: npt.NDArray[np.float64],
     cd: npt.NDArray[np.float64],
@@ -229,16 +235,16 @@ def _unsure(
     r: Routing,
 ) -> Plan | None:
     """The plan whose gain is the loss though it is not recommended: the search's choice, held back only
-    because its gain is not sure (``act``). The estimate and the decision are apart: the pool most likely
-    loses that gain, and whether to move for it is the decision. None unless the current plan ``stays``
-    on a supply-limited pool, or where it stays for another reason: no plan won the search
-    (``alternative``), or the gain is below ``min_gain`` (the pool is at its best split within what
-    matters), or the plan is not above the current one's figure (measured where a phase was seen
-    saturated)."""
-    if not stays or choice.held_back is None or choice.unsure_wins is None:
+    because its gain is not sure (``act``), where nothing or a smaller sure move is recommended (``best``).
+    The estimate and the decision are apart: a supply-limited pool most likely loses that gain, and whether
+    to move for it is the decision. None on a pool that serves its demand (nothing shows that the capacity
+    is needed), where no plan was held back by ``act`` (none won the search, or the gain is below
+    ``min_gain``: the pool is at its best split within what matters), or where the held-back plan is not
+    above ``best``'s figure (measured where a phase was seen saturated)."""
+    if not supply_limited or choice.held_back is None or choice.unsure_wins is None:
         return None
     plan = _plan([int(v) for v in choice.held_back], sizes, cp, cd, isl, osl, r)
-    return plan if plan.tokens_per_s > current.tokens_per_s else None
+    return plan if plan.tokens_per_s > best.tokens_per_s else None
 
 
 @dataclass(frozen=True)
