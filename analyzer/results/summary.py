@@ -71,7 +71,8 @@ RangeToZero = Annotated[
     str | None,
     Field(
         description="Why the low end of the loss reaches 0 while its estimate does not (the capacity whose "
-        "uncertainty takes it there); null otherwise."
+        "uncertainty takes it there, or a move held back because its gain is not sure), or why the loss "
+        "exceeds the gain of the move recommended (a larger move held back); null otherwise."
     ),
 ]
 LossBasisField = Annotated[

@@ -241,6 +241,30 @@ def test_a_partial_move_reports_the_larger_moves_possible_gain_as_its_high_end()
         result.lost_high >= gain_q90([0, 2]) - 1e-6
     )  # the best split of each draw: at least the larger move
     assert 0.0 < result.lost_low <= result.lost_tokens_per_s < result.lost_high
+    assert result.unsure is None  # the pool serves its demand: the loss is the move recommended
+    # Supply-limited (its queues show demand it does not serve): the loss is the larger move's likely gain,
+    # the low end what the pair swapped surely adds; the recommendation and its own gain stay the pair's.
+    starved = place(
+        [h100, h200],
+        [_roles(range(0, 2), 2), _roles(range(2, 4), 0)],
+        isl=isl,
+        osl=osl,
+        demand_tokens_per_s=1.0,
+        peak_demand_tokens_per_s=1.0,
+        supply_limited=True,
+    )
+    assert starved.best == result.best and starved.changes == result.changes
+    assert starved.unsure is not None and starved.unsure.prefill == (0, 2)
+    assert starved.lost_tokens_per_s == pytest.approx(
+        starved.unsure.tokens_per_s - starved.current.tokens_per_s
+    )
+    assert starved.lost_tokens_per_s > result.lost_tokens_per_s
+    assert starved.recommended_gain == pytest.approx(result.lost_tokens_per_s)
+    assert starved.lost_low == pytest.approx(result.lost_low) and starved.lost_high >= result.lost_high
+    assert starved.range_cause.startswith("the loss counts a larger move held back: it would most likely add")
+    assert range_to_zero(starved) == starved.range_cause
+    gain = loss_gain(starved).tokens_per_s  # `phasefit plan`: the recommended pair's gain
+    assert gain.value == pytest.approx(result.lost_tokens_per_s)
 
 
 def test_the_search_never_ends_on_a_plan_a_smaller_confident_move_beats_in_expectation() -> None:
