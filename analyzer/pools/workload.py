@@ -78,9 +78,14 @@ class PoolTraffic:
 
     @property
     def prompt_per_output(self) -> FloatArray:
-        """Prompt tokens per generated token: the prefill:decode token ratio of the traffic."""
+        """Prompt tokens per generated token of the requests decode served: the traffic's prefill:decode
+        token ratio, ``isl / osl``. Where decode workers count the prompts they admit, their own count is
+        the numerator: while a backlog between the phases builds or drains, the tokens prefilled in a bucket
+        and those generated in it belong to different requests, and their ratio swings with the backlog
+        while the requests' lengths do not."""
+        prompt = self.prompt_rate * self.admitted_share
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.output_rate > 0, self.prompt_rate / self.output_rate, np.nan)
+            return np.where(self.output_rate > 0, prompt / self.output_rate, np.nan)
 
     def window(self, first: int, last: int) -> TrafficMix:
         """The mean mix over buckets [first, last) (rates weighted by time, lengths by requests). Without
@@ -102,7 +107,7 @@ class PoolTraffic:
         return TrafficMix(prompt, output, request_rate, isl, osl, int(active.sum()))
 
     def _admitted(self, sl: slice, active: npt.NDArray[np.bool_]) -> float:
-        """The share of prefilled requests decode admitted over the active buckets of ``sl`` (1: unknown)."""
+        """Requests decode admitted per request prefilled over the active buckets of ``sl`` (1: unknown)."""
         if self.decode_prompt_rate is None:
             return 1.0
         decode = self.decode_prompt_rate[sl][active]
@@ -155,14 +160,15 @@ def _decode_share(prompt: FloatArray | float, decode_prompt: FloatArray | float)
 
 
 def admitted_share(prompt: FloatArray | float, decode_prompt: FloatArray | float) -> FloatArray:
-    """The share of prefilled requests that decode workers admitted: the prompt tokens they counted over the
-    prompt tokens prefilled, at most 1 (counter timing). Requests a backlog abandons between the phases were
-    prefilled but never decoded, so output per prefilled request understates the output length. 1 where
-    unknown (decode counted nothing). Only for decode workers that count whole prompts
-    (:func:`counts_whole_prompts`)."""
+    """Requests decode workers admitted per request prefilled: the prompt tokens they counted over the prompt
+    tokens prefilled. Below 1 where a backlog between the phases grows or clients abandon it (prefilled,
+    never decoded); above 1 where it drains (decode admits requests prefilled in earlier buckets). Either
+    way output per prefilled request misreads the output length, and output per admitted request does
+    not: decode's tokens are generated for the requests it admits. 1 where unknown (decode counted
+    nothing). Only for decode workers that count whole prompts (:func:`counts_whole_prompts`)."""
     share = _decode_share(prompt, decode_prompt)
     usable = np.isfinite(share) & (share > 0)
-    out: FloatArray = np.where(usable, np.minimum(share, 1.0), 1.0)
+    out: FloatArray = np.where(usable, share, 1.0)
     return out
 
 

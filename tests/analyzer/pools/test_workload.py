@@ -109,6 +109,29 @@ def test_a_backlog_that_loses_most_requests_at_peak_still_counts_the_output_per_
     assert traffic.window(2, 4).osl == pytest.approx(180.0, rel=1e-2)
 
 
+def test_a_backlog_between_the_phases_that_builds_and_drains_leaves_the_mix_as_it_is() -> None:
+    # Decode counts whole prompts. In the third and fourth hours a backlog builds between the phases: decode
+    # admits (and generates for) 80% of what prefill serves; in the fifth and sixth it drains, decode
+    # admitting 120%, the requests prefilled earlier. Tokens prefilled and generated in one hour then
+    # belong to different requests: per prefilled request the drain would read 216 output tokens and a
+    # prompt:output ratio of 6.0, a shift of the traffic where only the backlog moved.
+    fleet = Fleet(workers([("node00", H100, 3, 0), ("node01", H200, 0, 2)]), hours=6, rate_rps=lambda h: 50.0)
+    gpu, engine = fleet.columns()
+    first_hour = min(engine["ts"]) // 3600
+    scale = {2: 0.8, 3: 0.8, 4: 1.2, 5: 1.2}
+    for key in ("prompt_tokens", "generation_tokens"):
+        engine[key] = [
+            round(v * scale.get(t // 3600 - first_hour, 1.0)) if role == "decode" else v
+            for v, role, t in zip(engine[key], engine["role"], engine["ts"], strict=True)
+        ]
+    traffic, _ = _traffic_of(gpu, engine)
+    assert np.allclose(traffic.admitted_share[4:6], 1.2, rtol=2e-2)
+    assert np.allclose(traffic.osl[:6], 180.0, rtol=1e-2)
+    assert np.allclose(traffic.prompt_per_output[:6], 1300.0 / 180.0, rtol=1e-2)
+    assert traffic.window(4, 6).osl == pytest.approx(180.0, rel=1e-2)
+    assert traffic.window(0, 6).osl == pytest.approx(180.0, rel=1e-2)
+
+
 @pytest.mark.parametrize("share", [0.0, 0.3])
 def test_decode_workers_that_do_not_count_whole_prompts_leave_the_output_length_to_the_prefill_count(
     share: float,
