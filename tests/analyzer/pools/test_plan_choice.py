@@ -217,14 +217,19 @@ def test_a_partial_move_reports_the_larger_moves_possible_gain_as_its_high_end()
         kv_bytes=60e9,
     )
     isl, osl = 1334.2, 349.8
-    result = place(
-        [h100, h200],
-        [_roles(range(0, 2), 2), _roles(range(2, 4), 0)],
-        isl=isl,
-        osl=osl,
-        demand_tokens_per_s=1.0,
-        peak_demand_tokens_per_s=1.0,
-    )
+
+    def placed(supply_limited: bool) -> PlacementResult:
+        return place(
+            [h100, h200],
+            [_roles(range(0, 2), 2), _roles(range(2, 4), 0)],
+            isl=isl,
+            osl=osl,
+            demand_tokens_per_s=1.0,
+            peak_demand_tokens_per_s=1.0,
+            supply_limited=supply_limited,
+        )
+
+    result = placed(supply_limited=False)
     assert result.best.prefill == (1, 1)
     sizes = np.array([2, 2])
     cp = np.array([30_245.0, 32_197.0])
@@ -244,15 +249,7 @@ def test_a_partial_move_reports_the_larger_moves_possible_gain_as_its_high_end()
     assert result.unsure is None  # the pool serves its demand: the loss is the move recommended
     # Supply-limited (its queues show demand it does not serve): the loss is the larger move's likely gain,
     # the low end what the pair swapped surely adds; the recommendation and its own gain stay the pair's.
-    starved = place(
-        [h100, h200],
-        [_roles(range(0, 2), 2), _roles(range(2, 4), 0)],
-        isl=isl,
-        osl=osl,
-        demand_tokens_per_s=1.0,
-        peak_demand_tokens_per_s=1.0,
-        supply_limited=True,
-    )
+    starved = placed(supply_limited=True)
     assert starved.best == result.best and starved.changes == result.changes
     assert starved.unsure is not None and starved.unsure.prefill == (0, 2)
     assert starved.lost_tokens_per_s == pytest.approx(
