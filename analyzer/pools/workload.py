@@ -71,7 +71,8 @@ class PoolTraffic:
 
     @property
     def admitted_share(self) -> FloatArray:
-        """Per bucket, the share of prefilled requests the decode workers admitted (1 where unknown)."""
+        """Per bucket, requests decode workers admitted per request prefilled (above 1 while a backlog between
+        the phases drains; 1 where unknown)."""
         if self.decode_prompt_rate is None:
             return np.ones_like(self.prompt_rate)
         return admitted_share(self.prompt_rate, self.decode_prompt_rate)
