@@ -61,8 +61,7 @@ def worker_recommendation(
     group = placement.groups[change.group]
     # The recommended move's own gain (not a larger move held back that the pool's loss may count)
     gain = placement.recommended_gain * change.share
-    per_request = placement.isl + placement.osl
-    requests = gain / per_request if per_request > 0 else math.nan
+    requests = placement.requests_for(gain)
     output = requests * placement.osl
     now_role = "decode" if change.to_role == "prefill" else "prefill"
     rate_now = (group.decode if now_role == "decode" else group.prefill).tokens_per_s

@@ -68,10 +68,16 @@ class PlacementResult:
             return self.lost_tokens_per_s
         return max(0.0, self.best.tokens_per_s - self.current.tokens_per_s)
 
+    def requests_for(self, tokens_per_s: float) -> float:
+        """Requests/s behind ``tokens_per_s`` at the pool's mix: every plan's tokens are requests x (isl +
+        osl)."""
+        return tokens_per_s / (self.isl + self.osl) if self.isl + self.osl > 0 else math.nan
+
     def lost_requests(self, bound: str = "") -> float:
-        """Lost requests/s (``bound`` "", "low" or "high"): every plan's tokens are requests x (isl + osl)."""
-        tokens = {"": self.lost_tokens_per_s, "low": self.lost_low, "high": self.lost_high}[bound]
-        return tokens / (self.isl + self.osl) if self.isl + self.osl > 0 else math.nan
+        """Lost requests/s (``bound`` "", "low" or "high")."""
+        return self.requests_for(
+            {"": self.lost_tokens_per_s, "low": self.lost_low, "high": self.lost_high}[bound]
+        )
 
     def lost_output_tokens(self, bound: str = "") -> float:
         """Lost generated tokens/s (``bound`` "", "low" or "high"): lost requests x mean output length."""
