@@ -20,7 +20,8 @@ from typing import Any, Literal, TypeVar
 from fleet import histogram_grid
 from fleet.contract import EngineSample, GpuSample, LatencyHistogram, activity_evidence
 from fleet.inventory import GpuRecord, WorkerRecord
-from fleet.store import codes, variants
+from fleet.store import codes, latest_records, variants
+from fleet.store.latest_records import INT32_MAX, LatestOf, NodeSpans
 from fleet.store.variants import Attributes, Fingerprint
 
 TimeEncoding = Literal["epoch_us", "datetime"]
@@ -33,7 +34,6 @@ def time_encoding_of(dialect: str) -> TimeEncoding:
 
 
 INT64_MAX = 2**63 - 1
-INT32_MAX = 2**31 - 1
 
 GPU_SAMPLE_COLUMNS = (
     "gpu_uuid", "ts", "window_s", "worker_id", "sm_active", "tensor_active", "dram_active", "gpu_util",
@@ -231,6 +231,15 @@ class RowBatch:
         latest = dict(zip(ordered_keys, order, strict=True))
         first = dict(zip(reversed(ordered_keys), map(ts.__getitem__, reversed(order)), strict=True))
         remembered = self._latest_gpu if gpu else self._latest_worker
+        if not remembered and not (self.gpus if gpu else self.workers):
+            # A fresh batch (each parsed block): the records at once, without a dict per record's fields.
+            try:
+                built = latest_records.build(gpu, LatestOf(keys, latest, first, ts, columns))
+            except latest_records.RecordValueError as exc:
+                raise RowValueError(exc.field, exc.message) from None
+            if built is not None:
+                self._add_latest_records(gpu, *built)
+                return
         for key in dict.fromkeys(keys):
             index = latest[key]
             seen = remembered.get(key)
@@ -240,6 +249,14 @@ class RowBatch:
             if ts[index] > seen[1]:
                 seen[1], seen[2], seen[3] = ts[index], values_at(index), None
             seen[0] = min(seen[0], first[key])
+
+    def _add_latest_records(self, gpu: bool, records: Mapping[str, Any], spans: NodeSpans) -> None:
+        """Records built by :mod:`fleet.store.latest_records` for a batch holding none of their kind."""
+        (self.gpus if gpu else self.workers).update(records)
+        nodes = self.nodes
+        for node, (begun, ended) in spans.items():  # _fold_node, once per node
+            span = nodes.get(node)
+            nodes[node] = (begun, ended) if span is None else (min(span[0], begun), max(span[1], ended))
 
     def _check_columns(
         self, gpu: bool, key_field: str, columns: Mapping[str, Sequence[Any]], ts: Sequence[datetime]
@@ -273,7 +290,7 @@ class RowBatch:
 
     def _fold_latest(self) -> None:
         for uuid, (first, last, values, tag) in self._latest_gpu.items():
-            _check_texts(values, ("gpu_name", "node", "parent_gpu_uuid", "mig_profile", "cluster"), tag)
+            _check_texts(values, latest_records.GPU_TEXTS, tag)
             if values["gpu_index"] > INT32_MAX:
                 raise RowValueError("gpu_index", f"{values['gpu_index']} does not fit a 32-bit integer", tag)
             gpu = GpuRecord(
@@ -286,7 +303,7 @@ class RowBatch:
             self.gpus[uuid] = _newer(self.gpus.get(uuid), gpu)
             self._fold_node(gpu.node, first, last)
         for worker_id, (first, last, values, tag) in self._latest_worker.items():
-            _check_texts(values, ("node", "engine", "model", "precision", "cluster", "deployment"), tag)
+            _check_texts(values, latest_records.WORKER_TEXTS, tag)
             for uuid in values["gpu_uuids"]:
                 if "\x00" in uuid:
                     raise RowValueError("gpu_uuids", "contains a NUL character", tag)
