@@ -267,8 +267,8 @@ class RowBatch:
         keys = columns[key_field]
         if len(set(zip(keys, ts, strict=True))) != len(keys):
             raise RowValueError(key_field, "a sample key repeats in the block")
-        for key, seen in (GPU_ATTRIBUTES if gpu else ENGINE_ATTRIBUTES).fingerprints(keys, columns):
-            variants.note(self._variants, (gpu, key), seen)
+        rows = (GPU_ATTRIBUTES if gpu else ENGINE_ATTRIBUTES).fingerprints(keys, columns)
+        variants.note_rows(self._variants, gpu, rows)
 
     def finish(self) -> RowBatch:
         """Fold the remembered latest records into ``gpus``, ``workers`` and ``nodes`` (idempotent)."""

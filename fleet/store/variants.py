@@ -10,8 +10,10 @@ The attributes are the record's fields the sample rows do not hold (those are co
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from fleet.contract import EngineSample, GpuSample
@@ -19,6 +21,7 @@ from fleet.contract import EngineSample, GpuSample
 Key = tuple[bool, str]  # (is a GPU, gpu_uuid or worker_id)
 Fingerprint = tuple[Any, ...]
 CHANGED: Fingerprint = ("changed",)  # never a fingerprint: those hold every attribute (six or more)
+_KEY, _FINGERPRINT = itemgetter(0), itemgetter(slice(1, None))  # of a (key, *fingerprint) row
 
 
 @dataclass(frozen=True)
@@ -39,15 +42,12 @@ class Attributes:
         tuples)."""
         return tuple(_plain(values[name]) for name in self.names)
 
-    def fingerprints(
-        self, keys: Sequence[str], columns: Mapping[str, Sequence[Any]]
-    ) -> Iterator[tuple[str, Fingerprint]]:
-        """The distinct (key, fingerprint) pairs of a block's columns (zip and set: C speed per record)."""
+    def fingerprints(self, keys: Sequence[str], columns: Mapping[str, Sequence[Any]]) -> set[tuple[Any, ...]]:
+        """The distinct (key, *fingerprint) rows of a block's columns (zip and set: C speed per record)."""
         plain = [
             list(map(_plain, columns[name])) if name in self.lists else columns[name] for name in self.names
         ]
-        for row in set(zip(keys, *plain, strict=True)):
-            yield row[0], row[1:]
+        return set(zip(keys, *plain, strict=True))
 
 
 def note(variants: dict[Key, Fingerprint], key: Key, seen: Fingerprint) -> None:
@@ -57,6 +57,20 @@ def note(variants: dict[Key, Fingerprint], key: Key, seen: Fingerprint) -> None:
         variants[key] = seen
     elif known != seen:
         variants[key] = CHANGED
+
+
+def note_rows(variants: dict[Key, Fingerprint], is_gpu: bool, rows: Collection[tuple[Any, ...]]) -> None:
+    """:func:`note` for each (key, *fingerprint) row of :meth:`Attributes.fingerprints`; into an empty
+    ``variants``, where no key comes twice, at once (once per GPU of a block: a third of the work left per
+    GPU in the parse of a block from a 10,000-GPU fleet)."""
+    keys, fingerprints = list(map(_KEY, rows)), list(map(_FINGERPRINT, rows))
+    if not variants:
+        fresh = dict(zip(zip(repeat(is_gpu), keys, strict=False), fingerprints, strict=True))
+        if len(fresh) == len(rows):
+            variants.update(fresh)
+            return
+    for key, seen in zip(keys, fingerprints, strict=True):
+        note(variants, (is_gpu, key), seen)
 
 
 def changed(variants: Mapping[Key, Fingerprint]) -> set[Key]:
