@@ -95,6 +95,9 @@ class Run:
     seconds: float
     rss_mb: float | None = None
     tree_rss_mb: float | None = None
+    # CPU seconds of the process and the processes it waited for (its parsing processes), from wait4; not
+    # the PostgreSQL server's. On 2 shared cores this, more than the wall time, is what the work costs.
+    cpu_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,7 @@ def timed(command: list[str], store: str, path: str, records: int) -> Run:
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    _, status, _usage = os.wait4(process.pid, 0)
+    _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - started
     stop.set()
     watcher.join()
@@ -248,7 +251,8 @@ def timed(command: list[str], store: str, path: str, records: int) -> Run:
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
         raise SystemExit(f"{path} failed ({process.returncode}):\n{stderr}")
-    return Run(store, path, records, seconds, peak_main / 1024, peak_tree / 1024)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Run(store, path, records, seconds, peak_main / 1024, peak_tree / 1024, cpu)
 
 
 def run_ours(store: str, url: str, inputs: Inputs) -> Run:
@@ -387,9 +391,10 @@ def print_load(when: str) -> None:
 def print_run(run: Run, round_: int) -> None:
     rss = f"{run.rss_mb:.0f}" if run.rss_mb is not None else ""
     tree = f"{run.tree_rss_mb:.0f}" if run.tree_rss_mb is not None else ""
+    cpu = f"{run.cpu_s:.2f} s" if run.cpu_s is not None else ""
     rate = run.records / run.seconds
     print(f"  {run.store:<11} {round_:>3} {run.path:<16} {run.seconds:>8.2f} s {rate:>10,.0f} samples/s"
-          f"   RSS {rss:>4} MB, tree {tree:>4} MB", flush=True)  # fmt: skip
+          f"   CPU {cpu:>7}   RSS {rss:>4} MB, tree {tree:>4} MB", flush=True)  # fmt: skip
 
 
 def ratios(runs: list[Run], baseline: str) -> str:
@@ -407,6 +412,11 @@ def median_rate(runs: list[Run], path: str) -> str:
     return f"{statistics.median(rates):,.0f}" if rates else ""
 
 
+def median_cpu(runs: list[Run], path: str) -> str:
+    seconds = [run.cpu_s for run in runs if run.path == path and run.cpu_s is not None]
+    return f"{statistics.median(seconds):.2f} s" if seconds else ""
+
+
 def report(runs: list[Run]) -> None:
     stores = list(dict.fromkeys(run.store for run in runs))
     print("\nmedian samples/s over the runs")
@@ -415,6 +425,14 @@ def report(runs: list[Run]) -> None:
         of_store = [run for run in runs if run.store == store]
         print(f"{store:<11} {median_rate(of_store, OURS):>16}"
               + "".join(f" {median_rate(of_store, path):>14}" for path in BASELINES))  # fmt: skip
+    print(
+        "\nmedian CPU time over the runs (the process and its parsing processes; not the database server's)"
+    )
+    print(f"{'store':<11} {OURS:>16}" + "".join(f" {path:>14}" for path in BASELINES[:2]))
+    for store in stores:
+        of_store = [run for run in runs if run.store == store]
+        print(f"{store:<11} {median_cpu(of_store, OURS):>16}"
+              + "".join(f" {median_cpu(of_store, path):>14}" for path in BASELINES[:2]))  # fmt: skip
     print(
         "\nours/baseline (samples/s over samples/s), run i against run i: median (min..max); ours' peak RSS"
     )

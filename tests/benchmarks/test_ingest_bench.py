@@ -5,6 +5,7 @@ PostgreSQL (skipped with the reason otherwise; under CI=true it fails instead, s
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -29,6 +30,7 @@ from benchmarks.ingest_bench import (
     ratios,
     run_path,
     sqlite_store,
+    timed,
 )
 from benchmarks.parse_copy_loader import COLUMNS, PG_TYPES
 from fleet.store.engine import make_engine
@@ -132,3 +134,11 @@ def test_the_packages_are_byte_compiled_as_an_install_leaves_them() -> None:
         path.unlink(missing_ok=True)
     compile_packages()
     assert [path for path in cached if not path.is_file()] == []
+
+
+def test_a_runs_cpu_time_counts_the_processes_it_waited_for() -> None:
+    """Ours' parsing processes are its children: their CPU counts (wait4), not only the parent's."""
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], check=True)"
+    run = timed([sys.executable, "-c", child], "sqlite", OURS, 1)
+    assert run.cpu_s is not None and run.cpu_s >= 0.3
