@@ -255,6 +255,7 @@ def _segment(
     waiting = queued_requests(grid, pool.members, first, last, 0.5)
     growth = queue_growth(grid, pool.members, first, last)
     queued = queued_share(grid, pool.members, first, last)
+    peak_waiting = queued_requests(grid, pool.members, first, last, 0.9)  # said where it fell behind at peaks
     if not (math.isfinite(mix.isl) and math.isfinite(mix.osl)) or mix.isl <= 0 or mix.osl <= 0:
         notes.append("no traffic with known lengths in this segment")
         return SegmentAnalysis(
@@ -275,7 +276,9 @@ def _segment(
             notes.append("a group's GPU or model lacks catalog figures: placement not searched")
         state = NOT_MODELLED
         if kind == "colocated":  # no placement to search, but its queues still say whether it kept up
-            state = _colocated_state(grid, roles, span, calibration, (waiting, growth, queued), p)
+            state = _colocated_state(
+                grid, roles, span, calibration, (waiting, growth, queued, peak_waiting), p
+            )
             notes.append(f"pool state from its queues: {state.state.value} ({state.evidence})")
         return SegmentAnalysis(
             first, last, start, end, mix, roles, capacities, None, colocated, tuple(notes), waiting,
@@ -309,7 +312,7 @@ def _segment(
     in_plan = (None if p.capacity.ttft_slo_s is not None else measured[0], measured[1])
     state = pool_state(
         waiting, growth, measured, workers=max(1, len(roles)), backlog_per_worker=p.backlog_per_worker,
-        queued=queued,
+        queued=queued, peak_waiting=peak_waiting,
     )  # fmt: skip
     placement = place(
         capacities,
@@ -369,17 +372,18 @@ def _colocated_state(
     roles: Mapping[int, str],
     span: tuple[int, int],
     calibration: PoolCalibration,
-    queues: tuple[float, float, float],
+    queues: tuple[float, float, float, float],
     p: PoolParams,
 ) -> StateEvidence:
-    """A colocated pool's state from its queues (waiting in the median bucket, growth, queued share), its
-    workers standing in for the phases."""
+    """A colocated pool's state from its queues (waiting in the median bucket, growth, queued share, waiting
+    in the 90th-percentile bucket), its workers standing in for the phases."""
     rows = np.array([row for row, role in roles.items() if role == "mixed"], dtype=np.int64)
     seen = colocated_at_limit(grid, rows, *span, p.capacity, calibration.caps_reported)
-    waiting, growth, queued = queues
+    waiting, growth, queued, peak_waiting = queues
     return pool_state(
         waiting, growth, (None, None), workers=max(1, len(roles)),
         backlog_per_worker=p.backlog_per_worker, colocated_at_limit=seen, queued=queued,
+        peak_waiting=peak_waiting,
     )  # fmt: skip
 
 

@@ -286,7 +286,12 @@ def join_by_pod(inventory: Inventory) -> tuple[Inventory, list[str]]:
     still hold no GPU come back as warnings naming the engine and what was tried, so a failed join reads as
     one instead of as missing telemetry."""
     owned = inventory.gpu_worker()
-    holders = set(owned.values())
+    # An engine holds GPUs if their series name it, or if it reports GPUs the store knows that another pod
+    # now holds: a pod replaced on the same GPUs (a Deployment rollout), whose engine samples name them.
+    known = {g.gpu_uuid for g in inventory.gpus}
+    holders = set(owned.values()) | {
+        w.worker_id for w in inventory.workers if any(u in known for u in w.gpu_uuids)
+    }
     engine_ids = {w.worker_id for w in inventory.workers}
     # GPU owners no engine claims: the pods dcgm-exporter named that no engine's id matches exactly.
     orphan_owners = sorted(
@@ -357,11 +362,21 @@ def join_by_pod(inventory: Inventory) -> tuple[Inventory, list[str]]:
 
 
 def rename_gpu_owners(data: AnalysisInput, inventory: Inventory) -> AnalysisInput:
-    """``data`` with the joined inventory and its GPU buckets' worker ids following it."""
+    """``data`` with the joined inventory (:func:`join_by_pod` of ``data.inventory``): each GPU bucket's
+    owner renamed as the join renamed it (a pod named without its namespace becomes its engine), a bucket
+    that names none given its GPU's owner. A bucket keeps the owner its samples named: the GPUs of a pod
+    replaced on them read as the old pod's before the change and the new pod's after, not all as the new
+    one's (the old pod's telemetry then read as missing, and the new one's as its role's before it ran)."""
     owner = {g.gpu_uuid: g.worker_id for g in inventory.gpus}
+    renamed = {
+        before.worker_id: after.worker_id
+        for before, after in zip(data.inventory.gpus, inventory.gpus, strict=True)
+        if before.worker_id is not None and before.worker_id != after.worker_id
+    }
     buckets = dict(data.gpu_buckets)
     buckets["worker_id"] = [
-        owner.get(str(u), w) for u, w in zip(buckets["gpu_uuid"], buckets["worker_id"], strict=True)
+        owner.get(str(u)) if w is None else renamed.get(w, w)
+        for u, w in zip(buckets["gpu_uuid"], buckets["worker_id"], strict=True)
     ]
     return AnalysisInput(inventory, buckets, data.engine_buckets, data.start, data.end, data.bucket_s)
 

@@ -83,6 +83,24 @@ def test_a_queue_the_pool_clears_between_bursts_is_no_backlog() -> None:
     assert pool_state(6.0, 0.01, (12_000.0, None), workers=4).state is PoolState.SUPPLY_LIMITED
 
 
+def test_a_demand_limited_pool_that_fell_behind_at_its_peaks_says_so() -> None:
+    """Its median window has no queue, so it stays demand-limited, but a backlog in 37% of its windows
+    (an outside probe: 16,000 requests per prefill worker at its daily peaks) is not left unsaid."""
+    peaks = pool_state(0.0, 0.0, (None, None), workers=9, queued=0.37, peak_waiting=48_000.0)
+    assert peaks.state is PoolState.DEMAND_LIMITED
+    assert "served what arrived; but at its peaks it fell behind" in peaks.evidence
+    assert (
+        "requests waited in 37% of its windows, 48,000 of them in its 90th-percentile bucket"
+        in peaks.evidence
+    )
+    bursts = pool_state(20.0, 0.0, (None, None), workers=9, queued=0.3, peak_waiting=400.0)
+    assert bursts.state is PoolState.DEMAND_LIMITED and "fell behind" in bursts.evidence
+    # Rare queues, a peak within the pool's slack, or nothing known of either: nothing more to say.
+    for queued, peak in ((0.05, 48_000.0), (0.37, 5.0), (math.nan, 48_000.0), (0.37, math.nan)):
+        quiet = pool_state(0.0, 0.0, (None, None), workers=9, queued=queued, peak_waiting=peak)
+        assert quiet.evidence.endswith("it served what arrived")
+
+
 def _grid(waiting: dict[str, list[float | None]]) -> WorkerGrid:
     """One hour of one-minute engine windows per worker, with the requests waiting at each."""
     rows = [(worker, i, q) for worker, queue in waiting.items() for i, q in enumerate(queue)]
