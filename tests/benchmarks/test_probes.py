@@ -12,7 +12,7 @@ PROBES = sorted((Path(__file__).resolve().parents[2] / "benchmarks" / "probes").
 
 
 def test_there_are_probes() -> None:
-    assert len(PROBES) >= 12
+    assert len(PROBES) >= 13
 
 
 @pytest.mark.parametrize("path", PROBES, ids=[p.stem for p in PROBES])
