@@ -111,8 +111,8 @@ def pool_state(
 
 def _behind_at_peaks(queued: float, peak_waiting: float, slack: float) -> str:
     """What a demand-limited state leaves unsaid where the pool fell behind at its peaks: the share of its
-    windows with a request waiting and the queue of its 90th-percentile bucket (an outside probe's pool,
-    demand-limited by its median, held 16,000 requests per prefill worker in 37% of its windows)."""
+    windows with a request waiting and the queue of its 90th-percentile bucket (`diurnal-prompt-shift`
+    has a demand-limited segment whose queue held 32,000 requests in its 90th-percentile bucket)."""
     if not (math.isfinite(queued) and math.isfinite(peak_waiting)):
         return ""
     if queued < PEAK_SHARE or peak_waiting < slack:

@@ -84,8 +84,8 @@ def test_a_queue_the_pool_clears_between_bursts_is_no_backlog() -> None:
 
 
 def test_a_demand_limited_pool_that_fell_behind_at_its_peaks_says_so() -> None:
-    """Its median window has no queue, so it stays demand-limited, but a backlog in 37% of its windows
-    (an outside probe: 16,000 requests per prefill worker at its daily peaks) is not left unsaid."""
+    """Its median window has no queue, so it stays demand-limited, but a backlog in 37% of its windows is
+    not left unsaid."""
     peaks = pool_state(0.0, 0.0, (None, None), workers=9, queued=0.37, peak_waiting=48_000.0)
     assert peaks.state is PoolState.DEMAND_LIMITED
     assert "served what arrived; but at its peaks it fell behind" in peaks.evidence
