@@ -20,8 +20,10 @@ from pathlib import Path
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling ingest_bench (its records)
 
-from benchmarks.ingest_bench import samples
+from ingest_bench import samples
+
 from fleet.fast_records import fast_block
 from fleet.ingest import BLOCK_BYTES
 from fleet.ingest_blocks import gc_paused
