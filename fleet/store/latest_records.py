@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from itertools import chain, repeat
 from typing import Any
 
 from fleet.contract import Role
 from fleet.inventory import GpuRecord, WorkerRecord
+from fleet.store.row_limits import INT32_MAX, RowValueError
 
-INT32_MAX = 2**31 - 1
 # The text attributes of each record (a NUL character refused), and every column a record is built from.
 GPU_TEXTS = ("gpu_name", "node", "parent_gpu_uuid", "mig_profile", "cluster")
 WORKER_TEXTS = ("node", "engine", "model", "precision", "cluster", "deployment")
@@ -28,15 +29,6 @@ _WORKER_COLUMNS = frozenset((
     "gpu_join",
 ))  # fmt: skip
 NodeSpans = dict[str, tuple[datetime, datetime]]  # node -> (first, last) window of the records naming it
-
-
-class RecordValueError(ValueError):
-    """An attribute the store cannot hold (a NUL character, an index beyond 32 bits)."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -57,6 +49,7 @@ class LatestOf:
         keys = list(dict.fromkeys(self.keys))
         rows = list(map(self.latest.__getitem__, keys))
 
+        @cache  # a text column is read for its check, then for the records
         def at(name: str) -> list[Any]:
             return list(map(self.columns[name].__getitem__, rows))
 
@@ -65,7 +58,7 @@ class LatestOf:
 
 def build(gpu: bool, block: LatestOf) -> tuple[dict[str, Any], NodeSpans] | None:
     """The records of ``block`` by key, and the span of each node they name; None where the columns lack an
-    attribute (the caller then folds record by record). Raises :class:`RecordValueError`."""
+    attribute (the caller then folds record by record). Raises :class:`RowValueError`."""
     if not (_GPU_COLUMNS if gpu else _WORKER_COLUMNS).issubset(block.columns):
         return None
     keys, firsts, lasts, at = block.distinct()
@@ -85,7 +78,7 @@ def _gpus(
 ) -> Iterable[GpuRecord]:
     indexes = at("gpu_index")
     if max(indexes, default=0) > INT32_MAX:
-        raise RecordValueError("gpu_index", f"{max(indexes)} does not fit a 32-bit integer")
+        raise RowValueError("gpu_index", f"{max(indexes)} does not fit a 32-bit integer")
     return map(
         GpuRecord, keys, nodes, at("gpu_name"), repeat(None), at("worker_id"), at("source"), at("state"),
         at("cluster"), at("parent_gpu_uuid"), at("mig_profile"), indexes, firsts, lasts,
@@ -110,7 +103,7 @@ def _workers(
 
 def _no_nul(name: str, texts: Iterable[str | None]) -> None:
     if "\x00" in "".join(filter(None, set(texts))):
-        raise RecordValueError(name, "contains a NUL character")
+        raise RowValueError(name, "contains a NUL character")
 
 
 def _node_spans(nodes: list[str], firsts: list[datetime], lasts: list[datetime]) -> NodeSpans:

@@ -21,7 +21,12 @@ from fleet import histogram_grid
 from fleet.contract import EngineSample, GpuSample, LatencyHistogram, activity_evidence
 from fleet.inventory import GpuRecord, WorkerRecord
 from fleet.store import codes, latest_records, variants
-from fleet.store.latest_records import INT32_MAX, LatestOf, NodeSpans
+from fleet.store.latest_records import LatestOf, NodeSpans
+
+# Re-exported (PEP 484's "as" form, for mypy's strict mode): the project imports them from here.
+from fleet.store.row_limits import INT32_MAX as INT32_MAX  # noqa: PLC0414
+from fleet.store.row_limits import INT64_MAX as INT64_MAX  # noqa: PLC0414
+from fleet.store.row_limits import RowValueError as RowValueError  # noqa: PLC0414
 from fleet.store.variants import Attributes, Fingerprint
 
 TimeEncoding = Literal["epoch_us", "datetime"]
@@ -32,8 +37,6 @@ def time_encoding_of(dialect: str) -> TimeEncoding:
     microseconds, the others timestamps."""
     return "epoch_us" if dialect == "sqlite" else "datetime"
 
-
-INT64_MAX = 2**63 - 1
 
 GPU_SAMPLE_COLUMNS = (
     "gpu_uuid", "ts", "window_s", "worker_id", "sm_active", "tensor_active", "dram_active", "gpu_util",
@@ -85,16 +88,6 @@ def stored_histogram(histogram: LatencyHistogram | None) -> bytes | None:
 def _stored_histograms(column: Sequence[Any]) -> Sequence[Any]:
     """The column as stored; unchanged (no per-value call) when it holds no histogram."""
     return list(map(stored_histogram, column)) if any(column) else column
-
-
-class RowValueError(ValueError):
-    """A record the contract accepts but the store cannot hold (an integer beyond 64 bits, a NUL char)."""
-
-    def __init__(self, field_name: str, message: str, tag: int | None = None) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
-        self.message = message
-        self.tag = tag  # what the caller passed to RowBatch.add for the offending record (ingest: its line)
 
 
 _Dim = TypeVar("_Dim", GpuRecord, WorkerRecord)
@@ -233,10 +226,7 @@ class RowBatch:
         remembered = self._latest_gpu if gpu else self._latest_worker
         if not remembered and not (self.gpus if gpu else self.workers):
             # A fresh batch (each parsed block): the records at once, without a dict per record's fields.
-            try:
-                built = latest_records.build(gpu, LatestOf(keys, latest, first, ts, columns))
-            except latest_records.RecordValueError as exc:
-                raise RowValueError(exc.field, exc.message) from None
+            built = latest_records.build(gpu, LatestOf(keys, latest, first, ts, columns))
             if built is not None:
                 self._add_latest_records(gpu, *built)
                 return
@@ -253,10 +243,8 @@ class RowBatch:
     def _add_latest_records(self, gpu: bool, records: Mapping[str, Any], spans: NodeSpans) -> None:
         """Records built by :mod:`fleet.store.latest_records` for a batch holding none of their kind."""
         (self.gpus if gpu else self.workers).update(records)
-        nodes = self.nodes
-        for node, (begun, ended) in spans.items():  # _fold_node, once per node
-            span = nodes.get(node)
-            nodes[node] = (begun, ended) if span is None else (min(span[0], begun), max(span[1], ended))
+        for node, (first, last) in spans.items():
+            self._fold_node(node, first, last)
 
     def _check_columns(
         self, gpu: bool, key_field: str, columns: Mapping[str, Sequence[Any]], ts: Sequence[datetime]

@@ -42,9 +42,9 @@ from starlette.requests import ClientDisconnect
 from fleet.clock import Clock, SystemClock
 from fleet.ingest import catalog_sku_resolver
 from fleet.store.engine import make_engine
-from fleet.store.latest_records import INT32_MAX
 from fleet.store.migrate import SchemaNotCurrentError, ensure_schema
 from fleet.store.partitions import ensure_partitions
+from fleet.store.rows import INT32_MAX
 from phasefit import __version__
 from phasefit.service import processes
 from phasefit.service.analyzer_gauges import AnalyzerCollector

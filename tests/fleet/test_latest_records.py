@@ -10,7 +10,7 @@ import pytest
 
 from fleet.contract import EngineSample, GpuSample
 from fleet.store import latest_records
-from fleet.store.latest_records import LatestOf, RecordValueError
+from fleet.store.latest_records import LatestOf
 from fleet.store.rows import RowBatch, RowValueError
 from tests.fleet.store_factories import engine_sample, gpu_sample
 
@@ -89,7 +89,7 @@ def test_a_nul_character_at_the_latest_record_is_refused(gpu: bool, field: str, 
     records = [gpu_sample(0, 1), gpu_sample(0, 2)] if gpu else [engine_sample(0, 1), engine_sample(0, 2)]
     columns = _columns(records)
     columns[field][1] = value
-    with pytest.raises(RecordValueError, match=f"{field}: contains a NUL character"):
+    with pytest.raises(RowValueError, match=f"{field}: contains a NUL character"):
         latest_records.build(gpu, _block(columns, gpu))
 
 
