@@ -24,7 +24,7 @@ from analyzer.pools.phase_evidence import (
     routing_notes,
     worker_loads,
 )
-from analyzer.pools.plan_choice import ACT, CONFIDENCE, DOMINANCE, HEADROOM, HEADROOM_COST, MIN_GAIN
+from analyzer.pools.plan_choice import ACT, CONFIDENCE, DOMINANCE, HEADROOM, MIN_GAIN
 from analyzer.pools.pool import Pool
 from analyzer.pools.pool_state import (
     NOT_MODELLED,
@@ -76,11 +76,6 @@ class PoolParams:
     headroom: float = tunable(
         HEADROOM,
         "Spare capacity of the non-binding phase a plan must add to be worth more changes at the same rate.",
-    )
-    headroom_cost: float = tunable(
-        HEADROOM_COST,
-        "Share of the rate at the central capacities a plan taken for headroom may give up (headroom is "
-        "bought at no loss on average and at most this much in the world the evidence points to).",
     )
     dominance: float = tunable(
         DOMINANCE,
@@ -332,7 +327,6 @@ def _segment(
         act=p.act,
         min_gain=p.min_gain,
         dominance=p.dominance,
-        headroom_cost=p.headroom_cost,
         routing=routing,
         measured=in_plan,
         seed=DECISION_SEED,

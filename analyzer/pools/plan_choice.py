@@ -32,11 +32,6 @@ MIN_GAIN = 0.02
 # same expected rate, once the pool is worth moving: the non-binding phase on the hardware its bottleneck
 # needs (decode on the higher-bandwidth SKU) absorbs a shift of the mix or a worker down.
 HEADROOM = 0.05
-# What a plan taken for headroom may give up at the central estimate (the capacities the evidence points to),
-# as a share of the incumbent's rate there. Headroom is insurance: bought at no loss on average, and never at
-# a loss the most likely world would see. Without this a plan 1% short at the central capacities but with a
-# phase to spare won on the draws' mean alone, where an exactly balanced split loses more of its minimum.
-HEADROOM_COST = 0.005
 # A plan with no more role changes than the search's pick, which sustains this share more on average and is a
 # confident move itself, replaces the pick: the path never ends on a plan that is beaten in expectation by a
 # smaller move. Half a percent: more than the draws' own sampling noise on one expected rate.
@@ -80,7 +75,6 @@ def choose_plan(
     act: float = ACT,
     min_gain: float = MIN_GAIN,
     dominance: float = DOMINANCE,
-    headroom_cost: float = HEADROOM_COST,
 ) -> PlanChoice:
     """The plan (prefill workers per group) to recommend, from capacity draws (rows of ``draws_p`` /
     ``draws_d``; the first row is the central estimate). Rules: docs/analyzer.md#split_search
@@ -88,8 +82,7 @@ def choose_plan(
     - Which plan: plans are taken in order of role changes; one replaces the incumbent when its expected
       rate is higher (by ``tolerance``) and it wins at least ``confidence`` of the draws against it. Once
       the pool moves, a plan with more changes at no loss of expected rate wins when it adds ``headroom``
-      of spare capacity to the phase that does not bind and loses at most ``headroom_cost`` of the rate at
-      the central capacities. The pick then gives way to a plan with no more
+      of spare capacity to the phase that does not bind. The pick then gives way to a plan with no more
       changes that sustains ``dominance`` more on average and is a move to recommend itself.
     - Whether to move: the plan is recommended only when the low end of its gain over the current plan
       is positive (it wins ``act`` of the draws) and its expected gain is at least ``min_gain`` of the
@@ -107,13 +100,12 @@ def choose_plan(
         plans = plans[keep]
     rates = np.vstack([draw_rates(x.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r) for x in plans])
     expected = rates.mean(axis=1)
-    central, prompt, generated = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
+    _, prompt, generated = evaluate(plans, sizes, draws_p[0], draws_d[0], isl, osl, r)
     buffer = spare(prompt, generated, isl, osl)
     changes = np.abs(plans - current[None, :]).sum(axis=1)
     chosen, chosen_buffer, moved = current, 0.0, False
     chosen_rates = draw_rates(current.astype(np.float64), sizes, draws_p, draws_d, isl, osl, r)
     current_rates = chosen_rates
-    chosen_central = float(evaluate(current, sizes, draws_p[0], draws_d[0], isl, osl, r)[0][0])
     path: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]] = []  # each plan chosen, in order
     for k in np.unique(changes):
         if k == 0:
@@ -124,16 +116,11 @@ def choose_plan(
         if chosen_rate <= 0:
             better |= expected > 0
         if moved:  # the same tokens on average with each phase on the hardware it needs: more headroom
-            better |= (
-                (expected >= chosen_rate * (1.0 - _SAME_RATE))
-                & (buffer > chosen_buffer + headroom)
-                & (central >= chosen_central * (1.0 - headroom_cost))
-            )
+            better |= (expected >= chosen_rate * (1.0 - _SAME_RATE)) & (buffer > chosen_buffer + headroom)
         found = np.flatnonzero((changes == k) & better)
         if found.size:
             i = int(found[np.lexsort((-buffer[found], -wins[found], -expected[found]))[0]])
             chosen, chosen_rates, chosen_buffer, moved = plans[i], rates[i], float(buffer[i]), True
-            chosen_central = float(central[i])
             path.append((chosen, chosen_rates))
     held_back, small_gain, unsure_wins = None, None, None
     if moved and current_rates.mean() > 0:

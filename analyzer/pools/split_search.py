@@ -16,16 +16,7 @@ import numpy.typing as npt
 
 from analyzer.pools.capacity import GroupCapacity
 from analyzer.pools.loss_range import held_back_cause, larger_move_cause, range_cause
-from analyzer.pools.plan_choice import (
-    ACT,
-    CONFIDENCE,
-    DOMINANCE,
-    HEADROOM,
-    HEADROOM_COST,
-    MIN_GAIN,
-    PlanChoice,
-    choose_plan,
-)
+from analyzer.pools.plan_choice import ACT, CONFIDENCE, DOMINANCE, HEADROOM, MIN_GAIN, PlanChoice, choose_plan
 from analyzer.pools.plan_rates import Plan, Routing, capacity_draws, draw_rates, evaluate
 from analyzer.pools.worker_choice import Change, WorkerLoad, changes_for
 
@@ -157,7 +148,6 @@ def place(
     act: float = ACT,
     min_gain: float = MIN_GAIN,
     dominance: float = DOMINANCE,
-    headroom_cost: float = HEADROOM_COST,
     supply_limited: bool = False,
 ) -> PlacementResult:
     """Best placement of a disaggregated pool's workers. ``current_roles`` lists, per group, the
@@ -195,7 +185,6 @@ def place(
         act=act,
         min_gain=min_gain,
         dominance=dominance,
-        headroom_cost=headroom_cost,
     )
     chosen = choice.chosen
     best = _plan([int(v) for v in chosen], sizes, cp, cd, isl, osl, r)

@@ -11,7 +11,7 @@ from analyzer.pipeline import analyze, input_from_samples
 from analyzer.planning.plan import loss_gain
 from analyzer.pools.capacity import GroupCapacity, RoleCapacity
 from analyzer.pools.loss_range import held_back_cause
-from analyzer.pools.plan_choice import ACT, DOMINANCE, HEADROOM_COST, choose_plan
+from analyzer.pools.plan_choice import ACT, DOMINANCE, choose_plan
 from analyzer.pools.plan_rates import Routing as SplitRouting
 from analyzer.pools.plan_rates import draw_rates
 from analyzer.pools.pool import SkuGroup
@@ -302,43 +302,3 @@ def test_the_search_never_ends_on_a_plan_a_smaller_confident_move_beats_in_expec
     result = search(DOMINANCE)
     assert result.best.prefill == (8, 5)
     assert result.best.tokens_per_s > along_the_path.best.tokens_per_s
-
-
-def test_headroom_is_never_bought_at_a_loss_at_the_central_capacities() -> None:
-    """``seed-twins``' 70B pool under measured kernels (seed 0), its capacities as the analyzer had them:
-    decode measured on both SKUs, prefill calibrated, all within 3%. The H100s all decoding with three H200s
-    prefilling sustains 1% more at the central capacities; the textbook swap (H100s all prefilling) only
-    0.1% more on the draws' mean, because an exactly balanced split loses more of its minimum in every draw.
-    The swap used to win for its headroom; it may no longer cost more than ``headroom_cost`` centrally."""
-    catalog = load_catalog()
-
-    def group(sku: str, rows: range, prefill: float, decode: float) -> GroupCapacity:
-        return GroupCapacity(
-            SkuGroup(catalog.gpus.get(sku), 2, tuple(rows), None),
-            RoleCapacity(prefill, 0.03, "calibrated", shared=0.03),
-            RoleCapacity(decode, 0.03, "measured", shared=0.03),
-            kv_bytes=60e9,
-        )
-
-    groups = [
-        group("H100-SXM", range(0, 4), 12_387.0, 5_136.0),
-        group("H200-SXM", range(4, 8), 13_942.0, 6_757.0),
-    ]
-    roles = [[(r, "prefill" if i < 2 else "decode") for i, r in enumerate(range(o, o + 4))] for o in (0, 4)]
-
-    def search(headroom_cost: float) -> PlacementResult:
-        return place(
-            groups,
-            roles,
-            isl=1334.0,
-            osl=874.0,
-            demand_tokens_per_s=44_743.0,
-            peak_demand_tokens_per_s=60_000.0,
-            headroom_cost=headroom_cost,
-        )
-
-    bought = search(10.0)  # any central loss allowed: the rule off
-    assert bought.best.prefill == (4, 0)
-    result = search(HEADROOM_COST)
-    assert result.best.prefill == (0, 3)
-    assert result.best.tokens_per_s > bought.best.tokens_per_s  # at the central capacities
