@@ -54,6 +54,11 @@ class CapacityParams:
     )
     min_busy: float = tunable(0.05, "Buckets busier than this share can measure a worker's prefill speed...")
     loaded_busy: float = tunable(0.3, "...and those busier than this do, where a worker has a few of them.")
+    busiest_share: float = tunable(
+        0.25,
+        "An unsaturated worker's prefill speed is read from this share of its loaded buckets, the busiest "
+        "(at least 3): speed per busy second rises with load toward capacity: they are its tightest floor.",
+    )
     min_kv_usage: float = tunable(0.02, "Buckets with more KV cache in use than this measure KV capacity.")
     min_kv_sequences: int = tunable(
         4, "A decode role fits a GPU where its weights plus this many sequences' KV cache fit."
@@ -274,7 +279,7 @@ def _prefill_speed(
     saturated = prefill & reached.prefill & reached.queued
     for i in range(len(rows)):
         at_limit = saturated[i].sum() >= p.min_saturated_buckets
-        loaded = prefill[i] & (busy[i] >= p.loaded_busy)
+        loaded = _busiest(prefill[i] & (busy[i] >= p.loaded_busy), busy[i], p.busiest_share)
         use = saturated[i] if at_limit else (loaded if loaded.sum() >= 3 else prefill[i])
         if not use.any():
             continue
@@ -303,6 +308,19 @@ def _prefill_speed(
         factor = float(np.median(finite))
         spread = float(np.median(np.abs(np.array(finite) / factor - 1.0))) if len(finite) > 1 else 0.0
         cal.prefill_factor[group.key] = (factor, spread)
+
+
+def _busiest(loaded: npt.NDArray[np.bool_], busy: FloatArray, share: float) -> npt.NDArray[np.bool_]:
+    """The busiest ``share`` of a worker's loaded buckets, at least 3 (all of them where there are fewer).
+    Prefill batches more prompts per iteration the busier a worker is, so its speed per busy second rises
+    with load toward its capacity: the median over every loaded bucket reads a few percent under it."""
+    count = int(loaded.sum())
+    keep = max(3, math.ceil(share * count))
+    if count <= keep:
+        return loaded
+    threshold = np.sort(busy[loaded])[count - keep]
+    busiest: npt.NDArray[np.bool_] = loaded & (busy >= threshold)
+    return busiest
 
 
 def _decode_evidence(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from analyzer.pipeline import analyze, input_from_samples
+from analyzer.pools.calibration import _busiest
 from fleet.catalog import load_catalog
 from tests.analyzer.synthetic import H100, H200, Fleet, workers
 
@@ -35,3 +37,16 @@ def test_a_saturated_worker_s_speed_is_its_capacity() -> None:
     assert pool["recommended"]["H100-SXM/tp2"]["prefill_tokens_per_s_per_worker"] == pytest.approx(
         SLOW, rel=0.02
     )
+
+
+def test_an_unsaturated_worker_s_speed_is_read_from_its_busiest_loaded_buckets() -> None:
+    """Prefill batches more prompts the busier a worker is, so its speed per busy second rises with load
+    toward its capacity: the busiest quarter of its loaded buckets (at least 3) is its tightest floor."""
+    busy = np.array([0.2, 0.35, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99, 0.92])
+    loaded = busy >= 0.3
+    chosen = _busiest(loaded, busy, 0.25)
+    assert sorted(busy[chosen].tolist()) == [0.92, 0.95, 0.99]  # 12 loaded: the busiest 3
+    assert sorted(busy[_busiest(loaded, busy, 0.5)].tolist()) == [0.8, 0.85, 0.9, 0.92, 0.95, 0.99]
+    few = busy >= 0.92
+    assert _busiest(few, busy, 0.25).tolist() == few.tolist()  # 3 loaded: all of them
+    assert not _busiest(loaded, busy, 0.25)[0]  # an unloaded bucket never counts
